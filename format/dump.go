@@ -1,0 +1,88 @@
+package format
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// DumpEvent formats an event on one line, for debugging and golden files.
+func DumpEvent(ev *Event) string {
+	switch ev.Kind {
+	case KindProcess:
+		e := ev.Process
+		return fmt.Sprintf("Process t=%d pid=%d ppid=%d name=%q cmdline=%q", e.Time, e.Pid, e.Ppid, e.Name, e.Cmdline)
+	case KindProcessEnd:
+		e := ev.ProcessEnd
+		return fmt.Sprintf("ProcessEnd t=%d pid=%d exit=%d", e.Time, e.Pid, e.ExitCode)
+	case KindClockSync:
+		e := ev.ClockSync
+		return fmt.Sprintf("ClockSync t=%d wall=%d", e.Time, e.WallNano)
+	case KindThreadStart:
+		e := ev.ThreadStart
+		return fmt.Sprintf("ThreadStart t=%d pid=%d tid=%d", e.Time, e.Pid, e.Tid)
+	case KindThreadName:
+		e := ev.ThreadName
+		return fmt.Sprintf("ThreadName t=%d pid=%d tid=%d name=%q", e.Time, e.Pid, e.Tid, e.Name)
+	case KindThreadEnd:
+		e := ev.ThreadEnd
+		return fmt.Sprintf("ThreadEnd t=%d pid=%d tid=%d", e.Time, e.Pid, e.Tid)
+	case KindModuleLoad:
+		e := &ev.ModuleLoad
+		var b strings.Builder
+		fmt.Fprintf(&b, "ModuleLoad t=%d pid=%d id=%d base=%#x size=%#x off=%#x kind=%v path=%q", e.Time, e.Pid, e.ID, e.Base, e.Size, e.FileOffset, e.Kind, e.Path)
+		if len(e.BuildID) > 0 {
+			fmt.Fprintf(&b, " buildid=%s", hex.EncodeToString(e.BuildID))
+		}
+		if e.GoBuildID != "" {
+			fmt.Fprintf(&b, " gobuildid=%q", e.GoBuildID)
+		}
+		if e.HasPDB() {
+			fmt.Fprintf(&b, " pdb=%s age=%d pdbpath=%q", hex.EncodeToString(e.PDBGUID[:]), e.PDBAge, e.PDBPath)
+		}
+		if e.TimeDateStamp != 0 || e.SizeOfImage != 0 {
+			fmt.Fprintf(&b, " codeid=%08X%x", e.TimeDateStamp, e.SizeOfImage)
+		}
+		return b.String()
+	case KindModuleUnload:
+		e := ev.ModuleUnload
+		return fmt.Sprintf("ModuleUnload t=%d pid=%d id=%d", e.Time, e.Pid, e.ID)
+	case KindString:
+		return fmt.Sprintf("String id=%d %q", ev.String.ID, ev.String.Value)
+	case KindStack:
+		var b strings.Builder
+		fmt.Fprintf(&b, "Stack id=%d [", ev.Stack.ID)
+		for i, pc := range ev.Stack.PCs {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%#x", pc)
+		}
+		b.WriteByte(']')
+		return b.String()
+	case KindSample:
+		e := ev.Sample
+		return fmt.Sprintf("Sample t=%d pid=%d tid=%d cpu=%d weight=%d stack=%d flags=%#x", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, e.Stack, uint8(e.Flags))
+	case KindRawStack:
+		e := &ev.RawStack
+		return fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))
+	case KindSpanBegin:
+		e := ev.SpanBegin
+		return fmt.Sprintf("SpanBegin t=%d tid=%d id=%d parent=%d name=%d stack=%d", e.Time, e.Tid, e.ID, e.Parent, e.Name, e.Stack)
+	case KindSpanEnd:
+		e := ev.SpanEnd
+		return fmt.Sprintf("SpanEnd t=%d tid=%d id=%d", e.Time, e.Tid, e.ID)
+	case KindMarker:
+		e := ev.Marker
+		return fmt.Sprintf("Marker t=%d tid=%d name=%d stack=%d", e.Time, e.Tid, e.Name, e.Stack)
+	case KindCounter:
+		e := ev.Counter
+		return fmt.Sprintf("Counter t=%d name=%d value=%g", e.Time, e.Name, e.Value)
+	case KindLost:
+		e := ev.Lost
+		return fmt.Sprintf("Lost t=%d pid=%d count=%d reason=%v", e.Time, e.Pid, e.Count, e.Reason)
+	case KindUnknown:
+		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
+	}
+	return ev.Kind.String()
+}
