@@ -236,9 +236,9 @@ func TestTrailingFieldsIgnored(t *testing.T) {
 	w, _ := NewWriter(&b, testHeader, nil)
 	// A ThreadName with an extra field the reader does not know.
 	body := []byte{}
-	body = appendZigzag(body, 5)           // time
-	body = append(body, 1, 2, 1, 'x')      // pid, tid, name "x"
-	body = append(body, 0xAA, 0xBB, 0x01)  // future fields
+	body = appendZigzag(body, 5)            // time
+	body = append(body, 1, 2, 1, 'x')       // pid, tid, name "x"
+	body = append(body, 0xAA, 0xBB, 0x01)   // future fields
 	w.writeRaw(uint8(KindThreadName), body) //nolint:errcheck
 	w.Close()
 	got, cerrs, err := readAll(t, b.Bytes())
