@@ -6,7 +6,7 @@ import "fmt"
 // to the stream (see SPEC.md §5); codes are never reused.
 type Kind uint8
 
-// Event kinds. Codes 0 and 19..127 are reserved for future versions of this
+// Event kinds. Codes 0 and 18..127 are reserved for future versions of this
 // format; 128..255 are free for private extensions. Readers skip events of
 // unknown kinds by their length.
 const (
@@ -301,7 +301,7 @@ const NoCPU = ^uint32(0)
 // the thread and a copy of the stack memory starting at StackAddr (normally
 // the stack pointer). The register set is per arch; bit i of RegMask set
 // means Regs holds register i of the arch's numbering (DWARF numbering for
-// amd64 and arm64, see SPEC.md §6.12), in ascending order.
+// amd64 and arm64, see SPEC.md §6.11), in ascending order.
 type RawStack struct {
 	Time      int64
 	Pid       uint32
