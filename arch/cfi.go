@@ -1,0 +1,864 @@
+package arch
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// This file parses DWARF call frame information (DWARF 5 §6.4, and the
+// .eh_frame dialect of the LSB) into a Table. It is our own parser rather
+// than delve's pkg/dwarf/frame because that package keeps every FDE and
+// re-runs its instructions on each lookup, allocating as it goes; an
+// unwinder that runs per sample wants the instructions executed once, at
+// load, into a flat sorted array of small rules.
+
+// Table is the unwind table of one module: sorted row start addresses
+// (link-time virtual addresses, before any load bias) each with the Rule
+// that holds from it up to the next row. Distinct rules are stored once.
+// A Table is immutable once built and safe for concurrent use.
+type Table struct {
+	Arch   Arch
+	starts []uint64
+	ids    []uint32
+	rules  []Rule
+	// FDEs counts the frame description entries that produced rows;
+	// Skipped counts entries not used (unknown augmentation, unsupported
+	// encodings, overlaps, an FDE whose instructions were malformed).
+	FDEs, Skipped int
+}
+
+// Lookup returns the rule covering the link-time address addr, or a Rule
+// with CFA == CFANone if no row covers it.
+func (t *Table) Lookup(addr uint64) Rule {
+	i := t.find(addr)
+	if i < 0 {
+		return Rule{}
+	}
+	return t.rules[t.ids[i]]
+}
+
+// find returns the index of the row covering addr, or -1.
+func (t *Table) find(addr uint64) int {
+	s := t.starts
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m] <= addr {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo - 1
+}
+
+// Len is the number of rows.
+func (t *Table) Len() int { return len(t.starts) }
+
+// Row returns row i's start address and rule.
+func (t *Table) Row(i int) (uint64, Rule) { return t.starts[i], t.rules[t.ids[i]] }
+
+// NumRules is the number of distinct rules.
+func (t *Table) NumRules() int { return len(t.rules) }
+
+// Sections is the raw unwind data of one module, for NewTable.
+type Sections struct {
+	File string // named in errors
+	Arch Arch
+	// EHFrame is the .eh_frame section's bytes and EHFrameAddr its
+	// link-time virtual address (pc-relative pointers need it).
+	EHFrame     []byte
+	EHFrameAddr uint64
+	// EHFrameHdrAddr is .eh_frame_hdr's address, the base of datarel
+	// pointers; 0 if unknown.
+	EHFrameHdrAddr uint64
+	// DebugFrame is the .debug_frame section, used where .eh_frame has no
+	// entry for an address.
+	DebugFrame []byte
+}
+
+// maxSection caps the size of an unwind section this package reads.
+const maxSection = 256 << 20
+
+// maxRememberDepth caps DW_CFA_remember_state nesting.
+const maxRememberDepth = 64
+
+// NewTable parses s.EHFrame and s.DebugFrame. On malformed data it returns
+// the table of every entry it could parse together with a *FormatError
+// naming the first bad entry, so a caller may still use the table.
+func NewTable(s Sections) (*Table, error) {
+	if s.Arch != AMD64 && s.Arch != ARM64 {
+		return nil, fmt.Errorf("arch: %s: unsupported architecture %v", s.File, s.Arch)
+	}
+	b := &builder{arch: s.Arch, ruleIDs: map[Rule]uint32{}}
+	var errs []error
+	if len(s.EHFrame) > 0 {
+		if err := b.parse(s.File, ".eh_frame", s.EHFrame, s.EHFrameAddr, s.EHFrameHdrAddr, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(s.DebugFrame) > 0 {
+		if err := b.parse(s.File, ".debug_frame", s.DebugFrame, 0, 0, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t := b.finish()
+	if len(errs) > 0 {
+		return t, errs[0]
+	}
+	return t, nil
+}
+
+// ErrNoUnwindInfo says a module has neither .eh_frame nor .debug_frame.
+var ErrNoUnwindInfo = errors.New("arch: no .eh_frame or .debug_frame")
+
+// NewTableELF reads the unwind sections of an ELF file. path only names the
+// file in errors.
+func NewTableELF(f *elf.File, path string) (*Table, error) {
+	s := Sections{File: path}
+	switch f.Machine {
+	case elf.EM_X86_64:
+		s.Arch = AMD64
+	case elf.EM_AARCH64:
+		s.Arch = ARM64
+	default:
+		return nil, fmt.Errorf("arch: %s: unsupported machine %v", path, f.Machine)
+	}
+	read := func(name string) ([]byte, uint64, error) {
+		sec := f.Section(name)
+		if sec == nil || sec.Type == elf.SHT_NOBITS {
+			return nil, 0, nil
+		}
+		if sec.Size > maxSection {
+			return nil, 0, fmt.Errorf("arch: %s: %s is %d bytes, over the %d cap", path, name, sec.Size, maxSection)
+		}
+		d, err := sec.Data()
+		if err != nil {
+			return nil, 0, fmt.Errorf("arch: %s: reading %s: %w", path, name, err)
+		}
+		if len(d) > maxSection {
+			return nil, 0, fmt.Errorf("arch: %s: %s is %d bytes uncompressed, over the %d cap", path, name, len(d), maxSection)
+		}
+		return d, sec.Addr, nil
+	}
+	var err error
+	if s.EHFrame, s.EHFrameAddr, err = read(".eh_frame"); err != nil {
+		return nil, err
+	}
+	if s.DebugFrame, _, err = read(".debug_frame"); err != nil {
+		return nil, err
+	}
+	if h := f.Section(".eh_frame_hdr"); h != nil {
+		s.EHFrameHdrAddr = h.Addr
+	}
+	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
+		return nil, fmt.Errorf("%w in %s", ErrNoUnwindInfo, path)
+	}
+	return NewTable(s)
+}
+
+// OpenTable opens the ELF file at path and returns its unwind table.
+func OpenTable(path string) (*Table, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("arch: %w", err)
+	}
+	defer f.Close()
+	return NewTableELF(f, path)
+}
+
+type row struct {
+	loc uint64
+	id  uint32
+}
+
+type fdeRows struct {
+	start, end uint64
+	from, to   int // rows[from:to]
+}
+
+type builder struct {
+	arch    Arch
+	rows    []row
+	fdes    []fdeRows
+	rules   []Rule
+	ruleIDs map[Rule]uint32
+	skipped int
+}
+
+func (b *builder) ruleID(r Rule) uint32 {
+	if id, ok := b.ruleIDs[r]; ok {
+		return id
+	}
+	id := uint32(len(b.rules))
+	b.rules = append(b.rules, r)
+	b.ruleIDs[r] = id
+	return id
+}
+
+// finish merges the FDEs' rows into one sorted table, with CFANone rows in
+// the gaps between FDEs.
+func (b *builder) finish() *Table {
+	t := &Table{Arch: b.arch, Skipped: b.skipped}
+	none := b.ruleID(Rule{})
+	sort.SliceStable(b.fdes, func(i, j int) bool { return b.fdes[i].start < b.fdes[j].start })
+	add := func(loc uint64, id uint32) {
+		if n := len(t.starts); n > 0 {
+			if t.starts[n-1] == loc {
+				t.ids[n-1] = id
+				if n > 1 && t.ids[n-2] == id {
+					t.starts, t.ids = t.starts[:n-1], t.ids[:n-1]
+				}
+				return
+			}
+			if t.ids[n-1] == id {
+				return
+			}
+		}
+		t.starts = append(t.starts, loc)
+		t.ids = append(t.ids, id)
+	}
+	var end uint64
+	have := false
+	for _, f := range b.fdes {
+		if have && f.start < end {
+			t.Skipped++ // overlaps the previous FDE: keep the first
+			continue
+		}
+		if have && f.start > end {
+			add(end, none)
+		}
+		for _, r := range b.rows[f.from:f.to] {
+			add(r.loc, r.id)
+		}
+		end, have = f.end, true
+		t.FDEs++
+	}
+	if have {
+		add(end, none)
+	}
+	// Remap rule ids to only the rules in use, dropping dead ones from
+	// overlapping FDEs.
+	remap := make([]int32, len(b.rules))
+	for i := range remap {
+		remap[i] = -1
+	}
+	for i, id := range t.ids {
+		if remap[id] < 0 {
+			remap[id] = int32(len(t.rules))
+			t.rules = append(t.rules, b.rules[id])
+		}
+		t.ids[i] = uint32(remap[id])
+	}
+	t.starts = t.starts[:len(t.starts):len(t.starts)]
+	t.ids = t.ids[:len(t.ids):len(t.ids)]
+	return t
+}
+
+type cie struct {
+	caf     uint64
+	daf     int64
+	raReg   uint64
+	fdeEnc  byte
+	ptrSize int
+	hasZ    bool
+	initial []byte
+	init    cfiState // state after the initial instructions
+	ok      bool     // usable
+	err     *FormatError
+}
+
+type sectionParser struct {
+	b        *builder
+	file     string
+	sect     string
+	data     []byte
+	secAddr  uint64
+	dataAddr uint64
+	eh       bool
+	cies     map[int]*cie
+}
+
+func (b *builder) parse(file, sect string, data []byte, secAddr, dataAddr uint64, eh bool) error {
+	if len(data) > maxSection {
+		return &FormatError{File: file, Section: sect, Msg: fmt.Sprintf("section of %d bytes over the %d cap", len(data), maxSection)}
+	}
+	p := &sectionParser{b: b, file: file, sect: sect, data: data, secAddr: secAddr, dataAddr: dataAddr, eh: eh, cies: map[int]*cie{}}
+	var first error
+	off := 0
+	for off < len(data) {
+		start, end, isCIE, id, idOff, body, err := p.header(off)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			break // the length is bad: nothing after it can be found
+		}
+		if end == start+4 && eh {
+			break // zero terminator
+		}
+		if !isCIE {
+			var ciePos int
+			if eh {
+				ciePos = idOff - int(id)
+				if id > uint64(idOff) {
+					ciePos = -1
+				}
+			} else {
+				ciePos = int(id)
+				if id > uint64(len(data)) {
+					ciePos = -1
+				}
+			}
+			if err := p.fde(idOff, body, end, ciePos); err != nil {
+				b.skipped++
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		off = end
+	}
+	return first
+}
+
+// header reads an entry's length and id at off. end is the offset just
+// past the entry; idOff the offset of its CIE id / CIE pointer field.
+func (p *sectionParser) header(off int) (start, end int, isCIE bool, id uint64, idOff, body int, err error) {
+	r := &reader{data: p.data, off: off, file: p.file, sect: p.sect}
+	length := uint64(r.u32())
+	offSize := 4
+	if length == 0xffffffff {
+		length = r.u64()
+		offSize = 8
+	}
+	if r.err != nil {
+		return 0, 0, false, 0, 0, 0, r.err
+	}
+	if length == 0 {
+		return off, r.off, false, 0, 0, 0, nil
+	}
+	if length > uint64(len(p.data)-r.off) {
+		return 0, 0, false, 0, 0, 0, &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: fmt.Sprintf("entry length %#x runs past the section end", length)}
+	}
+	end = r.off + int(length)
+	idOff = r.off
+	if offSize == 4 {
+		id = uint64(r.u32())
+	} else {
+		id = r.u64()
+	}
+	if r.err != nil || r.off > end {
+		return 0, 0, false, 0, 0, 0, &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: "entry too short for its id"}
+	}
+	if p.eh {
+		isCIE = id == 0
+	} else {
+		isCIE = id == 0xffffffff || id == 0xffffffffffffffff
+	}
+	return off, end, isCIE, id, idOff, r.off, nil
+}
+
+// cie parses (once) the CIE at off.
+func (p *sectionParser) cie(off int) *cie {
+	if c, ok := p.cies[off]; ok {
+		return c
+	}
+	c := &cie{}
+	p.cies[off] = c
+	_, end, isCIE, _, _, body, err := p.header(off)
+	if err != nil {
+		c.err = err.(*FormatError)
+		return c
+	}
+	if !isCIE {
+		c.err = &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: "CIE pointer does not point at a CIE"}
+		return c
+	}
+	r := &reader{data: p.data[:end], off: body, file: p.file, sect: p.sect}
+	version := r.u8()
+	aug := r.cstring()
+	c.ptrSize = 8
+	if version >= 4 {
+		c.ptrSize = int(r.u8())
+		r.u8() // segment selector size
+	}
+	c.caf = r.uleb()
+	c.daf = r.sleb()
+	if version == 1 {
+		c.raReg = uint64(r.u8())
+	} else {
+		c.raReg = r.uleb()
+	}
+	if r.err != nil {
+		c.err = r.err
+		return c
+	}
+	if version != 1 && version != 3 && version != 4 {
+		c.err = &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: fmt.Sprintf("CIE version %d", version)}
+		return c
+	}
+	if c.ptrSize != 4 && c.ptrSize != 8 {
+		c.err = &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: fmt.Sprintf("CIE address size %d", c.ptrSize)}
+		return c
+	}
+	if len(aug) > 0 && aug[0] == 'z' {
+		c.hasZ = true
+		n := r.uleb()
+		if n > uint64(end-r.off) {
+			c.err = &FormatError{File: p.file, Section: p.sect, Off: int64(r.off), Msg: "augmentation data runs past the CIE"}
+			return c
+		}
+		ar := &reader{data: r.bytes(int(n)), file: p.file, sect: p.sect}
+		augStart := r.off - int(n)
+	letters:
+		for _, l := range aug[1:] {
+			switch l {
+			case 'L':
+				ar.u8()
+			case 'R':
+				c.fdeEnc = ar.u8()
+			case 'P':
+				enc := ar.u8()
+				ar.encoded(enc&^peIndirect, c.ptrSize, p.secAddr+uint64(augStart), p.dataAddr)
+			case 'S', 'B', 'G':
+			default:
+				break letters // the rest of the data is skipped by its length
+			}
+		}
+		if ar.err != nil {
+			ar.err.Off += int64(augStart)
+			c.err = ar.err
+			return c
+		}
+	} else if aug != "" {
+		c.err = &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: fmt.Sprintf("unsupported CIE augmentation %q", aug)}
+		return c
+	}
+	if !p.eh {
+		c.fdeEnc = peAbsptr
+	}
+	c.initial = p.data[r.off:end]
+	c.init = initialState(p.b.arch)
+	var x interp
+	x.init(p, c, 0, ^uint64(0), r.off)
+	x.state = c.init
+	if err := x.run(c.initial, false); err != nil {
+		c.err = err
+		return c
+	}
+	c.init = x.state
+	c.ok = true
+	return c
+}
+
+func initialState(a Arch) cfiState {
+	return cfiState{cfa: CFAUnsupported}
+}
+
+// fde parses the FDE whose id field is at idOff and executes its
+// instructions into rows.
+func (p *sectionParser) fde(idOff, body, end, ciePos int) error {
+	if ciePos < 0 || ciePos >= len(p.data) {
+		return &FormatError{File: p.file, Section: p.sect, Off: int64(idOff), Msg: "CIE pointer outside the section"}
+	}
+	c := p.cie(ciePos)
+	if !c.ok {
+		return c.err
+	}
+	r := &reader{data: p.data[:end], off: body, file: p.file, sect: p.sect}
+	var begin, size uint64
+	if p.eh {
+		begin = r.encoded(c.fdeEnc, c.ptrSize, p.secAddr, p.dataAddr)
+		size = r.encoded(c.fdeEnc&0x0f, c.ptrSize, 0, 0)
+	} else {
+		begin = r.encoded(peAbsptr, c.ptrSize, 0, 0)
+		size = r.encoded(peAbsptr, c.ptrSize, 0, 0)
+	}
+	if c.hasZ {
+		n := r.uleb()
+		r.bytes(int(min(n, uint64(end))))
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if size == 0 || begin == 0 || begin+size < begin {
+		p.b.skipped++ // empty, discarded (address 0) or wrapping
+		return nil
+	}
+	from := len(p.b.rows)
+	var x interp
+	x.init(p, c, begin, begin+size, r.off)
+	x.state = c.init
+	if err := x.run(p.data[r.off:end], true); err != nil {
+		p.b.rows = p.b.rows[:from]
+		return err
+	}
+	x.emit()
+	p.b.fdes = append(p.b.fdes, fdeRows{start: begin, end: begin + size, from: from, to: len(p.b.rows)})
+	return nil
+}
+
+// cfiState is the row being built: the CFA rule and the rules of the two
+// registers a stack walk restores.
+type cfiState struct {
+	cfa     CFAKind
+	cfaReg  uint64
+	cfaOff  int64
+	plt     [3]uint8
+	ra, fp  regState
+	signed  bool
+	argSize uint64
+}
+
+type regState struct {
+	kind RegKind
+	off  int64
+}
+
+// rule reduces s to a Rule, marking what does not fit as unsupported.
+func (s *cfiState) rule() Rule {
+	r := Rule{CFA: s.cfa, RASigned: s.signed}
+	if s.cfa == CFAReg || s.cfa == CFADeref || s.cfa == CFAPLT {
+		if s.cfaReg >= NumRegs || s.cfaOff != int64(int32(s.cfaOff)) {
+			r.CFA = CFAUnsupported
+		} else {
+			r.CFAReg = uint8(s.cfaReg)
+			r.CFAOff = int32(s.cfaOff)
+			r.PLTMask, r.PLTGE, r.PLTShift = s.plt[0], s.plt[1], s.plt[2]
+		}
+	}
+	conv := func(g regState) (RegKind, int32) {
+		switch g.kind {
+		case RegOffset, RegValOffset, RegAtFP:
+			if g.off != int64(int32(g.off)) {
+				return RegUnsupported, 0
+			}
+			return g.kind, int32(g.off)
+		}
+		return g.kind, 0
+	}
+	r.RA, r.RAOff = conv(s.ra)
+	r.FP, r.FPOff = conv(s.fp)
+	return r
+}
+
+// interp runs call frame instructions for one FDE (or a CIE's initial
+// instructions).
+type interp struct {
+	p          *sectionParser
+	c          *cie
+	loc, end   uint64
+	base       int // section offset of the instructions, for errors
+	from       int // first row of this FDE in builder.rows
+	state      cfiState
+	stack      []cfiState
+	stackStore [8]cfiState
+}
+
+func (x *interp) init(p *sectionParser, c *cie, begin, end uint64, base int) {
+	x.p, x.c, x.loc, x.end, x.base = p, c, begin, end, base
+	x.stack = x.stackStore[:0]
+	x.from = len(p.b.rows)
+}
+
+func (x *interp) emit() {
+	b := x.p.b
+	id := b.ruleID(x.state.rule())
+	if n := len(b.rows); n > x.from && b.rows[n-1].loc == x.loc {
+		b.rows[n-1].id = id
+		return
+	}
+	b.rows = append(b.rows, row{loc: x.loc, id: id})
+}
+
+// advance moves to loc+delta, first emitting the row that held until now.
+// It reports false once past the FDE's end.
+func (x *interp) advance(to uint64, rows bool) bool {
+	if to < x.loc {
+		return false // going backwards is malformed; stop here
+	}
+	if rows && to > x.loc {
+		x.emit()
+	}
+	x.loc = to
+	return to < x.end
+}
+
+func (x *interp) errAt(r *reader, op int, format string, args ...any) *FormatError {
+	return &FormatError{File: x.p.file, Section: x.p.sect, Off: int64(x.base + op), Msg: fmt.Sprintf(format, args...)}
+}
+
+// DWARF call frame instruction opcodes (DWARF 5 §7.24).
+const (
+	cfaAdvanceLoc        = 0x40
+	cfaOffset            = 0x80
+	cfaRestore           = 0xc0
+	cfaNop               = 0x00
+	cfaSetLoc            = 0x01
+	cfaAdvanceLoc1       = 0x02
+	cfaAdvanceLoc2       = 0x03
+	cfaAdvanceLoc4       = 0x04
+	cfaOffsetExtended    = 0x05
+	cfaRestoreExtended   = 0x06
+	cfaUndefined         = 0x07
+	cfaSameValue         = 0x08
+	cfaRegister          = 0x09
+	cfaRememberState     = 0x0a
+	cfaRestoreState      = 0x0b
+	cfaDefCFA            = 0x0c
+	cfaDefCFARegister    = 0x0d
+	cfaDefCFAOffset      = 0x0e
+	cfaDefCFAExpression  = 0x0f
+	cfaExpression        = 0x10
+	cfaOffsetExtendedSF  = 0x11
+	cfaDefCFASF          = 0x12
+	cfaDefCFAOffsetSF    = 0x13
+	cfaValOffset         = 0x14
+	cfaValOffsetSF       = 0x15
+	cfaValExpression     = 0x16
+	cfaGNUWindowSave     = 0x2d // DW_CFA_AARCH64_negate_ra_state on arm64
+	cfaGNUArgsSize       = 0x2e
+	cfaGNUNegOffsetExtSF = 0x2f
+)
+
+// reg returns the state of register n if a stack walk tracks it.
+func (x *interp) reg(n uint64) *regState {
+	switch {
+	case n == x.c.raReg:
+		return &x.state.ra
+	case n == uint64(x.p.b.arch.FP()):
+		return &x.state.fp
+	}
+	return nil
+}
+
+func (x *interp) initialReg(n uint64) regState {
+	switch {
+	case n == x.c.raReg:
+		return x.c.init.ra
+	case n == uint64(x.p.b.arch.FP()):
+		return x.c.init.fp
+	}
+	return regState{}
+}
+
+// run executes prog. rows says whether to emit rows (an FDE) or only build
+// state (a CIE's initial instructions).
+func (x *interp) run(prog []byte, rows bool) *FormatError {
+	r := &reader{data: prog, file: x.p.file, sect: x.p.sect}
+	c := x.c
+	for r.off < len(prog) {
+		op := r.off
+		b := r.u8()
+		switch b & 0xc0 {
+		case cfaAdvanceLoc:
+			if !x.advance(x.loc+uint64(b&0x3f)*c.caf, rows) {
+				return nil
+			}
+			continue
+		case cfaOffset:
+			off := int64(r.uleb()) * c.daf
+			if g := x.reg(uint64(b & 0x3f)); g != nil {
+				*g = regState{kind: RegOffset, off: off}
+			}
+			continue
+		case cfaRestore:
+			if g := x.reg(uint64(b & 0x3f)); g != nil {
+				*g = x.initialReg(uint64(b & 0x3f))
+			}
+			continue
+		}
+		switch b {
+		case cfaNop:
+		case cfaSetLoc:
+			to := r.encoded(c.fdeEnc, c.ptrSize, x.p.secAddr+uint64(x.base), x.p.dataAddr)
+			if r.err == nil && !x.advance(to, rows) {
+				return nil
+			}
+		case cfaAdvanceLoc1:
+			d := uint64(r.u8())
+			if r.err == nil && !x.advance(x.loc+d*c.caf, rows) {
+				return nil
+			}
+		case cfaAdvanceLoc2:
+			d := uint64(r.u16())
+			if r.err == nil && !x.advance(x.loc+d*c.caf, rows) {
+				return nil
+			}
+		case cfaAdvanceLoc4:
+			d := uint64(r.u32())
+			if r.err == nil && !x.advance(x.loc+d*c.caf, rows) {
+				return nil
+			}
+		case cfaOffsetExtended:
+			n, off := r.uleb(), int64(r.uleb())*c.daf
+			if g := x.reg(n); g != nil {
+				*g = regState{kind: RegOffset, off: off}
+			}
+		case cfaOffsetExtendedSF:
+			n, off := r.uleb(), r.sleb()*c.daf
+			if g := x.reg(n); g != nil {
+				*g = regState{kind: RegOffset, off: off}
+			}
+		case cfaGNUNegOffsetExtSF:
+			n, off := r.uleb(), -int64(r.uleb())*c.daf
+			if g := x.reg(n); g != nil {
+				*g = regState{kind: RegOffset, off: off}
+			}
+		case cfaValOffset:
+			n, off := r.uleb(), int64(r.uleb())*c.daf
+			if g := x.reg(n); g != nil {
+				*g = regState{kind: RegValOffset, off: off}
+			}
+		case cfaValOffsetSF:
+			n, off := r.uleb(), r.sleb()*c.daf
+			if g := x.reg(n); g != nil {
+				*g = regState{kind: RegValOffset, off: off}
+			}
+		case cfaRestoreExtended:
+			n := r.uleb()
+			if g := x.reg(n); g != nil {
+				*g = x.initialReg(n)
+			}
+		case cfaUndefined:
+			if g := x.reg(r.uleb()); g != nil {
+				*g = regState{kind: RegUndefined}
+			}
+		case cfaSameValue:
+			if g := x.reg(r.uleb()); g != nil {
+				*g = regState{kind: RegSame}
+			}
+		case cfaRegister:
+			n := r.uleb()
+			m := r.uleb()
+			if g := x.reg(n); g != nil {
+				if n == m {
+					*g = regState{kind: RegSame}
+				} else {
+					*g = regState{kind: RegUnsupported}
+				}
+			}
+		case cfaRememberState:
+			if len(x.stack) >= maxRememberDepth {
+				return x.errAt(r, op, "DW_CFA_remember_state nested over %d deep", maxRememberDepth)
+			}
+			x.stack = append(x.stack, x.state)
+		case cfaRestoreState:
+			if len(x.stack) == 0 {
+				return x.errAt(r, op, "DW_CFA_restore_state with no remembered state")
+			}
+			// The CFA rule is part of the remembered state (DWARF 5 §6.4.2.4).
+			x.state = x.stack[len(x.stack)-1]
+			x.stack = x.stack[:len(x.stack)-1]
+		case cfaDefCFA:
+			x.state.cfaReg = r.uleb()
+			x.state.cfaOff = int64(r.uleb())
+			x.state.cfa = CFAReg
+		case cfaDefCFASF:
+			x.state.cfaReg = r.uleb()
+			x.state.cfaOff = r.sleb() * c.daf
+			x.state.cfa = CFAReg
+		case cfaDefCFARegister:
+			x.state.cfaReg = r.uleb()
+			if x.state.cfa != CFAReg {
+				x.state.cfa = CFAReg
+			}
+		case cfaDefCFAOffset:
+			x.state.cfaOff = int64(r.uleb())
+		case cfaDefCFAOffsetSF:
+			x.state.cfaOff = r.sleb() * c.daf
+		case cfaDefCFAExpression:
+			n := r.uleb()
+			e := r.bytes(int(min(n, uint64(len(prog)))))
+			if r.err == nil {
+				x.cfaExpr(e)
+			}
+		case cfaExpression:
+			reg := r.uleb()
+			n := r.uleb()
+			e := r.bytes(int(min(n, uint64(len(prog)))))
+			if g := x.reg(reg); g != nil && r.err == nil {
+				*g = x.regExpr(e)
+			}
+		case cfaValExpression:
+			reg := r.uleb()
+			n := r.uleb()
+			r.bytes(int(min(n, uint64(len(prog)))))
+			if g := x.reg(reg); g != nil {
+				*g = regState{kind: RegUnsupported}
+			}
+		case cfaGNUWindowSave:
+			if x.p.b.arch != ARM64 {
+				return x.errAt(r, op, "DW_CFA_GNU_window_save on %v", x.p.b.arch)
+			}
+			x.state.signed = !x.state.signed
+		case cfaGNUArgsSize:
+			x.state.argSize = r.uleb()
+		default:
+			return x.errAt(r, op, "unknown call frame instruction %#x", b)
+		}
+		if r.err != nil {
+			r.err.Off += int64(x.base)
+			return r.err
+		}
+	}
+	return nil
+}
+
+// DWARF expression opcodes the recognizers below accept.
+const (
+	opDeref = 0x06
+	opAnd   = 0x1a
+	opShl   = 0x24
+	opPlus  = 0x22
+	opGe    = 0x2a
+	opLit0  = 0x30
+	opBreg0 = 0x70
+)
+
+// cfaExpr recognizes the CFA expressions compilers emit for code the
+// table can describe: "bregN off; deref" (stack realignment), "bregN off"
+// and the x86-64 PLT expression. Anything else is CFAUnsupported.
+func (x *interp) cfaExpr(e []byte) {
+	r := &reader{data: e}
+	x.state.cfa = CFAUnsupported
+	b := r.u8()
+	if b < opBreg0 || b >= opBreg0+32 {
+		return
+	}
+	reg := uint64(b - opBreg0)
+	off := r.sleb()
+	if r.err != nil {
+		return
+	}
+	rest := e[r.off:]
+	switch {
+	case len(rest) == 0:
+		x.state.cfa, x.state.cfaReg, x.state.cfaOff = CFAReg, reg, off
+	case len(rest) == 1 && rest[0] == opDeref:
+		x.state.cfa, x.state.cfaReg, x.state.cfaOff = CFADeref, reg, off
+	case x.p.b.arch == AMD64 && reg == AMD64RSP && len(rest) == 9 &&
+		rest[0] == opBreg0+AMD64RIP && rest[1] == 0 &&
+		isLit(rest[2]) && rest[3] == opAnd && isLit(rest[4]) && rest[5] == opGe &&
+		isLit(rest[6]) && rest[7] == opShl && rest[8] == opPlus:
+		// rsp + off + (((rip & A) >= B) << C)
+		x.state.cfa, x.state.cfaReg, x.state.cfaOff = CFAPLT, reg, off
+		x.state.plt = [3]uint8{rest[2] - opLit0, rest[4] - opLit0, rest[6] - opLit0}
+	}
+}
+
+func isLit(b byte) bool { return b >= opLit0 && b < opLit0+32 }
+
+// regExpr recognizes "breg(fp) off": the register is saved at fp+off.
+func (x *interp) regExpr(e []byte) regState {
+	r := &reader{data: e}
+	b := r.u8()
+	off := r.sleb()
+	if r.err != nil || r.off != len(e) || int(b) != opBreg0+x.p.b.arch.FP() {
+		return regState{kind: RegUnsupported}
+	}
+	return regState{kind: RegAtFP, off: off}
+}

@@ -1,0 +1,102 @@
+package arch
+
+import "fmt"
+
+// CFAKind says how a row computes the canonical frame address (the caller's
+// stack pointer at the call site).
+type CFAKind uint8
+
+const (
+	// CFANone: no unwind row covers the address; unwinders fall back to
+	// frame pointers.
+	CFANone CFAKind = iota
+	// CFAReg: CFA = R[Rule.CFAReg] + Rule.CFAOff.
+	CFAReg
+	// CFADeref: CFA = *(R[Rule.CFAReg] + Rule.CFAOff), the rule GCC emits
+	// for functions that realign the stack
+	// (DW_OP_breg6 -8; DW_OP_deref on amd64).
+	CFADeref
+	// CFAPLT: the x86-64 PLT rule
+	// CFA = rsp + CFAOff + (((rip & PLTMask) >= PLTGE) << PLTShift).
+	CFAPLT
+	// CFAUnsupported: the row exists but uses a DWARF expression this
+	// package does not evaluate.
+	CFAUnsupported
+)
+
+// RegKind says how a row recovers the caller's value of one register.
+type RegKind uint8
+
+const (
+	// RegSame: the register was not changed (DW_CFA_same_value, or no rule).
+	// For arm64's return address column (x30) it means the return address
+	// is still in the link register.
+	RegSame RegKind = iota
+	// RegUndefined: the caller's value is lost. For the return address
+	// this marks the outermost frame.
+	RegUndefined
+	// RegOffset: saved in memory at CFA + Off.
+	RegOffset
+	// RegValOffset: the value is CFA + Off.
+	RegValOffset
+	// RegAtFP: saved at FP + Off, the rule GCC emits for rbp in functions
+	// that realign the stack (DW_CFA_expression: DW_OP_breg6 Off).
+	RegAtFP
+	// RegUnsupported: a rule this package does not evaluate.
+	RegUnsupported
+)
+
+// Rule is one row of an unwind table reduced to what a stack walk needs:
+// the CFA, the return address and the frame pointer. It is comparable, so
+// a table stores each distinct rule once.
+type Rule struct {
+	CFA      CFAKind
+	CFAReg   uint8
+	RA       RegKind
+	FP       RegKind
+	PLTMask  uint8
+	PLTGE    uint8
+	PLTShift uint8
+	// RASigned: on arm64 the saved return address carries a pointer
+	// authentication code (DW_CFA_AARCH64_negate_ra_state); the unwinder
+	// strips it.
+	RASigned bool
+	CFAOff   int32
+	RAOff    int32
+	FPOff    int32
+}
+
+func (k RegKind) format(off int32) string {
+	switch k {
+	case RegSame:
+		return "s"
+	case RegUndefined:
+		return "u"
+	case RegOffset:
+		return fmt.Sprintf("c%+d", off)
+	case RegValOffset:
+		return fmt.Sprintf("v%+d", off)
+	case RegAtFP:
+		return fmt.Sprintf("[fp%+d]", off)
+	}
+	return "exp"
+}
+
+// String renders r like readelf --debug-dump=frames-interp does:
+// "cfa=r7+8 ra=c-8 fp=s".
+func (r Rule) String() string {
+	var cfa string
+	switch r.CFA {
+	case CFANone:
+		return "none"
+	case CFAReg:
+		cfa = fmt.Sprintf("r%d%+d", r.CFAReg, r.CFAOff)
+	case CFADeref:
+		cfa = fmt.Sprintf("[r%d%+d]", r.CFAReg, r.CFAOff)
+	case CFAPLT:
+		cfa = fmt.Sprintf("plt(r%d%+d)", r.CFAReg, r.CFAOff)
+	default:
+		cfa = "exp"
+	}
+	return fmt.Sprintf("cfa=%s ra=%s fp=%s", cfa, r.RA.format(r.RAOff), r.FP.format(r.FPOff))
+}
