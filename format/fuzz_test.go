@@ -2,6 +2,8 @@ package format
 
 import (
 	"bytes"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"io"
 	"os"
@@ -57,6 +59,54 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("unexpected error %T: %v", err, err)
 			}
 			_ = DumpEvent(ev)
+		}
+	})
+}
+
+// FuzzChunkPayload fuzzes event decoding: the input becomes the payload of
+// one chunk with a correct CRC, so the fuzzer reaches the event decoders
+// instead of stopping at the checksum.
+func FuzzChunkPayload(f *testing.F) {
+	evs := sampleEvents()
+	for i := range evs {
+		var b bytes.Buffer
+		w, _ := NewWriter(&b, testHeader, nil)
+		w.WriteEvent(&evs[i])
+		w.Close()
+		f.Add(b.Bytes()[HeaderSize+ChunkHeaderSize:])
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if len(payload) > MaxChunkSize {
+			return
+		}
+		stream := AppendHeader(nil, testHeader)
+		stream = append(stream, ChunkMagic...)
+		stream = binary.LittleEndian.AppendUint32(stream, uint32(len(payload)))
+		stream = binary.LittleEndian.AppendUint32(stream, crc32.Checksum(payload, castagnoli))
+		stream = append(stream, payload...)
+		r, err := NewReader(bytes.NewReader(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		w, _ := NewWriter(&out, testHeader, nil)
+		for {
+			ev, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			var ce *ChunkError
+			if errors.As(err, &ce) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = DumpEvent(ev)
+			// Whatever decodes must encode again.
+			if err := w.WriteEvent(ev); err != nil && ev.Kind != KindUnknown {
+				t.Fatalf("re-encoding %v: %v", ev.Kind, err)
+			}
 		}
 	})
 }

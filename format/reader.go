@@ -78,6 +78,7 @@ type Reader struct {
 	lastPid   uint32
 	lastTid   uint32
 	lastStack uint64
+	lastCPU1  uint32
 
 	ev    Event
 	pcs   []uint64
@@ -272,7 +273,7 @@ func (r *Reader) nextChunk() error {
 	r.inChunk = true
 	r.cpos = r.pos + ChunkHeaderSize
 	r.cend = r.cpos + int(n)
-	r.lastTime, r.lastPid, r.lastTid, r.lastStack = 0, 0, 0, 0
+	r.lastTime, r.lastPid, r.lastTid, r.lastStack, r.lastCPU1 = 0, 0, 0, 0, 0
 	r.stats.Chunks++
 	return nil
 }
@@ -407,14 +408,26 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		ev.Stack.PCs = pcs
 	case KindSample:
 		s := &ev.Sample
+		head := d.byte()
+		s.Flags = SampleFlags(head >> 4)
 		s.Time = r.time(&d)
-		s.Pid = uint32(int64(r.lastPid) + d.zz())
-		s.Tid = uint32(int64(r.lastTid) + d.zz())
-		s.CPU = uint32(d.uv()) - 1
-		s.Weight = d.uv()
+		s.Pid, s.Tid, s.Weight = r.lastPid, r.lastTid, 1
+		if head&sampPid != 0 {
+			s.Pid = uint32(int64(r.lastPid) + d.zz())
+		}
+		if head&sampTid != 0 {
+			s.Tid = uint32(int64(r.lastTid) + d.zz())
+		}
+		cpu1 := r.lastCPU1
+		if head&sampCPU != 0 {
+			cpu1 = d.u32()
+		}
+		s.CPU = cpu1 - 1
+		if head&sampWeight != 0 {
+			s.Weight = d.uv()
+		}
 		s.Stack = r.lastStack + uint64(d.zz())
-		s.Flags = SampleFlags(d.byte())
-		r.lastPid, r.lastTid, r.lastStack = s.Pid, s.Tid, s.Stack
+		r.lastPid, r.lastTid, r.lastCPU1, r.lastStack = s.Pid, s.Tid, cpu1, s.Stack
 	case KindRawStack:
 		s := &ev.RawStack
 		s.Time = r.time(&d)

@@ -57,6 +57,7 @@ type Writer struct {
 	lastPid   uint32
 	lastTid   uint32
 	lastStack uint64
+	lastCPU1  uint32 // CPU+1 of the last sample; 0 = unknown
 
 	chunks int64
 	bytes  int64
@@ -134,7 +135,7 @@ func (w *Writer) Flush() error {
 	w.bytes += int64(n)
 	w.chunks++
 	w.buf = w.buf[:ChunkHeaderSize]
-	w.lastTime, w.lastPid, w.lastTid, w.lastStack = 0, 0, 0, 0
+	w.lastTime, w.lastPid, w.lastTid, w.lastStack, w.lastCPU1 = 0, 0, 0, 0, 0
 	if err != nil {
 		w.err = fmt.Errorf("format: writing chunk %d: %w", w.chunks-1, err)
 	}
@@ -377,20 +378,54 @@ func (w *Writer) WriteStack(id uint64, pcs []uint64) error {
 	return w.end(lp)
 }
 
-// WriteSample appends a Sample event.
+// Sample head bits (SPEC.md §6.10): which fields differ from the chunk's
+// delta state and follow; the high nibble holds the flags.
+const (
+	sampPid    = 1 << 0
+	sampTid    = 1 << 1
+	sampCPU    = 1 << 2
+	sampWeight = 1 << 3
+)
+
+// WriteSample appends a Sample event. Fields equal to the previous
+// sample's in the chunk (pid, tid, cpu) and a weight of 1 cost nothing.
 func (w *Writer) WriteSample(e Sample) error {
 	if err := w.ok(); err != nil {
 		return err
 	}
+	if e.Flags > 0x0f {
+		return fmt.Errorf("format: sample flags %#x use undefined bits", e.Flags)
+	}
 	lp := w.begin(KindSample)
+	head := byte(e.Flags) << 4
+	if e.Pid != w.lastPid {
+		head |= sampPid
+	}
+	if e.Tid != w.lastTid {
+		head |= sampTid
+	}
+	if e.CPU+1 != w.lastCPU1 {
+		head |= sampCPU
+	}
+	if e.Weight != 1 {
+		head |= sampWeight
+	}
+	w.buf = append(w.buf, head)
 	w.time(e.Time)
-	w.buf = appendZigzag(w.buf, int64(e.Pid)-int64(w.lastPid))
-	w.buf = appendZigzag(w.buf, int64(e.Tid)-int64(w.lastTid))
-	w.uv(uint64(e.CPU + 1)) // NoCPU wraps to 0
-	w.uv(e.Weight)
+	if head&sampPid != 0 {
+		w.buf = appendZigzag(w.buf, int64(e.Pid)-int64(w.lastPid))
+	}
+	if head&sampTid != 0 {
+		w.buf = appendZigzag(w.buf, int64(e.Tid)-int64(w.lastTid))
+	}
+	if head&sampCPU != 0 {
+		w.uv(uint64(e.CPU + 1)) // NoCPU wraps to 0
+	}
+	if head&sampWeight != 0 {
+		w.uv(e.Weight)
+	}
 	w.buf = appendZigzag(w.buf, int64(e.Stack-w.lastStack))
-	w.buf = append(w.buf, byte(e.Flags))
-	w.lastPid, w.lastTid, w.lastStack = e.Pid, e.Tid, e.Stack
+	w.lastPid, w.lastTid, w.lastCPU1, w.lastStack = e.Pid, e.Tid, e.CPU+1, e.Stack
 	return w.end(lp)
 }
 

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// buildC compiles testdata/NAME.c (or .cc) with the given flags into the
+// scratch directory and returns the binary's path.
+func buildC(cfg *config, src string, flags ...string) (string, error) {
+	out := filepath.Join(cfg.work, strings.TrimSuffix(filepath.Base(src), filepath.Ext(src)))
+	cc := "gcc"
+	if strings.HasSuffix(src, ".cc") || strings.HasSuffix(src, ".cpp") {
+		cc = "g++"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("%s not installed: %w", cc, err)
+	}
+	args := append(append([]string{}, flags...), "-o", out, filepath.Join("benchmarks", "testdata", src))
+	if _, err := os.Stat(filepath.Join("benchmarks", "testdata", src)); err != nil {
+		// run from inside benchmarks/
+		args[len(args)-1] = filepath.Join("testdata", src)
+	}
+	cmd := exec.Command(cc, args...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)
+	}
+	return out, nil
+}
