@@ -509,6 +509,7 @@ type cfiState struct {
 	cfaOff  int64
 	plt     [3]uint8
 	ra, fp  regState
+	saved   [MaxSaved]regState // the arch's other callee-saved registers
 	signed  bool
 	argSize uint64
 }
@@ -542,6 +543,15 @@ func (s *cfiState) rule() Rule {
 	}
 	r.RA, r.RAOff = conv(s.ra)
 	r.FP, r.FPOff = conv(s.fp)
+	for i, g := range s.saved {
+		switch {
+		case g.kind == RegSame:
+		case g.kind == RegOffset && g.off%8 == 0 && g.off/8 >= -127 && g.off/8 <= 127 && g.off != 0:
+			r.Saved[i] = int8(g.off / 8)
+		default:
+			r.Saved[i] = SavedLost
+		}
+	}
 	return r
 }
 
@@ -632,6 +642,9 @@ func (x *interp) reg(n uint64) *regState {
 	case n == uint64(x.p.b.arch.FP()):
 		return &x.state.fp
 	}
+	if i := savedSlot(x.p.b.arch, n); i >= 0 {
+		return &x.state.saved[i]
+	}
 	return nil
 }
 
@@ -641,6 +654,9 @@ func (x *interp) initialReg(n uint64) regState {
 		return x.c.init.ra
 	case n == uint64(x.p.b.arch.FP()):
 		return x.c.init.fp
+	}
+	if i := savedSlot(x.p.b.arch, n); i >= 0 {
+		return x.c.init.saved[i]
 	}
 	return regState{}
 }

@@ -199,6 +199,34 @@ func checkRow(a Arch, r Rule, o oracleRow) error {
 	if err := checkReg(r.FP, r.FPOff, fp); err != nil {
 		return fmt.Errorf("fp: %w (%v)", err, r)
 	}
+	names := map[int]string{AMD64RBX: "rbx", 12: "r12", 13: "r13", 14: "r14", 15: "r15"}
+	for i, reg := range a.CalleeSaved() {
+		name := names[reg]
+		if a == ARM64 {
+			name = fmt.Sprintf("x%d", reg)
+		}
+		want, ok := o.cols[name]
+		have := r.Saved[i]
+		switch {
+		case !ok || want == "u" || want == "s":
+			if have != 0 && have != SavedLost {
+				return fmt.Errorf("%s: want %s, have %d", name, want, have)
+			}
+		case strings.HasPrefix(want, "c"):
+			n, err := strconv.Atoi(want[1:])
+			if err != nil || n == 0 || n%8 != 0 || n/8 < -127 || n/8 > 127 {
+				if have != SavedLost {
+					return fmt.Errorf("%s: want %s (unrepresentable), have %d", name, want, have)
+				}
+			} else if int(have) != n/8 {
+				return fmt.Errorf("%s: want %s, have cfa%+d", name, want, int(have)*8)
+			}
+		default:
+			if have != SavedLost {
+				return fmt.Errorf("%s: want %s, have %d", name, want, have)
+			}
+		}
+	}
 	return nil
 }
 

@@ -61,9 +61,44 @@ type Rule struct {
 	// authentication code (DW_CFA_AARCH64_negate_ra_state); the unwinder
 	// strips it.
 	RASigned bool
-	CFAOff   int32
-	RAOff    int32
-	FPOff    int32
+	// Saved says where the arch's other callee-saved registers
+	// (CalleeSaved) are: 0 unchanged, SavedLost not recoverable, else
+	// saved at CFA + 8*Saved[i] (a slot at CFA+0, seen only in longjmp-like
+	// code, counts as lost).
+	Saved  [MaxSaved]int8
+	CFAOff int32
+	RAOff  int32
+	FPOff  int32
+}
+
+// SavedLost marks a callee-saved register whose caller value the rule
+// cannot recover (undefined, or saved by a rule Rule does not hold).
+const SavedLost int8 = -128
+
+// MaxSaved is the size of Rule.Saved: arm64's x19-x28.
+const MaxSaved = 10
+
+var (
+	calleeSavedAMD64 = []int{AMD64RBX, 12, 13, 14, 15}
+	calleeSavedARM64 = []int{19, 20, 21, 22, 23, 24, 25, 26, 27, 28}
+)
+
+// CalleeSaved lists the callee-saved registers of a other than the frame
+// pointer and the return address, in the order of Rule.Saved.
+func (a Arch) CalleeSaved() []int {
+	if a == ARM64 {
+		return calleeSavedARM64
+	}
+	return calleeSavedAMD64
+}
+
+func savedSlot(a Arch, n uint64) int {
+	for i, r := range a.CalleeSaved() {
+		if uint64(r) == n {
+			return i
+		}
+	}
+	return -1
 }
 
 func (k RegKind) format(off int32) string {

@@ -1,0 +1,226 @@
+package arch
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gdbStop is one stop of the inferior as testdata/gdbdump.py recorded it.
+type gdbStop struct {
+	frames []uint64
+	names  []string
+	regs   Regs
+	maps   []gdbMap
+	stack  StackCopy
+}
+
+type gdbMap struct {
+	start, end, off uint64
+	path            string
+}
+
+// gdbDump runs bin under gdb, stopping at breaks and then single-stepping
+// steps instructions, and returns every stop.
+func gdbDump(t *testing.T, bin, breaks string, steps int) []gdbStop {
+	t.Helper()
+	needTool(t, "gdb")
+	dir := t.TempDir()
+	script, err := filepath.Abs(filepath.Join("testdata", "gdbdump.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("gdb", "-batch", "-nx", "-x", script, bin)
+	cmd.Env = append(os.Environ(), "DUMP_OUT="+dir, "DUMP_BREAKS="+breaks, "DUMP_STEPS="+strconv.Itoa(steps))
+	done := make(chan struct{})
+	timer := time.AfterFunc(2*time.Minute, func() {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+		}
+	})
+	defer timer.Stop()
+	defer close(done)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gdb: %v\n%s", err, out)
+	}
+	f, err := os.Open(filepath.Join(dir, "stops.txt"))
+	if err != nil {
+		if strings.Contains(string(out), "ptrace") {
+			t.Skipf("gdb cannot trace here: %s", out)
+		}
+		t.Fatalf("gdb wrote no stops: %v\n%s", err, out)
+	}
+	defer f.Close()
+	var stops []gdbStop
+	var cur *gdbStop
+	ended := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fl := strings.Fields(sc.Text())
+		if len(fl) == 0 {
+			continue
+		}
+		hex := func(i int) uint64 {
+			v, err := strconv.ParseUint(fl[i], 16, 64)
+			if err != nil {
+				t.Fatalf("stops.txt: %q: %v", sc.Text(), err)
+			}
+			return v
+		}
+		switch fl[0] {
+		case "stop":
+			stops = append(stops, gdbStop{regs: Regs{Arch: AMD64}})
+			cur = &stops[len(stops)-1]
+		case "frame":
+			cur.frames = append(cur.frames, hex(1))
+			cur.names = append(cur.names, fl[2])
+		case "reg":
+			n := regNum(AMD64, fl[1])
+			if n < 0 {
+				t.Fatalf("unknown register %q", fl[1])
+			}
+			cur.regs.Set(n, hex(2))
+		case "map":
+			cur.maps = append(cur.maps, gdbMap{hex(1), hex(2), hex(3), fl[4]})
+		case "stack":
+			cur.stack.Addr = hex(1)
+			data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("stack-%d.bin", len(stops)-1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur.stack.Data = data
+		case "end":
+			ended = true
+		}
+	}
+	if !ended {
+		t.Fatalf("stops.txt is incomplete; gdb said:\n%s", out)
+	}
+	return stops
+}
+
+// tableCache holds each ELF file's table across stops.
+type tableCache map[string]*Table
+
+// modulesFor builds the module list of a stop from its mappings: one
+// module per ELF file, spanning all its mappings. skip names files to
+// leave without a table (the unwinder must use frame pointers there).
+func (tc tableCache) modulesFor(t *testing.T, maps []gdbMap, skip func(string) bool) *Modules {
+	t.Helper()
+	type span struct{ start, end, bias uint64 }
+	spans := map[string]*span{}
+	var order []string
+	for _, m := range maps {
+		if m.path == "-" {
+			continue
+		}
+		if s, ok := spans[m.path]; ok {
+			s.end = max(s.end, m.end)
+			continue
+		}
+		f, err := elf.Open(m.path)
+		if err != nil {
+			continue // not an ELF file
+		}
+		bias, err := LoadBias(f, m.start, m.off)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", m.path, err)
+		}
+		spans[m.path] = &span{m.start, m.end, bias}
+		order = append(order, m.path)
+	}
+	ms := &Modules{}
+	for _, p := range order {
+		s := spans[p]
+		var tab *Table
+		if skip == nil || !skip(p) {
+			var ok bool
+			if tab, ok = tc[p]; !ok {
+				var err error
+				if tab, err = OpenTable(p); err != nil {
+					t.Fatalf("OpenTable(%s): %v", p, err)
+				}
+				tc[p] = tab
+			}
+		}
+		ms.Add(Module{Start: s.start, End: s.end, Bias: s.bias, Table: tab})
+	}
+	return ms
+}
+
+func formatFrames(pcs []uint64, names []string) string {
+	var b strings.Builder
+	for i, pc := range pcs {
+		fmt.Fprintf(&b, "\n  #%d %#x", i, pc)
+		if i < len(names) {
+			b.WriteString(" " + names[i])
+		}
+	}
+	return b.String()
+}
+
+// TestUnwindMatchesGDB stops a -O2 -fomit-frame-pointer program under gdb
+// at every instruction from with_alloca's entry on (prologue, an rbp-based
+// frame, a call through the PLT into libc, the leaf and back), unwinds each
+// recorded register set and stack copy with CFI from the ELF files, and
+// compares frame by frame with gdb's backtrace.
+func TestUnwindMatchesGDB(t *testing.T) {
+	for _, c := range []struct {
+		name, cc string
+		flags    []string
+	}{
+		{"gcc-O2-omitfp", "gcc", []string{"-O2", "-fomit-frame-pointer"}},
+		{"clang-O2-omitfp", "clang", []string{"-O2", "-fomit-frame-pointer"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bin := buildC(t, c.cc, "deep.c", c.flags...)
+			stops := gdbDump(t, bin, "with_alloca", 150)
+			tc := tableCache{}
+			u := &Unwinder{}
+			var pcs []uint64
+			checked, deepest := 0, 0
+			for i, s := range stops {
+				if len(s.frames) == 0 || s.stack.Data == nil {
+					t.Fatalf("stop %d: incomplete dump", i)
+				}
+				u.Modules = tc.modulesFor(t, s.maps, nil)
+				pcs = u.Unwind(&s.regs, &s.stack, pcs[:0])
+				if !equalPCs(pcs, s.frames) {
+					t.Errorf("stop %d at %#x (%s): unwound %d frames (stop: %v), gdb %d\nours:%s\ngdb:%s",
+						i, s.regs.PC(), s.names[0], len(pcs), u.Stop, len(s.frames), formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+					continue
+				}
+				if u.Stop != StopOutermost {
+					t.Errorf("stop %d: unwind ended with %v, want outermost", i, u.Stop)
+				}
+				checked++
+				deepest = max(deepest, len(pcs))
+			}
+			t.Logf("%d stops match gdb frame for frame (deepest %d frames)", checked, deepest)
+			if checked < 100 {
+				t.Errorf("only %d stops checked", checked)
+			}
+		})
+	}
+}
+
+func equalPCs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,73 @@
+# gdbdump.py: gdb script for the unwinder tests. Runs the inferior to each
+# breakpoint in $DUMP_BREAKS (comma-separated gdb locations), then single
+# steps $DUMP_STEPS instructions, and at every stop writes to $DUMP_OUT/stops.txt
+# gdb's own backtrace (the oracle: physical frames only, past main), the
+# registers, the mappings, and the stack bytes from sp to the end of the
+# stack mapping (stack-N.bin).
+import gdb
+import os
+
+out_dir = os.environ["DUMP_OUT"]
+breaks = [b for b in os.environ.get("DUMP_BREAKS", "marker").split(",") if b]
+steps = int(os.environ.get("DUMP_STEPS", "0"))
+regnames = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9",
+            "r10", "r11", "r12", "r13", "r14", "r15", "rip"]
+
+gdb.execute("set pagination off")
+gdb.execute("set confirm off")
+gdb.execute("set backtrace past-main on")
+gdb.execute("set backtrace past-entry on")
+try:
+    gdb.execute("set debuginfod enabled off")
+except gdb.error:
+    pass
+
+out = open(os.path.join(out_dir, "stops.txt"), "w")
+n = [0]
+
+
+def u64(v):
+    return int(v) & 0xffffffffffffffff
+
+
+def dump():
+    i = n[0]
+    n[0] += 1
+    out.write("stop %d\n" % i)
+    f = gdb.newest_frame()
+    while f is not None:
+        if f.type() != gdb.INLINE_FRAME:
+            out.write("frame %x %s\n" % (f.pc(), f.name() or "?"))
+        f = f.older()
+    for r in regnames:
+        out.write("reg %s %x\n" % (r, u64(gdb.parse_and_eval("$" + r))))
+    sp = u64(gdb.parse_and_eval("$rsp"))
+    maps = gdb.execute("info proc mappings", to_string=True)
+    for line in maps.splitlines():
+        fl = line.split()
+        if len(fl) < 5 or not fl[0].startswith("0x"):
+            continue
+        start, end, off = int(fl[0], 16), int(fl[1], 16), int(fl[3], 16)
+        path = fl[-1] if fl[-1].startswith("/") else "-"
+        out.write("map %x %x %x %s\n" % (start, end, off, path))
+        if start <= sp < end:
+            mem = gdb.selected_inferior().read_memory(sp, end - sp)
+            with open(os.path.join(out_dir, "stack-%d.bin" % i), "wb") as s:
+                s.write(bytes(mem))
+            out.write("stack %x %x\n" % (sp, end - sp))
+
+
+for b in breaks:
+    gdb.execute("break " + b, to_string=True)
+gdb.execute("run", to_string=True)
+for k in range(len(breaks)):
+    dump()
+    if k == len(breaks) - 1:
+        for _ in range(steps):
+            gdb.execute("stepi", to_string=True)
+            dump()
+    else:
+        gdb.execute("continue", to_string=True)
+out.write("end\n")
+out.close()
+gdb.execute("kill")

@@ -1,0 +1,370 @@
+package arch
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"sort"
+)
+
+// Module is one loaded image as an unwinder sees it: the address range it
+// occupies in the target, its load bias (runtime address minus link-time
+// address) and its unwind table. Table may be nil: the unwinder then uses
+// frame pointers inside the module.
+type Module struct {
+	Start, End uint64 // [Start, End) in the target's address space
+	Bias       uint64
+	Table      *Table
+}
+
+// Modules is the set of modules an unwinder consults, sorted by address.
+// It is not safe to change a Modules while an Unwinder reads it; a caller
+// that updates modules while unwinding on other goroutines gives each
+// goroutine its own Modules, or serializes.
+type Modules struct {
+	mods []Module
+	gen  uint64
+}
+
+// Add inserts m, replacing any module that overlaps it (a new mapping at
+// the same addresses means the old one is gone).
+func (ms *Modules) Add(m Module) {
+	out := ms.mods[:0]
+	for _, o := range ms.mods {
+		if o.End <= m.Start || o.Start >= m.End {
+			out = append(out, o)
+		}
+	}
+	i := sort.Search(len(out), func(i int) bool { return out[i].Start >= m.Start })
+	out = append(out, Module{})
+	copy(out[i+1:], out[i:])
+	out[i] = m
+	ms.mods = out
+	ms.gen++
+}
+
+// Remove drops the module starting at start and reports whether there was
+// one.
+func (ms *Modules) Remove(start uint64) bool {
+	for i, m := range ms.mods {
+		if m.Start == start {
+			ms.mods = append(ms.mods[:i], ms.mods[i+1:]...)
+			ms.gen++
+			return true
+		}
+	}
+	return false
+}
+
+// Len is the number of modules.
+func (ms *Modules) Len() int { return len(ms.mods) }
+
+// Find returns the module containing addr, or nil.
+func (ms *Modules) Find(addr uint64) *Module {
+	s := ms.mods
+	lo, hi := 0, len(s)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s[m].Start <= addr {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 || addr >= s[lo-1].End {
+		return nil
+	}
+	return &s[lo-1]
+}
+
+// Rule returns the unwind rule for the runtime address addr.
+func (ms *Modules) Rule(addr uint64) Rule {
+	m := ms.Find(addr)
+	if m == nil || m.Table == nil {
+		return Rule{}
+	}
+	return m.Table.Lookup(addr - m.Bias)
+}
+
+// LoadBias returns the load bias of an ELF file mapped at mapStart from
+// file offset mapOffset (one line of /proc/PID/maps): the runtime address
+// minus the link-time address. The segment is the one whose first page the
+// mapping starts at (4, 16 or 64 KiB pages), else the one holding the
+// offset.
+func LoadBias(f *elf.File, mapStart, mapOffset uint64) (uint64, error) {
+	bias := func(p *elf.Prog) uint64 { return mapStart - (p.Vaddr - p.Off + mapOffset) }
+	for _, ps := range []uint64{4 << 10, 16 << 10, 64 << 10} {
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Off&^(ps-1) == mapOffset {
+				return bias(p), nil
+			}
+		}
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Off <= mapOffset && mapOffset-p.Off < p.Filesz {
+			return bias(p), nil
+		}
+	}
+	return 0, fmt.Errorf("arch: no PT_LOAD segment holds file offset %#x", mapOffset)
+}
+
+// Stop says why an unwind ended.
+type Stop uint8
+
+const (
+	StopNone       Stop = iota
+	StopOutermost       // the unwind info marks the outermost frame, or the frame pointer chain ends with 0
+	StopMaxFrames       // the pcs buffer reached MaxFrames
+	StopBadMemory       // a read left the readable memory (often: the end of a stack copy)
+	StopNoProgress      // the stack pointer did not move up: a loop or corrupt stack
+	StopNoRule          // no usable rule and no usable frame pointer
+	StopNoRegs          // a register the rule needs is unknown
+)
+
+var stopNames = [...]string{"none", "outermost frame", "max frames", "bad memory", "no progress", "no rule", "register unknown"}
+
+func (s Stop) String() string {
+	if int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return fmt.Sprintf("stop(%d)", uint8(s))
+}
+
+const cacheSize = 512 // entries; a power of two
+
+type cacheEntry struct {
+	addr uint64 // lookup address + 1, so the zero entry is empty
+	rule Rule
+}
+
+// Unwinder walks stacks with DWARF CFI where a module's table covers the
+// PC and with frame pointers where none does. It keeps a small cache of
+// hot rules, so it is not safe for concurrent use: use one per goroutine.
+// Once warm, Unwind does not allocate.
+type Unwinder struct {
+	Modules *Modules
+	// MaxFrames caps the frames of one stack; 0 means 1024.
+	MaxFrames int
+	// Stop is why the last Unwind ended.
+	Stop Stop
+	// Frames counts, for the last Unwind, frames stepped with CFI and with
+	// frame pointers.
+	CFIFrames, FPFrames int
+
+	gen     uint64
+	regs    Regs
+	scratch [8]byte
+	cache   [cacheSize]cacheEntry
+}
+
+// NewUnwinder returns an Unwinder over mods.
+func NewUnwinder(mods *Modules) *Unwinder { return &Unwinder{Modules: mods} }
+
+func (u *Unwinder) rule(addr uint64) Rule {
+	ms := u.Modules
+	if ms == nil {
+		return Rule{}
+	}
+	if u.gen != ms.gen {
+		u.cache = [cacheSize]cacheEntry{}
+		u.gen = ms.gen
+	}
+	h := (addr * 0x9e3779b97f4a7c15) >> (64 - 9)
+	e := &u.cache[h&(cacheSize-1)]
+	if e.addr == addr+1 {
+		return e.rule
+	}
+	r := ms.Rule(addr)
+	e.addr, e.rule = addr+1, r
+	return r
+}
+
+// read64 reads a little-endian pointer; a *StackCopy is read directly,
+// without the interface call or an error value.
+func (u *Unwinder) read64(mem Memory, addr uint64) (uint64, bool) {
+	if s, ok := mem.(*StackCopy); ok {
+		if addr < s.Addr || addr-s.Addr > uint64(len(s.Data)) || uint64(len(s.Data))-(addr-s.Addr) < 8 {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint64(s.Data[addr-s.Addr:]), true
+	}
+	if mem == nil || mem.ReadMemory(addr, u.scratch[:]) != nil {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(u.scratch[:]), true
+}
+
+// Unwind appends to pcs the program counters of the stack whose innermost
+// frame is regs, leaf first: regs' PC, then each caller's return address
+// (as gdb and perf report them; symbolize a return address at pc-1). It
+// reads saved registers through mem and records in u.Stop why it ended.
+//
+// Every register regs knows serves the innermost frame; in callers the
+// unwinder knows sp, pc, the frame pointer, arm64's lr and the callee-saved
+// registers (Arch.CalleeSaved) the rules recover.
+func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
+	a := regs.Arch
+	u.Stop, u.CFIFrames, u.FPFrames = StopNone, 0, 0
+	maxFrames := u.MaxFrames
+	if maxFrames <= 0 {
+		maxFrames = 1024
+	}
+	pcReg, spReg, fpReg := a.PC(), a.SP(), a.FP()
+	if (a != AMD64 && a != ARM64) || !regs.Has(pcReg) || !regs.Has(spReg) {
+		u.Stop = StopNoRegs
+		return pcs
+	}
+	r := &u.regs
+	*r = *regs
+	saved := a.CalleeSaved()
+	var keep uint64 // registers that survive into callers
+	for _, n := range saved {
+		keep |= 1 << uint(n)
+	}
+	for n := 0; ; n++ {
+		if n >= maxFrames {
+			u.Stop = StopMaxFrames
+			return pcs
+		}
+		pc, sp := r.R[pcReg], r.R[spReg]
+		if pc == 0 {
+			u.Stop = StopOutermost
+			return pcs
+		}
+		pcs = append(pcs, pc)
+		look := pc
+		if n > 0 {
+			look-- // a return address may be past the end of its call's function
+		}
+		rule := u.rule(look)
+		fp, haveFP := r.R[fpReg], r.Mask&(1<<uint(fpReg)) != 0
+
+		var cfa, ra, newFP uint64
+		newHaveFP := haveFP
+		ok := true
+		switch rule.CFA {
+		case CFAReg, CFADeref, CFAPLT:
+			reg := uint(rule.CFAReg)
+			if r.Mask&(1<<reg) == 0 {
+				ok = false
+				break
+			}
+			cfa = r.R[reg] + uint64(int64(rule.CFAOff))
+			if rule.CFA == CFADeref {
+				if cfa, ok = u.read64(mem, cfa); !ok {
+					u.Stop = StopBadMemory
+					return pcs
+				}
+			}
+			if rule.CFA == CFAPLT && (pc&uint64(rule.PLTMask)) >= uint64(rule.PLTGE) {
+				cfa += 1 << (rule.PLTShift & 63)
+			}
+		default:
+			ok = false
+		}
+		if ok {
+			switch rule.RA {
+			case RegOffset:
+				if ra, ok = u.read64(mem, cfa+uint64(int64(rule.RAOff))); !ok {
+					u.Stop = StopBadMemory
+					return pcs
+				}
+			case RegValOffset:
+				ra = cfa + uint64(int64(rule.RAOff))
+			case RegAtFP:
+				if ra, ok = u.read64(mem, fp+uint64(int64(rule.RAOff))); !ok || !haveFP {
+					u.Stop = StopBadMemory
+					return pcs
+				}
+			case RegSame:
+				ra, ok = r.R[ARM64LR], a == ARM64 && r.Mask&(1<<ARM64LR) != 0
+			case RegUndefined:
+				u.CFIFrames++
+				u.Stop = StopOutermost
+				return pcs
+			default:
+				ok = false
+			}
+		}
+		if ok {
+			switch rule.FP {
+			case RegSame:
+				newFP = fp
+			case RegOffset:
+				// In an epilogue the rule can still point at the save slot
+				// after the pop, below sp and so outside a stack copy; the
+				// register then already holds the caller's value.
+				var ok1 bool
+				if newFP, ok1 = u.read64(mem, cfa+uint64(int64(rule.FPOff))); !ok1 {
+					newFP = fp
+				}
+				newHaveFP = newHaveFP || ok1
+			case RegValOffset:
+				newFP, newHaveFP = cfa+uint64(int64(rule.FPOff)), true
+			case RegAtFP:
+				if newFP, ok = u.read64(mem, fp+uint64(int64(rule.FPOff))); !ok || !haveFP {
+					u.Stop = StopBadMemory
+					return pcs
+				}
+			default:
+				newHaveFP = false
+			}
+			if rule.RASigned {
+				ra &= 1<<48 - 1
+			}
+			// Callee-saved registers: restore those saved, forget those lost.
+			for i, reg := range saved {
+				switch o := rule.Saved[i]; o {
+				case 0:
+				case SavedLost:
+					r.Mask &^= 1 << uint(reg)
+				default:
+					if v, ok1 := u.read64(mem, cfa+uint64(int64(o)*8)); ok1 {
+						r.Set(reg, v)
+					}
+				}
+			}
+			u.CFIFrames++
+		} else {
+			// No usable row: follow the frame pointer. The saved frame
+			// pointer is at fp and the return address just above it, on
+			// both arches. Callee-saved registers are kept: a function with
+			// frame pointers saves them where no rule here says.
+			if !haveFP || fp == 0 {
+				u.Stop = StopOutermost
+				if !haveFP {
+					u.Stop = StopNoRule
+				}
+				return pcs
+			}
+			if fp < sp || fp&7 != 0 {
+				u.Stop = StopNoRule
+				return pcs
+			}
+			var ok1, ok2 bool
+			newFP, ok1 = u.read64(mem, fp)
+			ra, ok2 = u.read64(mem, fp+8)
+			if !ok1 || !ok2 {
+				u.Stop = StopBadMemory
+				return pcs
+			}
+			cfa, newHaveFP = fp+16, true
+			u.FPFrames++
+		}
+		// The stack grows down: each caller's frame is above its callee's.
+		// Only an arm64 leaf that has not pushed anything may keep sp.
+		if cfa < sp || cfa == sp && (n > 0 || a != ARM64) {
+			u.Stop = StopNoProgress
+			return pcs
+		}
+		r.Mask &= keep
+		r.Set(pcReg, ra)
+		r.Set(spReg, cfa)
+		if newHaveFP {
+			r.Set(fpReg, newFP)
+		}
+		if a == ARM64 {
+			r.Set(ARM64LR, ra)
+		}
+	}
+}
