@@ -1,0 +1,5 @@
+// Package unix is the one place rawstack calls the Linux kernel from: thin
+// wrappers over golang.org/x/sys/unix for perf_event_open, its ring buffer
+// mmap and ioctls, poll, ptrace and the clocks. On other systems the package
+// is empty; the per-OS back ends under platform/ are the only importers.
+package unix

@@ -1,0 +1,148 @@
+package linux
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// procDir returns /proc/PID.
+func procDir(pid int) string { return "/proc/" + strconv.Itoa(pid) }
+
+// readSmall reads at most max bytes of a small (proc) file.
+func readSmall(path string, max int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, max)
+	n := 0
+	for n < max {
+		m, err := f.Read(buf[n:])
+		n += m
+		if err != nil || m == 0 {
+			break
+		}
+	}
+	return buf[:n], nil
+}
+
+// procComm returns the comm of /proc/PID[/task/TID].
+func procComm(dir string) string {
+	b, err := readSmall(dir+"/comm", 64)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimRight(string(b), "\n")
+}
+
+// procCmdline returns the NUL-separated command line of pid.
+func procCmdline(pid int) string {
+	b, err := readSmall(procDir(pid)+"/cmdline", 64<<10)
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimRight(b, "\x00"))
+}
+
+// procPpid returns the parent pid of pid from /proc/PID/stat.
+func procPpid(pid int) int {
+	b, err := readSmall(procDir(pid)+"/stat", 4096)
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+// procTasks lists the thread ids of pid.
+func procTasks(pid int) ([]int, error) {
+	ents, err := os.ReadDir(procDir(pid) + "/task")
+	if err != nil {
+		return nil, err
+	}
+	tids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if t, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, t)
+		}
+	}
+	return tids, nil
+}
+
+// sysctlInt reads an integer from /proc/sys.
+func sysctlInt(name string, def int) int {
+	b, err := readSmall("/proc/sys/"+strings.ReplaceAll(name, ".", "/"), 64)
+	if err != nil {
+		return def
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return def
+	}
+	return v
+}
+
+// capEff returns the effective capability mask of the calling process.
+func capEff() uint64 {
+	b, err := readSmall("/proc/self/status", 16<<10)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			c, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return c
+		}
+	}
+	return 0
+}
+
+const (
+	capSysAdmin  = 21
+	capSysPtrace = 19
+	capPerfmon   = 38
+)
+
+// perfPrivileged reports whether the caller bypasses perf_event_paranoid.
+func perfPrivileged() bool {
+	c := capEff()
+	return c&(1<<capPerfmon) != 0 || c&(1<<capSysAdmin) != 0
+}
+
+// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
+func onlineCPUs() []int {
+	b, err := readSmall("/sys/devices/system/cpu/online", 4096)
+	var cpus []int
+	if err == nil {
+		for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+			lo, hi, found := strings.Cut(part, "-")
+			a, err1 := strconv.Atoi(lo)
+			z := a
+			var err2 error
+			if found {
+				z, err2 = strconv.Atoi(hi)
+			}
+			if err1 != nil || err2 != nil || z < a || z-a > 4096 {
+				continue
+			}
+			for c := a; c <= z; c++ {
+				cpus = append(cpus, c)
+			}
+		}
+	}
+	if len(cpus) == 0 {
+		cpus = []int{0}
+	}
+	return cpus
+}

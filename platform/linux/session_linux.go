@@ -1,0 +1,647 @@
+//go:build linux
+
+package linux
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// Session samples one target process (and the processes it forks).
+type Session struct {
+	cfg     platform.Config
+	h       platform.Handler
+	pid     int
+	self    bool
+	cmd     *exec.Cmd     // launched target, or nil
+	waited  chan struct{} // closed when cmd has been reaped
+	exitErr error
+	exitAt  int64
+
+	kernel bool   // kernel frames requested from the kernel
+	event  string // "cycles" or "cpu-clock"
+	fds    []int
+	rings  []*ring
+	polls  []sys.PollFd
+
+	rec     record
+	scratch []byte
+	sample  platform.Sample
+
+	procs     map[uint32]*procState
+	nextMod   uint64
+	ids       map[idKey]elfIDs
+	samples   atomic.Uint64
+	lost      atomic.Uint64
+	records   atomic.Uint64
+	bytes     atomic.Uint64
+	closeOnce sync.Once
+}
+
+type procState struct {
+	comm    string
+	modules []liveModule
+}
+
+type liveModule struct {
+	id, start, end uint64
+	ml             *format.ModuleLoad // as first reported, for forked children
+}
+
+type idKey struct {
+	path     string
+	dev, ino uint64
+}
+
+// Open starts sampling the running process cfg.Pid (0: the caller).
+func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := newSession(cfg, h)
+	if cfg.Pid == 0 {
+		s.pid, s.self = os.Getpid(), true
+	} else {
+		s.pid = cfg.Pid
+		if !sys.ProcessAlive(s.pid) {
+			return nil, fmt.Errorf("pid %d: no such process", s.pid)
+		}
+	}
+	if err := s.attach(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Launch starts cmd (not yet started) stopped at its first instruction,
+// attaches to it and lets it run. The caller must not call cmd.Wait: the
+// session reaps the command; [Session.ExitErr] reports how it ended.
+func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
+	if err := probe(); err != nil {
+		return nil, err
+	}
+	s := newSession(cfg, h)
+	// ptrace requests must come from the thread that started the tracee.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.pid, s.cmd = cmd.Process.Pid, cmd
+	sig, exited, _, err := sys.WaitStopped(s.pid)
+	if err != nil || exited || sig != int(syscall.SIGTRAP) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("launching %s: child did not stop at exec (signal %d, exited %v): %v", cmd.Path, sig, exited, err)
+	}
+	if err := s.attach(); err != nil {
+		cmd.Process.Kill()
+		sys.PtraceDetach(s.pid)
+		cmd.Wait()
+		return nil, err
+	}
+	if err := sys.PtraceDetach(s.pid); err != nil {
+		s.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("launching %s: detaching: %w", cmd.Path, err)
+	}
+	s.waited = make(chan struct{})
+	go func() {
+		s.exitErr = cmd.Wait()
+		s.exitAt = sys.Monotonic()
+		close(s.waited)
+	}()
+	return s, nil
+}
+
+func newSession(cfg platform.Config, h platform.Handler) *Session {
+	if cfg.Frequency <= 0 {
+		cfg.Frequency = 99
+	}
+	return &Session{
+		cfg:     cfg,
+		h:       h,
+		procs:   map[uint32]*procState{},
+		ids:     map[idKey]elfIDs{},
+		scratch: make([]byte, 64<<10),
+		rec:     record{PCs: make([]uint64, 0, maxCallchain)},
+	}
+}
+
+// Pid returns the target process id.
+func (s *Session) Pid() int { return s.pid }
+
+// Event names the perf event sampled: "cycles" or "cpu-clock".
+func (s *Session) Event() string { return s.event }
+
+// KernelFrames reports whether kernel frames are recorded.
+func (s *Session) KernelFrames() bool { return s.kernel }
+
+// ExitErr returns cmd.Wait's result for a launched command once it exited.
+func (s *Session) ExitErr() error { return s.exitErr }
+
+// Stats returns the running totals.
+func (s *Session) Stats() platform.Stats {
+	return platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load()}
+}
+
+var (
+	probeOnce sync.Once
+	probeErr  error
+)
+
+// probe checks once that perf_event_open is usable at all.
+func probe() error {
+	probeOnce.Do(func() {
+		if _, err := os.Stat("/proc/sys/kernel/perf_event_paranoid"); err != nil {
+			probeErr = &platform.NotSupportedError{Feature: "perf_event_open", Reason: "kernel built without perf events (no /proc/sys/kernel/perf_event_paranoid)"}
+			return
+		}
+		attr := baseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, 99, false)
+		fd, err := sys.PerfEventOpen(&attr, 0, -1, -1)
+		if err != nil {
+			reason := err.Error()
+			if p := sysctlInt("kernel.perf_event_paranoid", 2); p > 2 && !perfPrivileged() {
+				reason = fmt.Sprintf("kernel.perf_event_paranoid=%d forbids unprivileged use; set it to 2 or lower, or grant CAP_PERFMON", p)
+			} else if err == sys.ENOSYS || err == sys.ENOENT {
+				reason = "perf_event_open is unavailable (seccomp or kernel config): " + err.Error()
+			}
+			probeErr = &platform.NotSupportedError{Feature: "perf_event_open", Reason: reason}
+			return
+		}
+		sys.Close(fd)
+	})
+	return probeErr
+}
+
+// Probe reports whether sampling with perf_event_open works here; the
+// error wraps platform.ErrNotSupported and says why when it does not.
+func Probe() error { return probe() }
+
+func baseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAttr {
+	// mmap must be set along with mmap2: the kernel only reports mappings
+	// at all while some event has mmap (or mmap_data) set.
+	attr := sys.PerfEventAttr{
+		Type:        typ,
+		Config:      config,
+		Sample:      uint64(freq),
+		Sample_type: sys.PerfSampleIP | sys.PerfSampleTID | sys.PerfSampleTime | sys.PerfSampleCPU | sys.PerfSamplePeriod | sys.PerfSampleCallchain,
+		Bits: sys.PerfBitDisabled | sys.PerfBitInherit | sys.PerfBitFreq | sys.PerfBitMmap | sys.PerfBitMmap2 | sys.PerfBitComm |
+			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
+		Clockid: sys.ClockMonotonic,
+	}
+	if !kernel {
+		attr.Bits |= sys.PerfBitExcludeKernel
+	}
+	return attr
+}
+
+// attach reports the target's current state to the handler and opens and
+// enables the perf events.
+func (s *Session) attach() error {
+	if err := probe(); err != nil {
+		return err
+	}
+	privileged := perfPrivileged()
+	paranoid := sysctlInt("kernel.perf_event_paranoid", 2)
+	s.kernel = !s.cfg.NoKernel && (privileged || paranoid <= 1)
+	freq := s.cfg.Frequency
+	if max := sysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && freq > max {
+		freq = max
+	}
+	tids, err := procTasks(s.pid)
+	if err != nil {
+		return fmt.Errorf("pid %d: listing threads: %w", s.pid, err)
+	}
+	cpus := onlineCPUs()
+	pages := s.cfg.RingPages
+	if pages <= 0 {
+		pages = 128
+		if !privileged {
+			// perf_event_mlock_kb (516 KiB by default) is shared by all
+			// rings of the user; keep within it.
+			budget := sysctlInt("kernel.perf_event_mlock_kb", 516) * 1024 / sys.PageSize
+			for pages > 8 && (pages+1)*len(cpus) > budget {
+				pages /= 2
+			}
+		}
+	}
+	// Pick the event: hardware cycles where the PMU has them, else cpu-clock.
+	attr := baseAttr(sys.PerfTypeHardware, sys.PerfCountHWCPUCycles, freq, s.kernel)
+	s.event = "cycles"
+	if fd, err := sys.PerfEventOpen(&attr, tids[0], cpus[0], -1); err != nil {
+		attr = baseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, freq, s.kernel)
+		s.event = "cpu-clock"
+	} else {
+		sys.Close(fd)
+	}
+
+	s.reportInitial(tids)
+
+	s.rings = make([]*ring, len(cpus))
+	for _, tid := range tids {
+		for ci, cpu := range cpus {
+			fd, err := sys.PerfEventOpen(&attr, tid, cpu, -1)
+			if err == sys.ESRCH {
+				break // the thread exited meanwhile
+			}
+			if err != nil {
+				s.Close()
+				return s.openError(err, tid, paranoid, privileged)
+			}
+			s.fds = append(s.fds, fd)
+			if s.rings[ci] == nil {
+				r, err := mapRing(fd, pages)
+				for err != nil && (err == sys.EPERM || err == sys.ENOMEM) && pages > 1 {
+					pages /= 2
+					r, err = mapRing(fd, pages)
+				}
+				if err != nil {
+					s.Close()
+					return fmt.Errorf("mmap of the perf ring buffer (%d pages): %w (raise kernel.perf_event_mlock_kb or RLIMIT_MEMLOCK)", pages, err)
+				}
+				s.rings[ci] = r
+				s.polls = append(s.polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
+			} else if err := sys.PerfSetOutput(fd, s.rings[ci].fd); err != nil {
+				s.Close()
+				return fmt.Errorf("redirecting perf event output: %w", err)
+			}
+		}
+	}
+	for _, fd := range s.fds {
+		if err := sys.PerfEnable(fd); err != nil {
+			s.Close()
+			return fmt.Errorf("enabling perf event: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Session) openError(err error, tid, paranoid int, privileged bool) error {
+	op := fmt.Sprintf("perf_event_open on pid %d (thread %d)", s.pid, tid)
+	if err == sys.EACCES || err == sys.EPERM {
+		need := "CAP_PERFMON (or root)"
+		switch {
+		case paranoid > 2:
+			need = fmt.Sprintf("kernel.perf_event_paranoid<=2 (it is %d) or CAP_PERFMON", paranoid)
+		case !s.self && !sameUser(s.pid):
+			need = fmt.Sprintf("permission to ptrace pid %d: same user as its owner, or CAP_SYS_PTRACE (or run as root)", s.pid)
+		case !s.self:
+			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.pid, sysctlInt("kernel.yama.ptrace_scope", 0))
+		}
+		return &platform.PermissionError{Op: op, Need: need, Err: err}
+	}
+	if err == sys.EMFILE {
+		return fmt.Errorf("%s: %w (one event per thread and CPU: raise the open-file limit)", op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func sameUser(pid int) bool {
+	st, err := os.Stat(procDir(pid))
+	if err != nil {
+		return false
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(sys.Uid) == os.Geteuid()
+	}
+	return false
+}
+
+// reportInitial reports the process, its threads and its executable
+// mappings as they are now.
+func (s *Session) reportInitial(tids []int) {
+	now := sys.Monotonic()
+	pid := uint32(s.pid)
+	dir := procDir(s.pid)
+	comm := procComm(dir)
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(s.pid)), Name: comm, Cmdline: procCmdline(s.pid)})
+	ps := &procState{comm: comm}
+	s.procs[pid] = ps
+	for _, tid := range tids {
+		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
+		name := procComm(dir + "/task/" + strconv.Itoa(tid))
+		if name != "" {
+			s.h.ThreadName(&format.ThreadName{Time: now, Pid: pid, Tid: uint32(tid), Name: name})
+		}
+	}
+	if s.kernel {
+		if k, ok := kernelModule(); ok {
+			k.Time, k.Pid = now, pid
+			s.nextMod++
+			k.ID = s.nextMod
+			s.h.ModuleLoad(&k) // not tracked per process: the kernel is never unmapped
+		}
+	}
+	data, err := readSmall(dir+"/maps", 64<<20)
+	if err != nil {
+		return
+	}
+	maps, _ := parseMaps(data)
+	for i := range maps {
+		m := &maps[i]
+		if !m.Exec() {
+			continue
+		}
+		s.loadModule(now, pid, m.Start, m.End, m.Offset, uint64(m.Major)<<32|uint64(m.Minor), m.Inode, m.Path, nil)
+	}
+}
+
+// loadModule reports an executable mapping, unloading what it replaces.
+func (s *Session) loadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
+	ps := s.procs[pid]
+	if ps == nil {
+		ps = &procState{}
+		s.procs[pid] = ps
+	}
+	kept := ps.modules[:0]
+	for _, m := range ps.modules {
+		if m.start < end && start < m.end {
+			s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: pid, ID: m.id})
+			continue
+		}
+		kept = append(kept, m)
+	}
+	ps.modules = kept
+	s.nextMod++
+	ml := format.ModuleLoad{Time: t, Pid: pid, ID: s.nextMod, Base: start, Size: end - start, FileOffset: off, Path: path}
+	switch {
+	case path == "[vdso]":
+		ml.Kind = format.ModuleVDSO
+	case path == "" || strings.HasPrefix(path, "[") || strings.HasPrefix(path, "//anon") || strings.HasPrefix(path, "/memfd:"):
+		ml.Kind = format.ModuleAnon
+	case strings.HasPrefix(path, "/tmp/perf-") && strings.HasSuffix(path, ".map"):
+		ml.Kind = format.ModuleJIT
+	default:
+		ids, ok := s.moduleIDs(pid, path, dev, ino)
+		if ok {
+			ml.Kind = format.ModuleELF
+			ml.BuildID, ml.GoBuildID = ids.BuildID, ids.GoBuildID
+		}
+		if len(ml.BuildID) == 0 && len(bid) > 0 {
+			ml.BuildID = append([]byte(nil), bid...)
+			ml.Kind = format.ModuleELF
+		}
+	}
+	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
+	s.h.ModuleLoad(&ml)
+}
+
+// moduleIDs reads (and caches) the build ids of path as process pid sees it.
+func (s *Session) moduleIDs(pid uint32, path string, dev, ino uint64) (elfIDs, bool) {
+	key := idKey{path, dev, ino}
+	if ids, ok := s.ids[key]; ok {
+		return ids, ids.BuildID != nil || ids.GoBuildID != "" || ino != 0
+	}
+	path = strings.TrimSuffix(path, " (deleted)")
+	var ids elfIDs
+	ok := false
+	for _, p := range []string{procDir(int(pid)) + "/root" + path, path} {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		ids, err = readBuildIDs(f)
+		f.Close()
+		if err == nil {
+			ok = true
+			break
+		}
+	}
+	if len(s.ids) > 4096 {
+		clear(s.ids)
+	}
+	s.ids[key] = ids
+	return ids, ok
+}
+
+var (
+	kernelOnce sync.Once
+	kernelMod  format.ModuleLoad
+	kernelOK   bool
+)
+
+// kernelModule returns the kernel text range from /proc/kallsyms and the
+// kernel build id from /sys/kernel/notes, when readable.
+func kernelModule() (format.ModuleLoad, bool) {
+	kernelOnce.Do(func() {
+		f, err := os.Open("/proc/kallsyms")
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		var start, end uint64
+		sc := bufio.NewScanner(f)
+		for sc.Scan() && (start == 0 || end == 0) {
+			line := sc.Text()
+			sp := strings.IndexByte(line, ' ')
+			if sp < 0 {
+				continue
+			}
+			name := line[sp+3:]
+			if name == "_stext" || name == "_etext" {
+				v, err := strconv.ParseUint(line[:sp], 16, 64)
+				if err != nil || v == 0 {
+					return // addresses hidden by kptr_restrict
+				}
+				if name == "_stext" {
+					start = v
+				} else {
+					end = v
+				}
+			}
+		}
+		if start == 0 || end <= start {
+			return
+		}
+		kernelMod = format.ModuleLoad{Base: start, Size: end - start, Kind: format.ModuleKernel, Path: "[kernel.kallsyms]"}
+		if notes, err := readSmall("/sys/kernel/notes", maxNoteBytes); err == nil {
+			var ids elfIDs
+			parseNotes(notes, nativeEndian(), 4, &ids)
+			kernelMod.BuildID = ids.BuildID
+		}
+		kernelOK = true
+	})
+	return kernelMod, kernelOK
+}
+
+// Run reads the rings and reports events until ctx is done or the target
+// is gone, then reads what is left and returns.
+func (s *Session) Run(ctx context.Context) error {
+	lastCheck := time.Now()
+	for {
+		if _, err := sys.PollIn(s.polls, 50); err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		s.ReadAll()
+		if ctx.Err() != nil {
+			s.ReadAll()
+			return nil
+		}
+		if s.waited != nil {
+			select {
+			case <-s.waited:
+				s.ReadAll()
+				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
+				return nil
+			default:
+			}
+		} else if !s.self && time.Since(lastCheck) > 100*time.Millisecond {
+			lastCheck = time.Now()
+			if !sys.ProcessAlive(s.pid) {
+				s.ReadAll()
+				return nil
+			}
+		}
+	}
+}
+
+// ReadAll reads every record now in the rings and reports it.
+func (s *Session) ReadAll() {
+	for _, r := range s.rings {
+		if r != nil {
+			s.bytes.Add(r.read(s.scratch, s.handle))
+		}
+	}
+}
+
+func exitCode(err error) int64 {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+			return -int64(st.Signal())
+		}
+		return int64(ee.ExitCode())
+	}
+	return -1
+}
+
+// handle decodes and reports one record.
+func (s *Session) handle(b []byte) {
+	r := &s.rec
+	if err := decodeRecord(b, r); err != nil {
+		return
+	}
+	s.records.Add(1)
+	t := int64(r.Time)
+	switch r.Type {
+	case recSample:
+		sm := &s.sample
+		sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = t, r.Pid, r.Tid, r.CPU, r.Period
+		sm.Flags = 0
+		if r.Kernel {
+			sm.Flags |= format.SampleKernel
+		}
+		if len(r.PCs) >= maxCallchain {
+			sm.Flags |= format.SampleTruncated
+		}
+		sm.PCs = r.PCs
+		s.samples.Add(1)
+		s.h.Sample(sm)
+	case recMmap2:
+		if r.Prot&0x4 == 0 { // PROT_EXEC
+			return
+		}
+		s.loadModule(t, r.Pid, r.Addr, r.Addr+r.Len, r.Pgoff, uint64(r.Maj)<<32|uint64(r.Min), r.Ino, string(r.Filename), r.BuildID)
+	case recComm:
+		name := string(r.Comm)
+		if r.Misc&miscCommExec != 0 && r.Pid == r.Tid {
+			ps := s.procs[r.Pid]
+			if ps != nil {
+				for _, m := range ps.modules {
+					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+				}
+				ps.modules = ps.modules[:0]
+				ps.comm = name
+			}
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid))})
+		}
+		s.h.ThreadName(&format.ThreadName{Time: t, Pid: r.Pid, Tid: r.Tid, Name: name})
+	case recFork:
+		if r.Pid != r.Ppid {
+			// A new process: it starts with a copy of its parent's mappings.
+			parent := s.procs[r.Ppid]
+			ps := &procState{}
+			comm := ""
+			if parent != nil {
+				comm = parent.comm
+			}
+			ps.comm = comm
+			s.procs[r.Pid] = ps
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
+			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+			if parent != nil {
+				for _, m := range parent.modules {
+					s.copyModule(t, r.Ppid, r.Pid, m)
+				}
+			}
+			return
+		}
+		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+	case recExit:
+		s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+		if r.Pid == r.Tid {
+			if ps := s.procs[r.Pid]; ps != nil {
+				for _, m := range ps.modules {
+					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+				}
+				delete(s.procs, r.Pid)
+			}
+			if int(r.Pid) != s.pid || s.cmd == nil {
+				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
+			}
+		}
+	case recLost, recLostSamples:
+		s.lost.Add(r.Lost)
+		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: r.Lost, Reason: format.LostRingOverflow})
+	}
+}
+
+// copyModule reports, for a forked child, a module inherited from its parent.
+func (s *Session) copyModule(t int64, from, to uint32, m liveModule) {
+	s.nextMod++
+	ml := *m.ml
+	ml.Time, ml.Pid, ml.ID = t, to, s.nextMod
+	ps := s.procs[to]
+	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: m.start, end: m.end, ml: &ml})
+	s.h.ModuleLoad(&ml)
+}
+
+// Close stops sampling and releases the events and rings.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		for _, fd := range s.fds {
+			sys.PerfDisable(fd)
+		}
+		for _, r := range s.rings {
+			if r != nil {
+				sys.Munmap(r.mem)
+			}
+		}
+		for _, fd := range s.fds {
+			sys.Close(fd)
+		}
+		s.fds, s.rings, s.polls = nil, nil, nil
+	})
+	return nil
+}

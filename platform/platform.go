@@ -1,0 +1,99 @@
+// Package platform holds what every per-OS back end shares: the events a
+// back end reports to the tracer ([Handler]), how it is configured
+// ([Config]) and the error it returns where the OS or kernel lacks a
+// feature ([ErrNotSupported]).
+//
+// The back ends live in sub-packages (platform/linux, later
+// platform/windows); each compiles on every OS and returns an error wrapping
+// ErrNotSupported where it cannot work.
+package platform
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// ErrNotSupported says the running OS or kernel lacks what was asked for.
+var ErrNotSupported = errors.New("not supported")
+
+// NotSupportedError names the missing feature and why it is missing.
+type NotSupportedError struct {
+	Feature string // e.g. "perf_event_open"
+	Reason  string // e.g. "kernel.perf_event_paranoid=3"
+}
+
+func (e *NotSupportedError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("%s: %v", e.Feature, ErrNotSupported)
+	}
+	return fmt.Sprintf("%s: %v: %s", e.Feature, ErrNotSupported, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrNotSupported) true.
+func (e *NotSupportedError) Is(target error) bool { return target == ErrNotSupported }
+
+// PermissionError says the caller lacks a privilege the request needs, and
+// which one.
+type PermissionError struct {
+	Op   string // what was attempted, e.g. "perf_event_open on pid 42"
+	Need string // what is missing, e.g. "CAP_PERFMON or kernel.perf_event_paranoid<=1"
+	Err  error
+}
+
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("%s: %v (needs %s)", e.Op, e.Err, e.Need)
+}
+
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// Config says what a back end samples.
+type Config struct {
+	// Pid is the process to sample; 0 means the calling process.
+	Pid int
+	// Frequency is the sampling rate per thread in Hz; 0 means 99.
+	Frequency int
+	// NoKernel turns kernel frames off even where they are permitted.
+	NoKernel bool
+	// RingPages is the size of each ring buffer in pages (a power of two);
+	// 0 picks a size that fits the unprivileged mlock budget.
+	RingPages int
+}
+
+// Sample is one raw sample as the back end reports it. PCs is only valid
+// during the Handler call.
+type Sample struct {
+	Time   int64
+	Pid    uint32
+	Tid    uint32
+	CPU    uint32
+	Weight uint64
+	Flags  format.SampleFlags
+	// PCs are absolute addresses, leaf first: kernel frames (if any), then
+	// user frames.
+	PCs []uint64
+}
+
+// Handler receives a back end's events, in order, from one goroutine.
+// Module ids are assigned by the back end and unique within a session.
+// Pointers and slices passed in are only valid during the call.
+type Handler interface {
+	Process(e *format.Process)
+	ProcessEnd(e *format.ProcessEnd)
+	ThreadStart(e *format.ThreadStart)
+	ThreadName(e *format.ThreadName)
+	ThreadEnd(e *format.ThreadEnd)
+	ModuleLoad(e *format.ModuleLoad)
+	ModuleUnload(e *format.ModuleUnload)
+	Sample(s *Sample)
+	Lost(e *format.Lost)
+}
+
+// Stats are a session's running totals.
+type Stats struct {
+	Samples uint64
+	Lost    uint64
+	Records uint64 // kernel records read
+	Bytes   uint64 // ring-buffer bytes read
+}

@@ -1,0 +1,96 @@
+package tracer
+
+import (
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// handler receives the back end's events and encodes them; it is the
+// Tracer seen as a platform.Handler.
+type handler Tracer
+
+var _ platform.Handler = (*handler)(nil)
+
+func (h *handler) Process(e *format.Process) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.procs[e.Pid]; !ok {
+		t.nProcs++
+	}
+	t.procs[e.Pid] = *e
+	t.w.WriteProcess(*e)
+}
+
+func (h *handler) ProcessEnd(e *format.ProcessEnd) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.procs, e.Pid)
+	t.w.WriteProcessEnd(*e)
+}
+
+func (h *handler) ThreadStart(e *format.ThreadStart) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.threads[e.Tid]; !ok {
+		t.nThreads++
+	}
+	t.threads[e.Tid] = threadState{pid: e.Pid}
+	t.w.WriteThreadStart(*e)
+}
+
+func (h *handler) ThreadName(e *format.ThreadName) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, ok := t.threads[e.Tid]
+	if !ok {
+		t.nThreads++
+	}
+	th.pid, th.name = e.Pid, e.Name
+	t.threads[e.Tid] = th
+	t.w.WriteThreadName(*e)
+}
+
+func (h *handler) ThreadEnd(e *format.ThreadEnd) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.threads, e.Tid)
+	t.w.WriteThreadEnd(*e)
+}
+
+func (h *handler) ModuleLoad(e *format.ModuleLoad) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nModules++
+	t.modules[e.ID] = *e
+	t.w.WriteModuleLoad(e)
+}
+
+func (h *handler) ModuleUnload(e *format.ModuleUnload) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.modules, e.ID)
+	t.w.WriteModuleUnload(*e)
+}
+
+func (h *handler) Sample(s *platform.Sample) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	id := t.internStack(s.PCs)
+	t.inChunk++
+	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags})
+	t.mu.Unlock()
+}
+
+func (h *handler) Lost(e *format.Lost) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.w.WriteLost(*e)
+}

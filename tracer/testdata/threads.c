@@ -1,0 +1,48 @@
+// threads starts argv[2] named threads after a short delay; all spin for
+// argv[1] seconds in total.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double end;
+volatile unsigned long sink;
+
+static void spin(double until) {
+	unsigned long x = 1;
+	while (now() < until)
+		for (int i = 0; i < 100000; i++)
+			x = x * 6364136223846793005UL + i;
+	sink = x;
+}
+
+static void *worker(void *arg) {
+	char name[16];
+	snprintf(name, sizeof name, "worker-%ld", (long)arg);
+	pthread_setname_np(pthread_self(), name);
+	spin(end);
+	return NULL;
+}
+
+int main(int argc, char **argv) {
+	double secs = argc > 1 ? atof(argv[1]) : 1.0;
+	int n = argc > 2 ? atoi(argv[2]) : 3;
+	end = now() + secs;
+	spin(now() + 0.1);
+	pthread_t th[64];
+	if (n > 64)
+		n = 64;
+	for (long i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, worker, (void *)i);
+	spin(end);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	return 0;
+}

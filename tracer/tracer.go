@@ -1,0 +1,438 @@
+// Package tracer is rawstack's embedding API: it samples the stacks of a
+// process — the caller itself, a running PID or a command it launches —
+// and streams raw events (threads, modules with build ids, interned stacks,
+// samples) in the rawstack format to any number of io.Writers. Nothing is
+// symbolized here; the symbolizer does that offline.
+//
+//	f, _ := os.Create("self.rawstack")
+//	t, err := tracer.Start(ctx, tracer.Options{Frequency: 499, Streams: []io.Writer{f}})
+//	if err != nil { ... }
+//	defer t.Stop()
+//	... work ...
+//	t.Capture("checkpoint") // this goroutine's stack, now
+//
+// Streams added later with [Tracer.AddStream] first receive a snapshot of
+// the current state, so each stream is readable on its own. A slow or
+// failing stream never blocks the traced program: its chunks are dropped
+// and it receives a Lost event with the count when it catches up.
+package tracer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// Options configures [Start]. The zero value profiles the calling process
+// at 99 Hz.
+type Options struct {
+	// Frequency is the sampling rate per thread in Hz; 0 means 99.
+	Frequency int
+	// Pid attaches to a running process; 0 means the calling process
+	// (unless Command is set).
+	Pid int
+	// Command, if set, is started (it must not have been started) and
+	// recorded from its first instruction. Do not call its Wait method:
+	// use [Tracer.Wait].
+	Command *exec.Cmd
+	// Streams receive the trace from the start.
+	Streams []io.Writer
+	// NoKernel leaves out kernel frames even where they are permitted.
+	NoKernel bool
+	// StreamQueue is the number of chunks queued per stream before chunks
+	// are dropped; 0 means 256.
+	StreamQueue int
+	// FlushInterval bounds how long events wait before they are written;
+	// 0 means one second.
+	FlushInterval time.Duration
+	// ChunkSize is the format chunk payload size; 0 means the format's default.
+	ChunkSize int
+}
+
+// ErrNotSelf is returned by [Tracer.Capture] when the tracer samples
+// another process.
+var ErrNotSelf = errors.New("tracer: Capture needs a tracer of the calling process")
+
+// ErrStopped is returned by calls on a stopped tracer.
+var ErrStopped = errors.New("tracer: stopped")
+
+// Stats are a tracer's running totals.
+type Stats struct {
+	Pid       int
+	Event     string // perf event sampled, e.g. "cpu-clock"
+	Samples   uint64
+	Lost      uint64 // samples the kernel dropped (ring overflow)
+	Dropped   uint64 // samples dropped by slow streams, over all streams
+	Threads   int    // threads seen
+	Processes int    // processes seen
+	Modules   int    // modules seen
+	Stacks    int    // distinct stacks
+}
+
+// backend is what a per-OS back end provides.
+type backend interface {
+	Run(ctx context.Context) error
+	Close() error
+	Stats() platform.Stats
+	Pid() int
+	Event() string
+	ExitErr() error
+}
+
+// Tracer records one target. Its methods are safe for concurrent use.
+type Tracer struct {
+	opts Options
+	be   backend
+	self bool
+
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the back end stopped
+	runErr  error
+	stopped atomic.Bool
+	stopMu  sync.Mutex
+	stopErr error
+	flushQ  chan struct{}
+
+	mu       sync.Mutex
+	w        *format.Writer
+	sink     sink
+	streams  []*stream
+	hdr      format.Header
+	start    format.ClockSync
+	stacks   *stackTable
+	strings  map[string]uint64
+	strList  []string
+	procs    map[uint32]format.Process
+	threads  map[uint32]threadState
+	modules  map[uint64]format.ModuleLoad
+	inChunk  uint64 // samples in the chunk being built
+	closed   bool
+	nThreads int
+	nProcs   int
+	nModules int
+	dropped  uint64
+}
+
+type threadState struct {
+	pid  uint32
+	name string
+}
+
+// sink receives the master writer's chunks and fans them out.
+type sink struct{ t *Tracer }
+
+func (s sink) Write(p []byte) (int, error) {
+	s.t.fanout(p)
+	return len(p), nil
+}
+
+// Start begins recording according to opts. Recording stops when ctx is
+// done, [Tracer.Stop] is called, or the target exits.
+func Start(ctx context.Context, opts Options) (*Tracer, error) {
+	if opts.Command != nil && opts.Pid != 0 {
+		return nil, errors.New("tracer: set Pid or Command, not both")
+	}
+	if opts.StreamQueue <= 0 {
+		opts.StreamQueue = 256
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = time.Second
+	}
+	t := &Tracer{
+		opts:    opts,
+		self:    opts.Pid == 0 && opts.Command == nil,
+		done:    make(chan struct{}),
+		flushQ:  make(chan struct{}),
+		stacks:  newStackTable(),
+		strings: map[string]uint64{},
+		procs:   map[uint32]format.Process{},
+		threads: map[uint32]threadState{},
+		modules: map[uint64]format.ModuleLoad{},
+		hdr:     header(),
+	}
+	t.sink = sink{t}
+	var err error
+	t.w, err = format.NewWriter(t.sink, t.hdr, &format.WriterOptions{ChunkSize: opts.ChunkSize})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range opts.Streams {
+		t.streams = append(t.streams, newStream(w, opts.StreamQueue))
+	}
+	for _, s := range t.streams {
+		s.offer(format.AppendHeader(copyChunk(nil), t.hdr))
+	}
+	t.start = format.ClockSync{Time: monotonic(), WallNano: time.Now().UnixNano()}
+	t.w.WriteClockSync(t.start)
+
+	h := (*handler)(t)
+	t.be, err = openBackend(opts, h)
+	if err != nil {
+		t.closeStreams()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	t.cancel = cancel
+	go func() {
+		t.runErr = t.be.Run(runCtx)
+		close(t.done)
+	}()
+	go t.flusher()
+	return t, nil
+}
+
+func header() format.Header {
+	h := format.Header{PointerSize: 8, OS: hostOS, Clock: hostClock}
+	switch runtime.GOARCH {
+	case "amd64":
+		h.Arch = format.ArchAMD64
+	case "arm64":
+		h.Arch = format.ArchARM64
+	case "386":
+		h.Arch, h.PointerSize = format.Arch386, 4
+	case "arm":
+		h.Arch, h.PointerSize = format.ArchARM, 4
+	}
+	return h
+}
+
+func (t *Tracer) flusher() {
+	tk := time.NewTicker(t.opts.FlushInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-tk.C:
+			t.mu.Lock()
+			if !t.closed {
+				t.w.Flush()
+			}
+			t.mu.Unlock()
+		case <-t.flushQ:
+			return
+		}
+	}
+}
+
+// Done is closed when recording has ended: the target exited, ctx was
+// done or Stop was called.
+func (t *Tracer) Done() <-chan struct{} { return t.done }
+
+// Pid returns the target's process id.
+func (t *Tracer) Pid() int { return t.be.Pid() }
+
+// Wait waits until the target exits (or ctx is done), stops the tracer and
+// returns the launched command's exit error, or Stop's error.
+func (t *Tracer) Wait() error {
+	<-t.done
+	if err := t.Stop(); err != nil {
+		return err
+	}
+	return t.be.ExitErr()
+}
+
+// Stop ends recording, writes the last events to every stream and waits
+// until they are written. It returns the first error of the back end or of
+// a stream. Calling Stop again returns the same error.
+func (t *Tracer) Stop() error {
+	t.stopMu.Lock()
+	defer t.stopMu.Unlock()
+	if t.stopped.Load() {
+		return t.stopErr
+	}
+	t.stopped.Store(true)
+	t.cancel()
+	<-t.done
+	t.be.Close()
+	close(t.flushQ)
+	t.mu.Lock()
+	t.w.Flush()
+	t.closed = true
+	t.mu.Unlock()
+	t.closeStreams()
+	err := t.runErr
+	for _, s := range t.streams {
+		if err == nil && s.err != nil {
+			err = fmt.Errorf("tracer: writing stream: %w", s.err)
+		}
+	}
+	t.stopErr = err
+	return err
+}
+
+func (t *Tracer) closeStreams() {
+	for _, s := range t.streams {
+		close(s.ch)
+	}
+	for _, s := range t.streams {
+		<-s.done
+	}
+}
+
+// Stats returns the running totals.
+func (t *Tracer) Stats() Stats {
+	bs := t.be.Stats()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Stats{
+		Pid:       t.be.Pid(),
+		Event:     t.be.Event(),
+		Samples:   bs.Samples,
+		Lost:      bs.Lost,
+		Dropped:   t.dropped,
+		Threads:   t.nThreads,
+		Processes: t.nProcs,
+		Modules:   t.nModules,
+		Stacks:    t.stacks.len(),
+	}
+}
+
+// AddStream adds an output while recording. It first receives the stream
+// header and a snapshot — processes, a clock sync, live threads and
+// modules, and every interned string and stack — then live events.
+func (t *Tracer) AddStream(w io.Writer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.stopped.Load() {
+		return ErrStopped
+	}
+	t.w.Flush() // the new stream starts at a chunk boundary
+	s := newStream(w, t.opts.StreamQueue)
+	s.offer(t.snapshot(true))
+	t.streams = append(t.streams, s)
+	return nil
+}
+
+// snapshot encodes (header and) the current state as whole chunks.
+func (t *Tracer) snapshot(withHeader bool) []byte {
+	var buf chunkBuf
+	buf.b = copyChunk(nil)
+	w, _ := format.NewWriter(&buf, t.hdr, &format.WriterOptions{ChunkSize: t.opts.ChunkSize})
+	if !withHeader {
+		buf.b = buf.b[:0]
+	}
+	now := monotonic()
+	for _, p := range t.procs {
+		w.WriteProcess(p)
+	}
+	w.WriteClockSync(t.start)
+	for tid, th := range t.threads {
+		w.WriteThreadStart(format.ThreadStart{Time: now, Pid: th.pid, Tid: tid})
+		if th.name != "" {
+			w.WriteThreadName(format.ThreadName{Time: now, Pid: th.pid, Tid: tid, Name: th.name})
+		}
+	}
+	for _, m := range t.modules {
+		w.WriteModuleLoad(&m)
+	}
+	for i, s := range t.strList {
+		w.WriteString(uint64(i+1), s)
+	}
+	for id := 1; id <= t.stacks.len(); id++ {
+		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	}
+	w.Close()
+	return buf.b
+}
+
+type chunkBuf struct{ b []byte }
+
+func (c *chunkBuf) Write(p []byte) (int, error) { c.b = append(c.b, p...); return len(p), nil }
+
+// fanout hands one encoded chunk to every stream. Called with t.mu held.
+func (t *Tracer) fanout(p []byte) {
+	if len(p) >= 4 && string(p[:4]) == format.Magic[:4] {
+		return // the master writer's header; streams get their own
+	}
+	samples := t.inChunk
+	t.inChunk = 0
+	for _, s := range t.streams {
+		if s.failed() {
+			continue
+		}
+		if s.resync {
+			if len(s.ch) >= cap(s.ch)-1 {
+				s.dropped += samples
+				s.droppedAll += samples
+				t.dropped += samples
+				continue
+			}
+			var buf chunkBuf
+			buf.b = copyChunk(nil)
+			w, _ := format.NewWriter(&buf, t.hdr, nil)
+			buf.b = buf.b[:0]
+			w.WriteLost(format.Lost{Time: monotonic(), Count: s.dropped, Reason: format.LostBackpressure})
+			w.Close()
+			buf.b = append(buf.b, t.snapshot(false)...)
+			s.offer(buf.b)
+			s.resync, s.dropped = false, 0
+		}
+		if !s.offer(copyChunk(p)) {
+			s.resync = true
+			s.dropped += samples
+			s.droppedAll += samples
+			t.dropped += samples
+		}
+	}
+}
+
+// Capture records the calling goroutine's stack now, as a Marker event
+// named label on the calling thread.
+func (t *Tracer) Capture(label string) error {
+	if !t.self {
+		return ErrNotSelf
+	}
+	var pcs [128]uintptr
+	n := runtime.Callers(2, pcs[:])
+	var stk [128]uint64
+	for i := 0; i < n; i++ {
+		stk[i] = uint64(pcs[i])
+	}
+	if n > 0 {
+		stk[0]-- // a return address; point into the call instruction
+	}
+	tid := gettid()
+	now := monotonic()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrStopped
+	}
+	name := t.internString(label)
+	id := t.internStack(stk[:n])
+	return t.w.WriteMarker(format.Marker{Time: now, Tid: uint32(tid), Name: name, Stack: id})
+}
+
+// internString returns the id of s, writing its definition when new.
+// Called with t.mu held.
+func (t *Tracer) internString(s string) uint64 {
+	if id, ok := t.strings[s]; ok {
+		return id
+	}
+	t.strList = append(t.strList, s)
+	id := uint64(len(t.strList))
+	t.strings[s] = id
+	t.w.WriteString(id, s)
+	return id
+}
+
+// internStack returns the id of pcs, writing its definition when new.
+// Called with t.mu held.
+func (t *Tracer) internStack(pcs []uint64) uint64 {
+	if len(pcs) == 0 {
+		return 0
+	}
+	id, isNew := t.stacks.intern(pcs)
+	if isNew {
+		t.w.WriteStack(id, pcs)
+	}
+	return id
+}
