@@ -176,4 +176,3 @@ var (
 
 // PageSize is the system page size.
 var PageSize = os.Getpagesize()
-
