@@ -224,3 +224,46 @@ func equalPCs(a, b []uint64) bool {
 	}
 	return true
 }
+
+// TestUnwindFramePointerFallback unwinds a -O0 -fno-omit-frame-pointer
+// program whose own module is given no unwind table, so its frames are
+// stepped with frame pointers, while libc and ld.so frames (built without
+// frame pointers) use their CFI. The whole chain must equal gdb's. With
+// no tables at all, frame pointers alone must match gdb up to the first
+// libc frame.
+func TestUnwindFramePointerFallback(t *testing.T) {
+	bin := buildC(t, "gcc", "deep.c", "-O0", "-fno-omit-frame-pointer")
+	stops := gdbDump(t, bin, "*marker+4", 0)
+	if len(stops) != 1 {
+		t.Fatalf("%d stops, want 1", len(stops))
+	}
+	s := stops[0]
+	if s.names[0] != "marker" {
+		t.Fatalf("stopped in %s, want marker", s.names[0])
+	}
+	tc := tableCache{}
+	u := &Unwinder{Modules: tc.modulesFor(t, s.maps, func(p string) bool { return p == bin })}
+	pcs := u.Unwind(&s.regs, &s.stack, nil)
+	if !equalPCs(pcs, s.frames) {
+		t.Fatalf("mixed unwind (stop: %v):\nours:%s\ngdb:%s", u.Stop, formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+	}
+	if u.FPFrames < 5 || u.CFIFrames < 3 {
+		t.Errorf("stepped %d frames with frame pointers and %d with CFI; want both used", u.FPFrames, u.CFIFrames)
+	}
+	t.Logf("mixed: %d frames match gdb (%d by frame pointer, %d by CFI), stop: %v", len(pcs), u.FPFrames, u.CFIFrames, u.Stop)
+
+	u = &Unwinder{Modules: &Modules{}}
+	pcs = u.Unwind(&s.regs, &s.stack, nil)
+	n := 0
+	for n < len(s.names) && !strings.HasPrefix(s.names[n], "msort") {
+		n++
+	}
+	n++ // the first libc frame is found through cmp's frame pointer
+	if len(pcs) < n || !equalPCs(pcs[:n], s.frames[:n]) {
+		t.Fatalf("frame-pointer unwind, first %d frames:\nours:%s\ngdb:%s", n, formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+	}
+	if u.Stop == StopNone || u.Stop == StopMaxFrames {
+		t.Errorf("frame-pointer unwind through libc ended with %v", u.Stop)
+	}
+	t.Logf("frame pointers only: first %d frames match gdb; then %d more, stop: %v", n, len(pcs)-n, u.Stop)
+}
