@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/rawstack/rawstack/tracer"
+)
+
+func init() {
+	register(&command{
+		name:  "record",
+		usage: "[-o FILE] [-F HZ] (-p PID [--duration D] | -- CMD ARGS...)",
+		short: "sample a command or a running process and write a raw trace",
+		run:   runRecord,
+	})
+}
+
+func runRecord(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("record", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	out := fs.String("o", "trace.rawstack", "output file")
+	hz := fs.Int("F", 999, "sampling frequency per thread, Hz")
+	pid := fs.Int("p", 0, "attach to this running process")
+	dur := fs.Duration("duration", 0, "with -p: stop after this long (default: until the process exits or Ctrl-C)")
+	noKernel := fs.Bool("no-kernel", false, "leave out kernel frames")
+	quiet := fs.Bool("q", false, "no progress line")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{err.Error()}
+	}
+	rest := fs.Args()
+	switch {
+	case *pid != 0 && len(rest) > 0:
+		return &usageError{"give -p PID or a command, not both"}
+	case *pid == 0 && len(rest) == 0:
+		return &usageError{"nothing to record: give -p PID or -- CMD ARGS..."}
+	case *pid < 0:
+		return &usageError{"bad pid " + strconv.Itoa(*pid)}
+	case *dur != 0 && *pid == 0:
+		return &usageError{"--duration works with -p"}
+	case *hz <= 0:
+		return &usageError{"-F must be positive"}
+	}
+
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if *dur > 0 {
+		ctx, cancel = context.WithTimeout(ctx, *dur)
+		defer cancel()
+	}
+	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel}
+	var cmd *exec.Cmd
+	if len(rest) > 0 {
+		cmd = exec.Command(rest[0], rest[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+		opts.Command = cmd
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	start := time.Now()
+	t, err := tracer.Start(ctx, opts)
+	if err != nil {
+		os.Remove(*out)
+		return err
+	}
+	progress := newProgress(stderr, *quiet)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	interrupted := 0
+	var killTimer <-chan time.Time
+loop:
+	for {
+		select {
+		case <-t.Done():
+			break loop
+		case <-tick.C:
+			progress.update(t, time.Since(start))
+		case sig := <-sigs:
+			interrupted++
+			if cmd == nil || interrupted > 1 {
+				cancel()
+				continue
+			}
+			// The command normally got the signal from the terminal too;
+			// give it a moment to exit on its own, then pass it on.
+			killTimer = time.After(2 * time.Second)
+			_ = sig
+		case <-killTimer:
+			if cmd.Process != nil {
+				cmd.Process.Signal(os.Interrupt)
+			}
+			killTimer = time.After(3 * time.Second)
+			interrupted++
+			if interrupted > 2 {
+				cancel()
+			}
+		}
+	}
+	progress.clear()
+	exitErr := t.Wait()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	st := t.Stats()
+	var size int64
+	if fi, err := os.Stat(*out); err == nil {
+		size = fi.Size()
+	}
+	fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
+		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, st.Event, *hz, time.Since(start).Seconds())
+	if exitErr != nil {
+		var ee *exec.ExitError
+		if errors.As(exitErr, &ee) {
+			fmt.Fprintf(stderr, "rawstack record: command %s: %v\n", cmd.Path, ee)
+			return nil
+		}
+		return exitErr
+	}
+	return nil
+}
+
+// progress prints a one-line status while recording, rewritten in place on
+// a terminal and every ten seconds otherwise.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	off   bool
+	shown bool
+	last  time.Duration
+}
+
+func newProgress(w io.Writer, quiet bool) *progress {
+	p := &progress{w: w, off: quiet}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) update(t *tracer.Tracer, d time.Duration) {
+	if p.off || d < time.Second {
+		return
+	}
+	if !p.tty && d-p.last < 10*time.Second {
+		return
+	}
+	p.last = d
+	st := t.Stats()
+	line := fmt.Sprintf("recording pid %d: %3.0fs, %d samples, %d lost, %d threads, %d modules",
+		st.Pid, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+		p.shown = true
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func (p *progress) clear() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+}

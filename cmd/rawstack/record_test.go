@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
+)
+
+// buildChain compiles the tracer's main→a→b→c fixture into a temp dir.
+func buildChain(t *testing.T) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) to build the fixture")
+	}
+	bin := filepath.Join(t.TempDir(), "chain")
+	if b, err := exec.Command(cc, "-O2", "-fno-omit-frame-pointer", "-o", bin, "../../tracer/testdata/chain.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, b)
+	}
+	return bin
+}
+
+func TestRecordCommand(t *testing.T) {
+	if err := linux.Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	bin := buildChain(t)
+	out := filepath.Join(t.TempDir(), "t.rawstack")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"record", "-o", out, "-F", "499", "--", bin, "0.5"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	summary := stderr.String()
+	t.Log(summary)
+	for _, w := range []string{"samples", "lost", "threads", "modules", "bytes"} {
+		if !strings.Contains(summary, w) {
+			t.Errorf("summary lacks %q: %s", w, summary)
+		}
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := format.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[format.Kind]int{}
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[ev.Kind]++
+	}
+	if kinds[format.KindSample] < 50 || kinds[format.KindProcessEnd] != 1 || kinds[format.KindModuleLoad] < 3 || kinds[format.KindClockSync] == 0 {
+		t.Errorf("unexpected event counts %v", kinds)
+	}
+}
+
+func TestRecordUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"record"},
+		{"record", "-p", "1", "--", "true"},
+		{"record", "--duration", "1s", "--", "true"},
+	} {
+		var so, se bytes.Buffer
+		if code := run(args, &so, &se); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", args, code, se.String())
+		}
+	}
+}
