@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/elfsrc"
+)
+
+func init() {
+	register(&command{
+		name:  "addr2line",
+		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [ADDR...]",
+		short: "symbolize addresses of a binary, printing what llvm-symbolizer prints",
+		run:   runAddr2line,
+	})
+}
+
+func runAddr2line(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("addr2line", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	obj := fs.String("obj", "", "the ELF binary whose addresses (file virtual addresses) are given")
+	fs.StringVar(obj, "e", "", "same as --obj")
+	inlines := fs.Bool("inlines", true, "print one function and location per inlined frame (llvm-symbolizer's default)")
+	noInlines := fs.Bool("no-inlines", false, "print only the innermost frame")
+	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{err.Error()}
+	}
+	if *obj == "" {
+		return &usageError{"--obj is required"}
+	}
+	src, err := elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	defer out.Flush()
+	p := &a2lPrinter{src: src, w: out, inlines: *inlines && !*noInlines}
+	if fs.NArg() > 0 {
+		for _, a := range fs.Args() {
+			p.line(a)
+		}
+		return nil
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		p.line(sc.Text())
+	}
+	return sc.Err()
+}
+
+type a2lPrinter struct {
+	src     symbolizer.Source
+	w       *bufio.Writer
+	inlines bool
+	frames  []symbolizer.Frame
+	buf     []byte
+}
+
+// line symbolizes one input item. Like llvm-symbolizer, a number is read
+// with C-style radix prefixes (0x hex, 0 octal, else decimal) and input
+// that is not a number is echoed back.
+func (p *a2lPrinter) line(s string) {
+	s = strings.TrimSpace(s)
+	addr, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		p.w.WriteString(s)
+		p.w.WriteByte('\n')
+		return
+	}
+	p.frames, _ = p.src.Symbolize(addr, p.frames[:0])
+	fr := p.frames
+	if len(fr) == 0 {
+		fr = append(fr, symbolizer.Frame{})
+	}
+	if !p.inlines {
+		// llvm-symbolizer --no-inlines names the outermost function (the
+		// symbol) at the innermost location.
+		f := fr[0]
+		f.Function = fr[len(fr)-1].Function
+		fr = []symbolizer.Frame{f}
+	}
+	p.buf = symbolizer.AppendLLVM(p.buf[:0], fr)
+	p.w.Write(p.buf)
+}

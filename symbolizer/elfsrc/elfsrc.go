@@ -1,0 +1,389 @@
+// Package elfsrc symbolizes addresses of ELF modules from their symbol
+// tables (.symtab, else .dynsym) and DWARF debug information: line tables
+// of DWARF 2–5 and chains of DW_TAG_inlined_subroutine, compressed debug
+// sections included.
+//
+// Debug information entries are read with the standard library's
+// debug/dwarf: it decodes every DWARF 5 form (strx, addrx, rnglistx,
+// loclistx), resolves range lists of both versions and decompresses
+// SHF_COMPRESSED sections, it is maintained with the Go toolchain, and it
+// keeps this package free of a large dependency (delve's pkg/dwarf adds
+// little for symbolization: its line reader also cleans paths, and its
+// frame package serves unwinding, which arch owns). Line tables are
+// decoded by [dwarfline], which keeps file names byte-exact.
+//
+// Answers follow llvm-symbolizer's rules (see [Source.Symbolize]), so that
+// both tools print the same frames for the same address.
+package elfsrc
+
+import (
+	"debug/dwarf"
+	"debug/elf"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/dwarfline"
+)
+
+// Source symbolizes one ELF file. It is safe for concurrent use.
+type Source struct {
+	path   string
+	closer io.Closer
+	f      *elf.File
+	syms   symtab // from the symbol file (the binary)
+
+	noDemangle bool
+
+	d         *dwarf.Data
+	lines     dwarfline.Sections
+	cus       []*unit
+	demangled sync.Map // mangled name → demangled name
+	// cuRanges maps addresses to units, sorted by lo, non-overlapping.
+	cuRanges []cuRange
+}
+
+type cuRange struct {
+	lo, hi uint64
+	cu     *unit
+}
+
+// Options tune Open.
+type Options struct {
+	// DebugFile, if set, is a separate file holding the DWARF of the
+	// binary (a .debug file found by build id or debuglink). Symbols still
+	// come from the binary, as llvm-symbolizer takes them.
+	DebugFile string
+	// NoDemangle keeps function names as the debug information and the
+	// symbol table spell them (llvm-symbolizer --no-demangle).
+	NoDemangle bool
+}
+
+// Open opens the ELF file at path.
+func Open(path string, opts *Options) (*Source, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("elfsrc: %w", err)
+	}
+	s := &Source{path: path, closer: f, f: f}
+	s.noDemangle = opts != nil && opts.NoDemangle
+	s.syms = loadSymtab(f)
+	dbg := f
+	var dbgCloser io.Closer
+	if opts != nil && opts.DebugFile != "" {
+		df, err := elf.Open(opts.DebugFile)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("elfsrc: debug file: %w", err)
+		}
+		dbg, dbgCloser = df, df
+	}
+	if err := s.initDWARF(dbg); err != nil {
+		f.Close()
+		if dbgCloser != nil {
+			dbgCloser.Close()
+		}
+		return nil, fmt.Errorf("elfsrc: %s: %w", path, err)
+	}
+	if dbgCloser != nil {
+		s.closer = multiCloser{f, dbgCloser}
+	}
+	return s, nil
+}
+
+// NewFile symbolizes an ELF file read through r; name is used in errors.
+func NewFile(r io.ReaderAt, name string) (*Source, error) {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("elfsrc: %s: %w", name, err)
+	}
+	s := &Source{path: name, f: f}
+	s.syms = loadSymtab(f)
+	if err := s.initDWARF(f); err != nil {
+		return nil, fmt.Errorf("elfsrc: %s: %w", name, err)
+	}
+	return s, nil
+}
+
+type multiCloser []io.Closer
+
+func (m multiCloser) Close() error {
+	var first error
+	for _, c := range m {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close releases the file.
+func (s *Source) Close() error {
+	if s.closer == nil {
+		return nil
+	}
+	return s.closer.Close()
+}
+
+// HasDWARF reports whether the source found debug information entries.
+func (s *Source) HasDWARF() bool { return s.d != nil }
+
+func sectionData(f *elf.File, name string) ([]byte, error) {
+	sec := f.Section(name)
+	if sec == nil || sec.Type == elf.SHT_NOBITS {
+		return nil, nil
+	}
+	return sec.Data()
+}
+
+func (s *Source) initDWARF(f *elf.File) error {
+	if sec := f.Section(".debug_info"); sec == nil || sec.Type == elf.SHT_NOBITS {
+		if f.Section(".zdebug_info") == nil {
+			return nil
+		}
+	}
+	d, err := f.DWARF()
+	if err != nil {
+		return err
+	}
+	s.d = d
+	if s.lines.Line, err = sectionData(f, ".debug_line"); err != nil {
+		return err
+	}
+	if s.lines.LineStr, err = sectionData(f, ".debug_line_str"); err != nil {
+		return err
+	}
+	if s.lines.Str, err = sectionData(f, ".debug_str"); err != nil {
+		return err
+	}
+	return s.indexUnits()
+}
+
+// unit is one compile unit; its tables are built on first use.
+type unit struct {
+	off      dwarf.Offset // offset of the unit's DIE
+	compDir  string
+	stmt     int64 // DW_AT_stmt_list, -1 if none
+	addrSize int
+
+	once  sync.Once
+	err   error
+	lines *dwarfline.Table
+	tree  *inlineTree
+}
+
+func (s *Source) indexUnits() error {
+	r := s.d.Reader()
+	var all []cuRange
+	for {
+		e, err := r.Next()
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			break
+		}
+		if e.Tag != dwarf.TagCompileUnit && e.Tag != dwarf.TagPartialUnit {
+			r.SkipChildren()
+			continue
+		}
+		u := &unit{off: e.Offset, stmt: -1, addrSize: r.AddressSize()}
+		u.compDir, _ = e.Val(dwarf.AttrCompDir).(string)
+		if v, ok := e.Val(dwarf.AttrStmtList).(int64); ok {
+			u.stmt = v
+		}
+		s.cus = append(s.cus, u)
+		if rs, err := s.d.Ranges(e); err == nil {
+			for _, rg := range rs {
+				if rg[0] < rg[1] {
+					all = append(all, cuRange{rg[0], rg[1], u})
+				}
+			}
+		}
+		r.SkipChildren()
+	}
+	s.cuRanges = mergeRanges(all)
+	return nil
+}
+
+// mergeRanges turns possibly overlapping unit ranges into a sorted,
+// disjoint table; where ranges overlap the unit that comes first in
+// .debug_info wins, as in LLVM's DWARFDebugAranges.
+func mergeRanges(all []cuRange) []cuRange {
+	if len(all) == 0 {
+		return nil
+	}
+	order := map[*unit]int{}
+	for i, r := range all {
+		if _, ok := order[r.cu]; !ok {
+			order[r.cu] = i
+		}
+	}
+	type ev struct {
+		at    uint64
+		start bool
+		cu    *unit
+	}
+	evs := make([]ev, 0, 2*len(all))
+	for _, r := range all {
+		evs = append(evs, ev{r.lo, true, r.cu}, ev{r.hi, false, r.cu})
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	active := map[*unit]int{}
+	var out []cuRange
+	var cur *unit
+	var curLo uint64
+	best := func() *unit {
+		var b *unit
+		for u := range active {
+			if b == nil || order[u] < order[b] {
+				b = u
+			}
+		}
+		return b
+	}
+	for i := 0; i < len(evs); {
+		at := evs[i].at
+		for ; i < len(evs) && evs[i].at == at; i++ {
+			if evs[i].start {
+				active[evs[i].cu]++
+			} else if active[evs[i].cu]--; active[evs[i].cu] <= 0 {
+				delete(active, evs[i].cu)
+			}
+		}
+		nb := best()
+		if nb != cur {
+			if cur != nil && curLo < at {
+				out = append(out, cuRange{curLo, at, cur})
+			}
+			cur, curLo = nb, at
+		}
+	}
+	return out
+}
+
+func (s *Source) unitFor(addr uint64) *unit {
+	i := sort.Search(len(s.cuRanges), func(i int) bool { return s.cuRanges[i].hi > addr })
+	if i < len(s.cuRanges) && s.cuRanges[i].lo <= addr {
+		return s.cuRanges[i].cu
+	}
+	return nil
+}
+
+func (s *Source) load(u *unit) error {
+	u.once.Do(func() {
+		if u.stmt >= 0 && s.lines.Line != nil {
+			order := s.f.ByteOrder
+			t, err := dwarfline.Parse(s.lines, uint64(u.stmt), u.addrSize, order)
+			if err == nil || t != nil {
+				u.lines = t
+			}
+			if t == nil {
+				u.err = err
+			}
+		}
+		tree, err := buildTree(s.d, u.off)
+		u.tree = tree
+		if err != nil && u.err == nil {
+			u.err = err
+		}
+	})
+	return u.err
+}
+
+// Symbolize implements symbolizer.Source. addr is a virtual address of
+// the file. The frames follow llvm-symbolizer: the innermost inlined
+// function first, its file:line:column from the line table; each outer
+// frame at the call site recorded by the inlined subroutine inside it;
+// the outermost function named after the ELF symbol covering addr when
+// there is one; names demangled. With neither DWARF nor symbol, nothing
+// is appended.
+func (s *Source) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Frame, error) {
+	start := len(dst)
+	var err error
+	if s.d != nil {
+		if u := s.unitFor(addr); u != nil {
+			err = s.load(u)
+			dst = s.frames(u, addr, dst)
+		}
+	}
+	if sym, ok := s.syms.lookup(addr); ok {
+		if len(dst) == start {
+			dst = append(dst, symbolizer.Frame{})
+		}
+		dst[len(dst)-1].Function = sym.name
+		if dst[len(dst)-1].File == "" {
+			dst[len(dst)-1].File = sym.file
+		}
+	}
+	for i := start; i < len(dst); i++ {
+		dst[i].Function = s.demangle(dst[i].Function)
+	}
+	if err != nil && len(dst) > start {
+		// Partial tables still gave an answer; report nothing.
+		err = nil
+	}
+	return dst, err
+}
+
+func (s *Source) frames(u *unit, addr uint64, dst []symbolizer.Frame) []symbolizer.Frame {
+	var chain [64]int32
+	n := 0
+	if u.tree != nil {
+		n = u.tree.chain(addr, chain[:])
+	}
+	if n == 0 {
+		if u.lines != nil {
+			if row, ok := u.lines.Lookup(addr); ok {
+				if name, ok := u.lines.FileName(uint64(row.File), u.compDir); ok {
+					dst = append(dst, symbolizer.Frame{File: name, Line: int(row.Line), Column: int(row.Column)})
+				}
+			}
+		}
+		return dst
+	}
+	t := u.tree
+	var callFile, callLine, callCol uint64
+	for i := 0; i < n; i++ {
+		nd := &t.nodes[chain[i]]
+		var fr symbolizer.Frame
+		fr.Function = t.name(s.d, nd.off)
+		if u.lines != nil {
+			if i == 0 {
+				if row, ok := u.lines.Lookup(addr); ok {
+					if name, ok := u.lines.FileName(uint64(row.File), u.compDir); ok {
+						fr.File = name
+						fr.Line, fr.Column = int(row.Line), int(row.Column)
+					}
+				}
+			} else {
+				fr.File, _ = u.lines.FileName(callFile, u.compDir)
+				fr.Line, fr.Column = int(callLine), int(callCol)
+			}
+		} else if i > 0 {
+			fr.Line, fr.Column = int(callLine), int(callCol)
+		}
+		callFile, callLine, callCol = nd.callFile, nd.callLine, nd.callCol
+		dst = append(dst, fr)
+	}
+	return dst
+}
+
+var _ symbolizer.Source = (*Source)(nil)
+
+// demangle demangles name once per Source: the same few functions recur
+// in every stack, and demangling a heavily templated name costs more than
+// finding it.
+func (s *Source) demangle(name string) string {
+	if len(name) < 2 || name[0] != '_' || s.noDemangle {
+		return name
+	}
+	if v, ok := s.demangled.Load(name); ok {
+		return v.(string)
+	}
+	d := symbolizer.Demangle(name)
+	s.demangled.Store(name, d)
+	return d
+}
