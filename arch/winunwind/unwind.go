@@ -180,7 +180,7 @@ func DecodeUnwindInfo(b []byte) (*UnwindInfo, error) {
 	for i := range ui.Codes {
 		ui.Codes[i] = binary.LittleEndian.Uint16(b[4+2*i:])
 	}
-	tail := b[4+2*((n+1)&^1):]
+	tail := b[min(len(b), 4+2*((n+1)&^1)):]
 	if ui.Flags&unwFlagChainInfo != 0 {
 		if len(tail) < 12 {
 			return nil, errors.New("truncated chained function entry")

@@ -210,10 +210,10 @@ func TestSetFPRegSaves(t *testing.T) {
 			S := uint64(stackTop)
 			w.ctx.Regs.R[arch.AMD64RSP] = S - 0x100
 			w.ctx.Regs.R[arch.AMD64RBP] = S + 0x20
-			w.put(S+0x08, 0x5151)  // saved rsi
-			w.put(S+0x10, 0x1111)  // saved xmm6 low
-			w.put(S+0x18, 0x2222)  // saved xmm6 high
-			w.put(S+0x40, 0xB0B0)  // saved rbp
+			w.put(S+0x08, 0x5151) // saved rsi
+			w.put(S+0x10, 0x1111) // saved xmm6 low
+			w.put(S+0x18, 0x2222) // saved xmm6 high
+			w.put(S+0x40, 0xB0B0) // saved rbp
 			w.put(S+0x48, ret)
 			c := w.step(t, base+fnRVA+0x30)
 			expect(t, c, arch.AMD64RIP, ret)
