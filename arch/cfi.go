@@ -551,6 +551,9 @@ func (s *cfiState) rule() Rule {
 		default:
 			r.Saved[i] = SavedLost
 		}
+		if r.Saved[i] != 0 {
+			r.NSaved = uint8(i + 1)
+		}
 	}
 	return r
 }

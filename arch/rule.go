@@ -65,7 +65,9 @@ type Rule struct {
 	// (CalleeSaved) are: 0 unchanged, SavedLost not recoverable, else
 	// saved at CFA + 8*Saved[i] (a slot at CFA+0, seen only in longjmp-like
 	// code, counts as lost).
-	Saved  [MaxSaved]int8
+	Saved [MaxSaved]int8
+	// NSaved is 1 + the index of the last non-zero Saved entry.
+	NSaved uint8
 	CFAOff int32
 	RAOff  int32
 	FPOff  int32

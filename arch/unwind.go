@@ -151,7 +151,11 @@ type Unwinder struct {
 	// frame pointers.
 	CFIFrames, FPFrames int
 
-	gen     uint64
+	gen uint64
+	// During Unwind: the Memory, and its bytes when it is a *StackCopy.
+	mem     Memory
+	data    []byte
+	base    uint64
 	regs    Regs
 	scratch [8]byte
 	cache   [cacheSize]cacheEntry
@@ -160,35 +164,27 @@ type Unwinder struct {
 // NewUnwinder returns an Unwinder over mods.
 func NewUnwinder(mods *Modules) *Unwinder { return &Unwinder{Modules: mods} }
 
-func (u *Unwinder) rule(addr uint64) Rule {
-	ms := u.Modules
-	if ms == nil {
-		return Rule{}
+// fill looks addr up in the modules and stores it in cache entry e.
+func (u *Unwinder) fill(e *cacheEntry, addr uint64) *Rule {
+	e.addr, e.rule = addr+1, Rule{}
+	if u.Modules != nil {
+		e.rule = u.Modules.Rule(addr)
 	}
-	if u.gen != ms.gen {
-		u.cache = [cacheSize]cacheEntry{}
-		u.gen = ms.gen
-	}
-	h := (addr * 0x9e3779b97f4a7c15) >> (64 - 9)
-	e := &u.cache[h&(cacheSize-1)]
-	if e.addr == addr+1 {
-		return e.rule
-	}
-	r := ms.Rule(addr)
-	e.addr, e.rule = addr+1, r
-	return r
+	return &e.rule
 }
 
-// read64 reads a little-endian pointer; a *StackCopy is read directly,
-// without the interface call or an error value.
-func (u *Unwinder) read64(mem Memory, addr uint64) (uint64, bool) {
-	if s, ok := mem.(*StackCopy); ok {
-		if addr < s.Addr || addr-s.Addr > uint64(len(s.Data)) || uint64(len(s.Data))-(addr-s.Addr) < 8 {
-			return 0, false
-		}
-		return binary.LittleEndian.Uint64(s.Data[addr-s.Addr:]), true
+// read64 reads a little-endian pointer: from the stack copy directly when
+// the Memory is a *StackCopy, else through the interface.
+func (u *Unwinder) read64(addr uint64) (uint64, bool) {
+	off := addr - u.base
+	if off < uint64(len(u.data)) && uint64(len(u.data))-off >= 8 {
+		return binary.LittleEndian.Uint64(u.data[off:]), true
 	}
-	if mem == nil || mem.ReadMemory(addr, u.scratch[:]) != nil {
+	return u.readSlow(addr)
+}
+
+func (u *Unwinder) readSlow(addr uint64) (uint64, bool) {
+	if u.mem == nil || u.data != nil || u.mem.ReadMemory(addr, u.scratch[:]) != nil {
 		return 0, false
 	}
 	return binary.LittleEndian.Uint64(u.scratch[:]), true
@@ -214,6 +210,18 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		u.Stop = StopNoRegs
 		return pcs
 	}
+	if ms := u.Modules; ms != nil && u.gen != ms.gen {
+		u.cache = [cacheSize]cacheEntry{}
+		u.gen = ms.gen
+	}
+	u.mem, u.data, u.base = mem, nil, 0
+	if sc, ok := mem.(*StackCopy); ok {
+		u.data, u.base = sc.Data, sc.Addr
+		if u.data == nil {
+			u.data = []byte{}
+		}
+	}
+	defer func() { u.mem, u.data = nil, nil }()
 	r := &u.regs
 	*r = *regs
 	saved := a.CalleeSaved()
@@ -221,12 +229,14 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 	for _, n := range saved {
 		keep |= 1 << uint(n)
 	}
+	// pc, sp and the frame pointer live in locals; r holds the rest.
+	pc, sp, fp := r.R[pcReg], r.R[spReg], r.R[fpReg]
+	haveFP := r.Has(fpReg)
 	for n := 0; ; n++ {
 		if n >= maxFrames {
 			u.Stop = StopMaxFrames
 			return pcs
 		}
-		pc, sp := r.R[pcReg], r.R[spReg]
 		if pc == 0 {
 			u.Stop = StopOutermost
 			return pcs
@@ -236,22 +246,30 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		if n > 0 {
 			look-- // a return address may be past the end of its call's function
 		}
-		rule := u.rule(look)
-		fp, haveFP := r.R[fpReg], r.Mask&(1<<uint(fpReg)) != 0
+		e := &u.cache[((look*0x9e3779b97f4a7c15)>>(64-9))&(cacheSize-1)]
+		rule := &e.rule
+		if e.addr != look+1 {
+			rule = u.fill(e, look)
+		}
 
 		var cfa, ra, newFP uint64
 		newHaveFP := haveFP
 		ok := true
 		switch rule.CFA {
 		case CFAReg, CFADeref, CFAPLT:
-			reg := uint(rule.CFAReg)
-			if r.Mask&(1<<reg) == 0 {
+			switch reg := int(rule.CFAReg); {
+			case reg == spReg:
+				cfa = sp
+			case reg == fpReg && haveFP:
+				cfa = fp
+			case reg < NumRegs && reg != pcReg && r.Mask&(1<<uint(reg)) != 0:
+				cfa = r.R[reg]
+			default:
 				ok = false
-				break
 			}
-			cfa = r.R[reg] + uint64(int64(rule.CFAOff))
+			cfa += uint64(int64(rule.CFAOff))
 			if rule.CFA == CFADeref {
-				if cfa, ok = u.read64(mem, cfa); !ok {
+				if cfa, ok = u.read64(cfa); !ok {
 					u.Stop = StopBadMemory
 					return pcs
 				}
@@ -265,14 +283,14 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		if ok {
 			switch rule.RA {
 			case RegOffset:
-				if ra, ok = u.read64(mem, cfa+uint64(int64(rule.RAOff))); !ok {
+				if ra, ok = u.read64(cfa + uint64(int64(rule.RAOff))); !ok {
 					u.Stop = StopBadMemory
 					return pcs
 				}
 			case RegValOffset:
 				ra = cfa + uint64(int64(rule.RAOff))
 			case RegAtFP:
-				if ra, ok = u.read64(mem, fp+uint64(int64(rule.RAOff))); !ok || !haveFP {
+				if ra, ok = u.read64(fp + uint64(int64(rule.RAOff))); !ok || !haveFP {
 					u.Stop = StopBadMemory
 					return pcs
 				}
@@ -295,14 +313,14 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				// after the pop, below sp and so outside a stack copy; the
 				// register then already holds the caller's value.
 				var ok1 bool
-				if newFP, ok1 = u.read64(mem, cfa+uint64(int64(rule.FPOff))); !ok1 {
+				if newFP, ok1 = u.read64(cfa + uint64(int64(rule.FPOff))); !ok1 {
 					newFP = fp
 				}
 				newHaveFP = newHaveFP || ok1
 			case RegValOffset:
 				newFP, newHaveFP = cfa+uint64(int64(rule.FPOff)), true
 			case RegAtFP:
-				if newFP, ok = u.read64(mem, fp+uint64(int64(rule.FPOff))); !ok || !haveFP {
+				if newFP, ok = u.read64(fp + uint64(int64(rule.FPOff))); !ok || !haveFP {
 					u.Stop = StopBadMemory
 					return pcs
 				}
@@ -313,13 +331,13 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				ra &= 1<<48 - 1
 			}
 			// Callee-saved registers: restore those saved, forget those lost.
-			for i, reg := range saved {
+			for i, reg := range saved[:min(len(saved), int(rule.NSaved))] {
 				switch o := rule.Saved[i]; o {
 				case 0:
 				case SavedLost:
 					r.Mask &^= 1 << uint(reg)
 				default:
-					if v, ok1 := u.read64(mem, cfa+uint64(int64(o)*8)); ok1 {
+					if v, ok1 := u.read64(cfa + uint64(int64(o)*8)); ok1 {
 						r.Set(reg, v)
 					}
 				}
@@ -342,8 +360,8 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				return pcs
 			}
 			var ok1, ok2 bool
-			newFP, ok1 = u.read64(mem, fp)
-			ra, ok2 = u.read64(mem, fp+8)
+			newFP, ok1 = u.read64(fp)
+			ra, ok2 = u.read64(fp + 8)
 			if !ok1 || !ok2 {
 				u.Stop = StopBadMemory
 				return pcs
@@ -357,12 +375,10 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 			u.Stop = StopNoProgress
 			return pcs
 		}
-		r.Mask &= keep
-		r.Set(pcReg, ra)
-		r.Set(spReg, cfa)
-		if newHaveFP {
-			r.Set(fpReg, newFP)
+		if n == 0 {
+			r.Mask &= keep
 		}
+		pc, sp, fp, haveFP = ra, cfa, newFP, newHaveFP
 		if a == ARM64 {
 			r.Set(ARM64LR, ra)
 		}
