@@ -115,6 +115,7 @@ type Tracer struct {
 	threads  map[uint32]threadState
 	modules  map[uint64]format.ModuleLoad
 	inChunk  uint64 // samples in the chunk being built
+	final    bool   // stopping: deliver chunks even if a stream is slow
 	closed   bool
 	nThreads int
 	nProcs   int
@@ -254,7 +255,16 @@ func (t *Tracer) Stop() error {
 	t.be.Close()
 	close(t.flushQ)
 	t.mu.Lock()
+	// The last chunk and the last Lost counts are delivered even to slow
+	// streams: Stop waits for the writes anyway.
+	t.final = true
 	t.w.Flush()
+	for _, s := range t.streams {
+		if s.resync && s.dropped > 0 {
+			s.ch <- t.lostChunk(s.dropped)
+			s.dropped = 0
+		}
+	}
 	t.closed = true
 	t.mu.Unlock()
 	t.closeStreams()
@@ -365,15 +375,12 @@ func (t *Tracer) fanout(p []byte) {
 				t.dropped += samples
 				continue
 			}
-			var buf chunkBuf
-			buf.b = copyChunk(nil)
-			w, _ := format.NewWriter(&buf, t.hdr, nil)
-			buf.b = buf.b[:0]
-			w.WriteLost(format.Lost{Time: monotonic(), Count: s.dropped, Reason: format.LostBackpressure})
-			w.Close()
-			buf.b = append(buf.b, t.snapshot(false)...)
-			s.offer(buf.b)
+			s.offer(append(t.lostChunk(s.dropped), t.snapshot(false)...))
 			s.resync, s.dropped = false, 0
+		}
+		if t.final && !s.resync {
+			s.ch <- copyChunk(p)
+			continue
 		}
 		if !s.offer(copyChunk(p)) {
 			s.resync = true
@@ -382,6 +389,18 @@ func (t *Tracer) fanout(p []byte) {
 			t.dropped += samples
 		}
 	}
+}
+
+// lostChunk encodes a chunk with one Lost event for n samples dropped
+// by back-pressure.
+func (t *Tracer) lostChunk(n uint64) []byte {
+	var buf chunkBuf
+	buf.b = copyChunk(nil)
+	w, _ := format.NewWriter(&buf, t.hdr, nil)
+	buf.b = buf.b[:0]
+	w.WriteLost(format.Lost{Time: monotonic(), Count: n, Reason: format.LostBackpressure})
+	w.Close()
+	return buf.b
 }
 
 // Capture records the calling goroutine's stack now, as a Marker event

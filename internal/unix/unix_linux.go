@@ -176,3 +176,10 @@ var (
 
 // PageSize is the system page size.
 var PageSize = os.Getpagesize()
+
+// ThreadCPUTime returns the calling thread's CPU time in ns.
+func ThreadCPUTime() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return ts.Nano()
+}

@@ -1,5 +1,5 @@
-// threads starts argv[2] named threads after a short delay; all spin for
-// argv[1] seconds in total.
+// threads starts argv[2] named threads after spinning 0.1 s; every thread
+// then spins for argv[1] seconds of its own CPU time.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -8,14 +8,16 @@
 
 static double now(void) {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double end;
+static double secs;
 volatile unsigned long sink;
 
-static void spin(double until) {
+// spin burns d seconds of the calling thread's CPU time.
+static void spin(double d) {
+	double until = now() + d;
 	unsigned long x = 1;
 	while (now() < until)
 		for (int i = 0; i < 100000; i++)
@@ -27,21 +29,20 @@ static void *worker(void *arg) {
 	char name[16];
 	snprintf(name, sizeof name, "worker-%ld", (long)arg);
 	pthread_setname_np(pthread_self(), name);
-	spin(end);
+	spin(secs);
 	return NULL;
 }
 
 int main(int argc, char **argv) {
-	double secs = argc > 1 ? atof(argv[1]) : 1.0;
+	secs = argc > 1 ? atof(argv[1]) : 1.0;
 	int n = argc > 2 ? atoi(argv[2]) : 3;
-	end = now() + secs;
-	spin(now() + 0.1);
+	spin(0.1);
 	pthread_t th[64];
 	if (n > 64)
 		n = 64;
 	for (long i = 0; i < n; i++)
 		pthread_create(&th[i], NULL, worker, (void *)i);
-	spin(end);
+	spin(secs);
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	return 0;

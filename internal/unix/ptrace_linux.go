@@ -1,0 +1,108 @@
+//go:build linux
+
+package unix
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ptrace and process_vm_readv wrappers for platform/snapshot. Every ptrace
+// request must come from the OS thread that seized the tracee: callers lock
+// their goroutine to its thread (runtime.LockOSThread) around a snapshot.
+
+// PtraceSeize attaches to thread tid without stopping it (PTRACE_SEIZE, no
+// options).
+func PtraceSeize(tid int) error {
+	return ptrace(unix.PTRACE_SEIZE, tid, 0, 0)
+}
+
+// PtraceInterrupt asks a seized thread to stop (PTRACE_INTERRUPT); wait for
+// the stop with WaitTid.
+func PtraceInterrupt(tid int) error {
+	return ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0)
+}
+
+// PtraceDetachSignal detaches from a stopped thread and lets it run,
+// delivering sig (0 for none): a thread caught in a signal-delivery-stop
+// gets its signal back this way.
+func PtraceDetachSignal(tid, sig int) error {
+	return ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig))
+}
+
+// PtraceGetRegSet reads the general-purpose registers of a stopped thread
+// (PTRACE_GETREGSET, NT_PRSTATUS) into buf, in the order of the kernel's
+// user_regs_struct for the host architecture, and returns how many words
+// the kernel filled.
+func PtraceGetRegSet(tid int, buf []uint64) (int, error) {
+	if len(buf) == 0 {
+		return 0, unix.EINVAL
+	}
+	iov := unix.Iovec{Base: (*byte)(unsafe.Pointer(&buf[0]))}
+	iov.SetLen(len(buf) * 8)
+	err := ptrace(unix.PTRACE_GETREGSET, tid, uintptr(unix.NT_PRSTATUS), uintptr(unsafe.Pointer(&iov)))
+	if err != nil {
+		return 0, err
+	}
+	return int(iov.Len) / 8, nil
+}
+
+func ptrace(req, pid int, addr, data uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// TidStop is what WaitTid saw.
+type TidStop struct {
+	Exited bool // the thread exited or was killed
+	Sig    int  // the stop signal (SIGTRAP for a PTRACE_INTERRUPT stop)
+	Event  int  // the ptrace event (PtraceEventStop for an interrupt or group stop)
+}
+
+// PtraceEventStop is PTRACE_EVENT_STOP: the stop PTRACE_INTERRUPT asks for.
+const PtraceEventStop = unix.PTRACE_EVENT_STOP
+
+// WaitTid waits for the traced thread tid to stop or exit (wait4 with
+// __WALL, retried on EINTR).
+func WaitTid(tid int) (TidStop, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return TidStop{}, err
+		}
+		break
+	}
+	if ws.Stopped() {
+		return TidStop{Sig: int(ws.StopSignal()), Event: ws.TrapCause()}, nil
+	}
+	return TidStop{Exited: true}, nil
+}
+
+// RemoteIovec is struct iovec in another process.
+type RemoteIovec = unix.RemoteIovec
+
+// ProcessVMRead reads the remote ranges of pid into local, in order, with
+// one process_vm_readv call, and returns the bytes read. A read stops at
+// the first unreadable range.
+func ProcessVMRead(pid int, local []byte, remote []RemoteIovec) (int, error) {
+	if len(local) == 0 {
+		return 0, nil
+	}
+	iov := []unix.Iovec{{Base: &local[0]}}
+	iov[0].SetLen(len(local))
+	return unix.ProcessVMReadv(pid, iov, remote, 0)
+}
+
+// Errno values the snapshot code tests for.
+const (
+	EFAULT = unix.EFAULT
+	EIO    = unix.EIO
+)

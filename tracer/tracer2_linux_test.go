@@ -1,0 +1,329 @@
+//go:build linux
+
+package tracer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+)
+
+// selfSpin burns d of the calling thread's CPU time.
+//
+//go:noinline
+func selfSpin(d time.Duration) uint64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	x := uint64(1)
+	for end := sys.ThreadCPUTime() + int64(d); sys.ThreadCPUTime() < end; {
+		for i := 0; i < 10000; i++ {
+			x = x*6364136223846793005 + uint64(i)
+		}
+	}
+	return x
+}
+
+func funcName(pc uint64) string {
+	if f := runtime.FuncForPC(uintptr(pc)); f != nil {
+		return f.Name()
+	}
+	return ""
+}
+
+func stackHas(pcs []uint64, suffix string) bool {
+	for i, pc := range pcs {
+		if i > 0 {
+			pc--
+		}
+		if strings.HasSuffix(funcName(pc), suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSelfProfile(t *testing.T) {
+	needPerf(t)
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 999, Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selfSpin(800 * time.Millisecond)
+	if err := tr.Capture("after-spin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	d := readTrace(t, out.Bytes())
+	pid := uint32(os.Getpid())
+	total, spin := 0, 0
+	for _, s := range d.samples {
+		if s.Pid != pid {
+			t.Fatalf("sample of pid %d in a self trace of %d", s.Pid, pid)
+		}
+		total++
+		if stackHas(d.stacks[s.Stack], ".selfSpin") {
+			spin++
+		}
+	}
+	t.Logf("%d of %d samples in selfSpin; %d threads, %d modules", spin, total, len(d.threads), len(d.modules))
+	if total < 100 {
+		t.Fatalf("only %d samples in 0.8 s at 999 Hz", total)
+	}
+	if frac := float64(spin) / float64(total); frac < 0.5 {
+		t.Errorf("%.0f%% of samples in selfSpin, want ≥ 50%%", 100*frac)
+	}
+	if len(d.markers) != 1 || d.strings[d.markers[0].Name] != "after-spin" || !stackHas(d.stacks[d.markers[0].Stack], ".TestSelfProfile") {
+		t.Errorf("Capture marker missing or wrong: %+v", d.markers)
+	}
+	exe, _ := os.Executable()
+	found := false
+	for _, m := range d.modules {
+		if m.Path == exe && m.GoBuildID != "" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no module for %s with a Go build id", exe)
+	}
+}
+
+func TestHotJoin(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	var a, b bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "1.2"), Streams: []io.Writer{&a}, ChunkSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := tr.AddStream(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(tr.Pid())
+	da, db := readTrace(t, a.Bytes()), readTrace(t, b.Bytes())
+	if _, ok := db.procs[pid]; !ok || db.clock == 0 || len(db.threads) == 0 {
+		t.Fatalf("joined stream lacks the snapshot: procs %v, clock syncs %d, threads %v", db.procs, db.clock, db.threads)
+	}
+	st := openSymtab(t, bin)
+	good := 0
+	for _, s := range db.samples {
+		if hasChain(st, db, pid, bin, db.stacks[s.Stack]) {
+			good++
+		}
+	}
+	t.Logf("stream A %d samples, joined stream B %d samples, %d with the chain", len(da.samples), len(db.samples), good)
+	if len(db.samples) < 50 || len(db.samples) >= len(da.samples) {
+		t.Errorf("joined stream has %d samples, first stream %d", len(db.samples), len(da.samples))
+	}
+	if float64(good) < 0.95*float64(len(db.samples)) {
+		t.Errorf("joined stream: only %d of %d samples resolve to main→a→b→c with its own modules", good, len(db.samples))
+	}
+}
+
+// slowWriter blocks every write until released.
+type slowWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	release chan struct{}
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+type failWriter struct{ n int }
+
+func (w *failWriter) Write(p []byte) (int, error) {
+	w.n++
+	if w.n > 2 {
+		return 0, errors.New("disk full")
+	}
+	return len(p), nil
+}
+
+func TestBackpressure(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	var fast bytes.Buffer
+	slow := &slowWriter{release: make(chan struct{})}
+	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "1.0"),
+		Streams: []io.Writer{&fast, slow, &failWriter{}}, ChunkSize: 256, StreamQueue: 2, FlushInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // the slow stream takes one chunk every 100 ms
+		for {
+			select {
+			case slow.release <- struct{}{}:
+			case <-tr.Done():
+				close(slow.release)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	err = tr.Wait()
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("Wait = %v, want the failed stream's error", err)
+	}
+	df := readTrace(t, fast.Bytes())
+	ds := readTrace(t, slow.buf.Bytes())
+	var lost uint64
+	for _, l := range ds.lost {
+		if l.Reason == format.LostBackpressure {
+			lost += l.Count
+		}
+	}
+	t.Logf("fast stream %d samples, slow stream %d samples + %d reported lost (stats %+v)", len(df.samples), len(ds.samples), lost, tr.Stats())
+	if len(df.samples) < 200 {
+		t.Errorf("fast stream got %d samples: the slow stream held sampling back", len(df.samples))
+	}
+	if lost == 0 || len(ds.samples)+int(lost) != len(df.samples) {
+		t.Errorf("slow stream: %d samples + %d lost, fast stream %d", len(ds.samples), lost, len(df.samples))
+	}
+}
+
+func TestThreads(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "threads", []string{"threads.c"}, "-O2", "-fno-omit-frame-pointer", "-pthread")
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 499, Command: exec.Command(bin, "0.4", "4"), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	d := readTrace(t, out.Bytes())
+	tids := map[uint32]int{}
+	for _, s := range d.samples {
+		tids[s.Tid]++
+	}
+	named := 0
+	for tid, name := range d.threads {
+		if strings.HasPrefix(name, "worker-") {
+			named++
+			if tids[tid] == 0 {
+				t.Errorf("thread %d (%s) has no samples", tid, name)
+			}
+		}
+	}
+	t.Logf("threads %v, samples per thread %v", d.threads, tids)
+	if named != 4 {
+		t.Errorf("%d threads named worker-*, want 4", named)
+	}
+}
+
+func TestForkDlopen(t *testing.T) {
+	needPerf(t)
+	lib := buildC(t, "liblate.so", []string{"late.c"}, "-O2", "-fno-omit-frame-pointer", "-shared", "-fPIC")
+	bin := buildC(t, "forkdl", []string{"forkdl.c"}, "-O2", "-fno-omit-frame-pointer", "-ldl")
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 499, Command: exec.Command(bin, lib), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(tr.Pid())
+	d := readTrace(t, out.Bytes())
+	var child uint32
+	for p, pr := range d.procs {
+		if p != pid && pr.Ppid == pid {
+			child = p
+		}
+	}
+	if child == 0 {
+		t.Fatalf("no forked child process in %v", d.procs)
+	}
+	inLate := map[uint32]int{}
+	perPid := map[uint32]int{}
+	for _, s := range d.samples {
+		perPid[s.Pid]++
+		pcs := d.stacks[s.Stack]
+		if len(pcs) == 0 {
+			continue
+		}
+		for _, m := range d.modules {
+			if m.Pid == s.Pid && filepath.Base(m.Path) == "liblate.so" && pcs[0] >= m.Base && pcs[0] < m.Base+m.Size {
+				inLate[s.Pid]++
+				break
+			}
+		}
+	}
+	t.Logf("parent %d, child %d; samples per pid %v, in liblate.so %v", pid, child, perPid, inLate)
+	if inLate[pid] < perPid[pid]/2 || inLate[child] < perPid[child]/2 || perPid[child] < 20 {
+		t.Errorf("late module samples per pid %v of %v", inLate, perPid)
+	}
+	if !d.procEnds[child] || !d.procEnds[pid] {
+		t.Errorf("ProcessEnd missing: %v", d.procEnds)
+	}
+}
+
+func TestAttachPidExits(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "threads", []string{"threads.c"}, "-O2", "-fno-omit-frame-pointer", "-pthread")
+	cmd := exec.Command(bin, "0.6", "2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", cmd.Process.Pid)); len(ents) >= 3 {
+			break // the threads exist
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fixture threads did not start")
+		}
+	}
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 499, Pid: cmd.Process.Pid, Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tr.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("tracer did not notice the target exit")
+	}
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	d := readTrace(t, out.Bytes())
+	tids := map[uint32]bool{}
+	for _, s := range d.samples {
+		tids[s.Tid] = true
+	}
+	t.Logf("%d samples from %d threads; threads %v", len(d.samples), len(tids), d.threads)
+	if len(d.samples) < 50 || len(tids) < 3 {
+		t.Errorf("%d samples from %d threads, want ≥ 50 from 3", len(d.samples), len(tids))
+	}
+	if !d.procEnds[uint32(cmd.Process.Pid)] {
+		t.Errorf("no ProcessEnd for the exited target")
+	}
+}
