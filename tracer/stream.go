@@ -24,7 +24,10 @@ type stream struct {
 	bytes int64
 }
 
-var chunkPool = sync.Pool{New: func() any { b := make([]byte, 0, 80<<10); return &b }}
+// freeChunks recycles chunk buffers between the encoder and the stream
+// goroutines without allocating (a sync.Pool of slices would allocate a
+// slice header per Put).
+var freeChunks = make(chan []byte, 64)
 
 func newStream(w io.Writer, queue int) *stream {
 	s := &stream{w: w, ch: make(chan []byte, queue), done: make(chan struct{})}
@@ -48,8 +51,10 @@ func (s *stream) loop() {
 			s.mu.Unlock()
 		}
 		if cap(b) <= 1<<20 {
-			b = b[:0]
-			chunkPool.Put(&b)
+			select {
+			case freeChunks <- b[:0]:
+			default:
+			}
 		}
 	}
 }
@@ -70,7 +75,13 @@ func (s *stream) failed() bool {
 	return s.err != nil
 }
 
+// copyChunk returns a copy of p in a recycled buffer.
 func copyChunk(p []byte) []byte {
-	bp := chunkPool.Get().(*[]byte)
-	return append((*bp)[:0], p...)
+	var b []byte
+	select {
+	case b = <-freeChunks:
+	default:
+		b = make([]byte, 0, 80<<10)
+	}
+	return append(b, p...)
 }

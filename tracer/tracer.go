@@ -142,6 +142,28 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 	if opts.Command != nil && opts.Pid != 0 {
 		return nil, errors.New("tracer: set Pid or Command, not both")
 	}
+	t, err := newTracer(opts)
+	if err != nil {
+		return nil, err
+	}
+	h := (*handler)(t)
+	t.be, err = openBackend(t.opts, h)
+	if err != nil {
+		t.closeStreams()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	t.cancel = cancel
+	go func() {
+		t.runErr = t.be.Run(runCtx)
+		close(t.done)
+	}()
+	go t.flusher()
+	return t, nil
+}
+
+// newTracer sets up encoding and the streams, without a back end.
+func newTracer(opts Options) (*Tracer, error) {
 	if opts.StreamQueue <= 0 {
 		opts.StreamQueue = 256
 	}
@@ -174,20 +196,6 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 	}
 	t.start = format.ClockSync{Time: monotonic(), WallNano: time.Now().UnixNano()}
 	t.w.WriteClockSync(t.start)
-
-	h := (*handler)(t)
-	t.be, err = openBackend(opts, h)
-	if err != nil {
-		t.closeStreams()
-		return nil, err
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	t.cancel = cancel
-	go func() {
-		t.runErr = t.be.Run(runCtx)
-		close(t.done)
-	}()
-	go t.flusher()
 	return t, nil
 }
 

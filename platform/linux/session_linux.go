@@ -645,3 +645,30 @@ func (s *Session) Close() error {
 	})
 	return nil
 }
+
+// NewReplay returns a Session with no kernel events behind it: records
+// handed to [Session.Replay] go through the same decoding and module and
+// thread tracking as a live session's. It serves benchmarks and fuzzing of
+// the record → handler path, and replaying captured ring contents.
+func NewReplay(pid int, h platform.Handler) *Session {
+	s := newSession(platform.Config{Pid: pid}, h)
+	s.pid = pid
+	return s
+}
+
+// Replay reports the perf records laid out back to back in recs, as in a
+// ring buffer's data area, and returns how many bytes it consumed. It stops
+// at a truncated or malformed record header.
+func (s *Session) Replay(recs []byte) int {
+	off := 0
+	for len(recs)-off >= 8 {
+		n := int(recs[off+6]) | int(recs[off+7])<<8
+		if n < 8 || off+n > len(recs) {
+			break
+		}
+		s.handle(recs[off : off+n])
+		off += n
+	}
+	s.bytes.Add(uint64(off))
+	return off
+}
