@@ -327,4 +327,3 @@ func TestARM64PointerAuth(t *testing.T) {
 		t.Errorf("signed return address: got %#x, want [%#x %#x]", got, pc, ra)
 	}
 }
-
