@@ -60,7 +60,7 @@ func ptrace(req, pid int, addr, data uintptr) error {
 type TidStop struct {
 	Exited bool // the thread exited or was killed
 	Sig    int  // the stop signal (SIGTRAP for a PTRACE_INTERRUPT stop)
-	Event  int  // the ptrace event (PtraceEventStop for an interrupt or group stop)
+	Event  int  // the ptrace event (PtraceEventStop for an interrupt or group stop), 0 for a signal-delivery-stop
 }
 
 // PtraceEventStop is PTRACE_EVENT_STOP: the stop PTRACE_INTERRUPT asks for.
@@ -81,7 +81,7 @@ func WaitTid(tid int) (TidStop, error) {
 		break
 	}
 	if ws.Stopped() {
-		return TidStop{Sig: int(ws.StopSignal()), Event: ws.TrapCause()}, nil
+		return TidStop{Sig: int(ws.StopSignal()), Event: int(uint32(ws)>>16) & 0xff}, nil
 	}
 	return TidStop{Exited: true}, nil
 }
@@ -106,3 +106,6 @@ const (
 	EFAULT = unix.EFAULT
 	EIO    = unix.EIO
 )
+
+// Kill sends sig to pid.
+func Kill(pid, sig int) error { return unix.Kill(pid, unix.Signal(sig)) }
