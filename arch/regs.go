@@ -228,3 +228,45 @@ func (r *Regs) SetPerf(a Arch, mask uint64, vals []uint64) error {
 }
 
 var errShortPerfRegs = fmt.Errorf("arch: perf register block shorter than its mask")
+
+// Linux ptrace register layouts (PTRACE_GETREGS / PTRACE_GETREGSET
+// NT_PRSTATUS), as a slice of 64-bit words, and in core files' NT_PRSTATUS
+// notes.
+//
+// x86-64 struct user_regs_struct (sys/user.h), 27 words:
+//
+//	r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax
+//	rip cs eflags rsp ss fs_base gs_base ds es fs gs
+//
+// arm64 struct user_pt_regs, 34 words: x0-x30 sp pc pstate.
+var userRegsAMD64 = [...]int8{
+	15, 14, 13, 12, AMD64RBP, AMD64RBX, 11, 10, 9, 8, AMD64RAX, AMD64RCX, AMD64RDX, AMD64RSI, AMD64RDI, -1,
+	AMD64RIP, -1, -1, AMD64RSP,
+}
+
+// SetUserRegs fills r from a Linux user_regs_struct (amd64) or
+// user_pt_regs (arm64) given as 64-bit words.
+func (r *Regs) SetUserRegs(a Arch, words []uint64) error {
+	*r = Regs{Arch: a}
+	switch a {
+	case AMD64:
+		if len(words) < len(userRegsAMD64) {
+			return fmt.Errorf("arch: amd64 user_regs_struct needs %d words, have %d", len(userRegsAMD64), len(words))
+		}
+		for i, d := range userRegsAMD64 {
+			if d >= 0 {
+				r.Set(int(d), words[i])
+			}
+		}
+	case ARM64:
+		if len(words) < 33 {
+			return fmt.Errorf("arch: arm64 user_pt_regs needs 33 words, have %d", len(words))
+		}
+		for i := 0; i <= ARM64PC; i++ {
+			r.Set(i, words[i])
+		}
+	default:
+		return fmt.Errorf("arch: no user register layout for %v", a)
+	}
+	return nil
+}
