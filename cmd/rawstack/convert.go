@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"io"
+	"os"
+
+	"github.com/rawstack/rawstack/symbolizer/export/folded"
+	"github.com/rawstack/rawstack/symbolizer/export/pprof"
+)
+
+func init() {
+	register(&command{
+		name:  "convert",
+		usage: "FILE --to pprof|folded [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]...",
+		short: "symbolize a trace and write it as a pprof profile or folded stacks",
+		run:   runConvert,
+	})
+}
+
+func runConvert(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	to := fs.String("to", "", "output format: pprof or folded")
+	out := fs.String("o", "", "output file (default: standard output)")
+	value := fs.String("value", "samples", "folded: the number after each stack, samples or cpu (ns)")
+	var sf symFlags
+	sf.register(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	if len(pos) != 1 {
+		return &usageError{"want one trace FILE"}
+	}
+	if *to != "pprof" && *to != "folded" {
+		return &usageError{"--to must be pprof or folded"}
+	}
+	v := folded.Samples
+	switch *value {
+	case "samples":
+	case "cpu":
+		v = folded.CPUNanos
+	default:
+		return &usageError{"--value must be samples or cpu"}
+	}
+	o, err := sf.options(stderr)
+	if err != nil {
+		return err
+	}
+	p, err := buildProfile(pos[0], o)
+	if err != nil {
+		return err
+	}
+	w := stdout
+	var f *os.File
+	if *out != "" && *out != "-" {
+		if f, err = os.Create(*out); err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriter(w)
+	if *to == "pprof" {
+		err = pprof.Write(bw, p)
+	} else {
+		err = folded.Write(bw, p, v)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil && f != nil {
+		err = f.Close()
+	}
+	return err
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/symbolizer"
+	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
+	"github.com/rawstack/rawstack/symbolizer/export/text"
+)
+
+func init() {
+	register(&command{
+		name:  "report",
+		usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod]",
+		short: "symbolize a trace and print the top functions by self and total samples",
+		run:   runReport,
+	})
+}
+
+// symFlags are the options shared by the commands that symbolize a trace.
+type symFlags struct {
+	pathMaps     multiFlag
+	debugDirs    multiFlag
+	noDebuginfod bool
+	workers      int
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+func (s *symFlags) register(fs *flag.FlagSet) {
+	fs.Var(&s.pathMaps, "path-map", "OLD=NEW: read files recorded under OLD from NEW (repeatable)")
+	fs.Var(&s.debugDirs, "debug-dir", "directory of separate debug files, searched before /usr/lib/debug (repeatable)")
+	fs.BoolVar(&s.noDebuginfod, "no-debuginfod", false, "do not ask DEBUGINFOD_URLS servers for missing debug files")
+	fs.IntVar(&s.workers, "j", 2, "modules symbolized in parallel")
+}
+
+func (s *symFlags) options(stderr io.Writer) (*symbolizer.Options, error) {
+	o := &symbolizer.Options{DebugDirs: s.debugDirs, NoDebuginfod: s.noDebuginfod, Workers: s.workers}
+	for _, pm := range s.pathMaps {
+		m, err := symbolizer.ParsePathMap(pm)
+		if err != nil {
+			return nil, &usageError{err.Error()}
+		}
+		o.PathMap = append(o.PathMap, m)
+	}
+	warned := map[string]bool{}
+	o.Warn = func(err error) {
+		if !warned[err.Error()] {
+			warned[err.Error()] = true
+			fmt.Fprintf(stderr, "warning: %v\n", err)
+		}
+	}
+	if isTerminal(stderr) {
+		o.Progress = newProgressBar(stderr)
+	}
+	return o, nil
+}
+
+// parseInterleaved parses flags that may follow positional arguments
+// ("report FILE --top 5").
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func buildProfile(path string, o *symbolizer.Options) (*symbolizer.Profile, error) {
+	r, err := format.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	p, err := symbolizer.Build(r, o)
+	if o.Progress != nil {
+		o.Progress(-1, -1)
+	}
+	return p, err
+}
+
+func runReport(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	top := fs.Int("top", 20, "functions per table")
+	var sf symFlags
+	sf.register(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	if len(pos) != 1 {
+		return &usageError{"want one trace FILE"}
+	}
+	o, err := sf.options(stderr)
+	if err != nil {
+		return err
+	}
+	p, err := buildProfile(pos[0], o)
+	if err != nil {
+		return err
+	}
+	return text.Write(stdout, p, *top)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// newProgressBar returns a Progress callback drawing a bar on a terminal,
+// at most ten times a second; done < 0 erases it.
+func newProgressBar(w io.Writer) func(done, total int) {
+	var last time.Time
+	shown := false
+	return func(done, total int) {
+		if done < 0 {
+			if shown {
+				fmt.Fprint(w, "\r\033[K")
+			}
+			return
+		}
+		if total == 0 || time.Since(last) < 100*time.Millisecond && done < total {
+			return
+		}
+		last = time.Now()
+		shown = true
+		const width = 30
+		n := done * width / total
+		fmt.Fprintf(w, "\rsymbolizing [%s%s] %d/%d locations", strings.Repeat("#", n), strings.Repeat(".", width-n), done, total)
+	}
+}

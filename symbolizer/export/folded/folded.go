@@ -1,0 +1,78 @@
+// Package folded exports a symbolized profile as folded stacks, the input
+// of flamegraph.pl and many flame graph viewers: one line per distinct
+// stack, frames root first separated by ';', then a space and the count:
+//
+//	main;run;parse 42
+//
+// Inlined frames appear as frames of their own, outermost first.
+package folded
+
+import (
+	"bufio"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/rawstack/rawstack/symbolizer"
+)
+
+// Value selects the number written after each stack.
+type Value int
+
+const (
+	Samples  Value = iota // sample count
+	CPUNanos              // on-CPU nanoseconds
+)
+
+// Write writes the folded stacks of p, sorted by stack text.
+func Write(w io.Writer, p *symbolizer.Profile, v Value) error {
+	sums := map[string]int64{}
+	var sb strings.Builder
+	for _, s := range p.Samples {
+		sb.Reset()
+		for i := len(s.Locs) - 1; i >= 0; i-- {
+			l := p.Locations[s.Locs[i]]
+			n := len(l.Frames)
+			if n == 0 {
+				n = 1
+			}
+			for j := n - 1; j >= 0; j-- {
+				if sb.Len() > 0 {
+					sb.WriteByte(';')
+				}
+				sb.WriteString(clean(l.FunctionName(j)))
+			}
+		}
+		if sb.Len() == 0 {
+			sb.WriteString("[no stack]")
+		}
+		val := s.Count
+		if v == CPUNanos {
+			val = s.CPUNanos
+		}
+		sums[sb.String()] += val
+	}
+	keys := make([]string, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	bw := bufio.NewWriter(w)
+	for _, k := range keys {
+		bw.WriteString(k)
+		bw.WriteByte(' ')
+		bw.WriteString(strconv.FormatInt(sums[k], 10))
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+// clean keeps a frame name from breaking the format: ';' separates frames
+// and a newline ends the record.
+func clean(s string) string {
+	if !strings.ContainsAny(s, ";\n") {
+		return s
+	}
+	return strings.NewReplacer(";", ":", "\n", " ").Replace(s)
+}

@@ -1,0 +1,108 @@
+package symbolizer
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// PathMap rewrites a path prefix recorded on the host (Old) to where the
+// files are on this machine (New), as --path-map OLD=NEW.
+type PathMap struct{ Old, New string }
+
+// ParsePathMap parses "OLD=NEW".
+func ParsePathMap(s string) (PathMap, error) {
+	i := strings.IndexByte(s, '=')
+	if i <= 0 {
+		return PathMap{}, fmt.Errorf("symbolizer: path map %q: want OLD=NEW", s)
+	}
+	return PathMap{Old: s[:i], New: s[i+1:]}, nil
+}
+
+// Options tune how modules are found and symbolized. The zero value is
+// valid: files are read at their recorded paths, debug files are looked
+// up in /usr/lib/debug, debuginfod is asked when DEBUGINFOD_URLS is set.
+type Options struct {
+	// PathMap rewrites recorded paths; the longest matching Old wins.
+	PathMap []PathMap
+	// DebugDirs are searched for separate debug files, before
+	// /usr/lib/debug: DIR/.build-id/xx/rest.debug, and for a
+	// .gnu_debuglink name N: DIR/N and DIR/<binary's dir>/N.
+	DebugDirs []string
+	// DebuginfodURLs are debuginfod servers; nil means the
+	// DEBUGINFOD_URLS environment variable (space separated).
+	DebuginfodURLs []string
+	// NoDebuginfod disables debuginfod even when DEBUGINFOD_URLS is set.
+	NoDebuginfod bool
+	// DebuginfodCache is where downloaded files are kept; "" means
+	// $DEBUGINFOD_CACHE_PATH or the user cache directory.
+	DebuginfodCache string
+	// DebuginfodTimeout bounds one download; 0 means 30s.
+	DebuginfodTimeout time.Duration
+	// Workers is how many modules are symbolized at once; 0 means 2.
+	Workers int
+	// Progress, if set, is called as locations are symbolized.
+	Progress func(done, total int)
+	// Warn, if set, receives non-fatal problems (a module that cannot be
+	// opened, a damaged chunk).
+	Warn func(error)
+}
+
+// MapPath applies the path map to a recorded path.
+func (o *Options) MapPath(p string) string {
+	if o == nil {
+		return p
+	}
+	best := -1
+	for i, m := range o.PathMap {
+		if strings.HasPrefix(p, m.Old) && (best < 0 || len(m.Old) > len(o.PathMap[best].Old)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return p
+	}
+	return o.PathMap[best].New + p[len(o.PathMap[best].Old):]
+}
+
+func (o *Options) warn(err error) {
+	if o != nil && o.Warn != nil {
+		o.Warn(err)
+	}
+}
+
+// Opened is a module opened for symbolization.
+type Opened struct {
+	Source Source
+	// Segments are the file's loadable segments (ELF), used to turn file
+	// offsets into the addresses Source takes.
+	Segments []Segment
+	// Path is the file that was opened, for reports.
+	Path string
+}
+
+// OpenFunc opens the file of module m for symbolization.
+type OpenFunc func(m *Module, opts *Options) (*Opened, error)
+
+var (
+	openersMu sync.RWMutex
+	openers   = map[format.ModuleKind]OpenFunc{}
+)
+
+// RegisterOpener makes open the way modules of kind are opened. Symbol
+// source packages register themselves from init: import
+// github.com/rawstack/rawstack/symbolizer/elfsrc for ELF modules.
+func RegisterOpener(kind format.ModuleKind, open OpenFunc) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	openers[kind] = open
+}
+
+func opener(kind format.ModuleKind) OpenFunc {
+	openersMu.RLock()
+	defer openersMu.RUnlock()
+	return openers[kind]
+}

@@ -1,0 +1,361 @@
+package symbolizer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// Location is one distinct code address of a profile.
+type Location struct {
+	// Module is the module the address fell in at sample time; nil when
+	// it fell in none.
+	Module *Module
+	// Abs is the absolute address recorded on the host.
+	Abs uint64
+	// Addr is the module-relative address (format/SPEC.md): what symbol
+	// tables and llvm-symbolizer --obj use. Without a module it is Abs;
+	// when the module's file could not be read it is the file offset.
+	Addr uint64
+	// Caller says Abs is a return address: it was symbolized at Addr-1,
+	// inside the call instruction, as perf and pprof do.
+	Caller bool
+	// Frames are the functions at the address, innermost inlined function
+	// first; empty when nothing is known about it.
+	Frames []Frame
+}
+
+// String names an unsymbolized location: "module+0xoff" or "0xaddr".
+func (l *Location) String() string {
+	if l.Module == nil {
+		return fmt.Sprintf("%#x", l.Abs)
+	}
+	return fmt.Sprintf("%s+%#x", baseName(l.Module.Name()), l.Addr)
+}
+
+// FunctionName returns the name to show for frame i of the location,
+// falling back to String for unknown functions.
+func (l *Location) FunctionName(i int) string {
+	if i < len(l.Frames) && l.Frames[i].Function != "" {
+		return l.Frames[i].Function
+	}
+	return l.String()
+}
+
+func baseName(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' || p[i] == '\\' {
+			return p[i+1:]
+		}
+	}
+	return p
+}
+
+// Sample is an aggregate of samples with the same stack.
+type Sample struct {
+	// Locs indexes Profile.Locations, leaf first.
+	Locs []int
+	// Count is the number of samples.
+	Count int64
+	// CPUNanos is the summed weight of on-CPU samples: the sampling
+	// period in ns as the Linux back end records it.
+	CPUNanos int64
+	// OffCPUNanos is the summed weight of off-CPU samples (ns blocked).
+	OffCPUNanos int64
+}
+
+// Profile is a symbolized profile built from a stream.
+type Profile struct {
+	Header    format.Header
+	Modules   []*Module // every module loaded in the stream
+	Locations []*Location
+	Samples   []*Sample
+	// Start and End bound the sample times (stream clock, ns).
+	Start, End int64
+	// Lost counts samples the host reported dropped; BadChunks the
+	// damaged chunks skipped while reading; RawStacks the RawStack
+	// events (not unwound by this version of the symbolizer); Unknown
+	// samples whose stack id was never defined.
+	Lost, BadChunks, RawStacks, UnknownStacks int64
+}
+
+// TotalCount returns the number of samples in the profile.
+func (p *Profile) TotalCount() int64 {
+	var n int64
+	for _, s := range p.Samples {
+		n += s.Count
+	}
+	return n
+}
+
+// Build reads a stream to its end and returns the symbolized profile.
+// Damaged chunks are skipped (and counted); modules whose files cannot be
+// found keep their addresses as module+offset.
+func Build(r *format.Reader, opts *Options) (*Profile, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	b := newBuilder(r.Header())
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		var ce *format.ChunkError
+		if errors.As(err, &ce) {
+			b.p.BadChunks++
+			opts.warn(err)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		b.event(ev)
+	}
+	b.finish()
+	if err := b.symbolize(opts); err != nil {
+		return nil, err
+	}
+	return b.p, nil
+}
+
+type locKey struct {
+	mod    uint64 // module ID + 1, 0 for none
+	abs    uint64
+	caller bool
+}
+
+type stackKey struct {
+	pid   uint32
+	stack uint64
+	gen   uint64
+}
+
+type builder struct {
+	p       *Profile
+	db      *ModuleDB
+	stacks  map[uint64][]uint64
+	locs    map[locKey]int
+	norm    map[stackKey][]int // stack → location indices
+	samples map[string]*Sample
+	keyBuf  []byte
+	first   bool
+}
+
+func newBuilder(h format.Header) *builder {
+	return &builder{
+		p:       &Profile{Header: h},
+		db:      NewModuleDB(),
+		stacks:  map[uint64][]uint64{},
+		locs:    map[locKey]int{},
+		norm:    map[stackKey][]int{},
+		samples: map[string]*Sample{},
+		first:   true,
+	}
+}
+
+func (b *builder) event(ev *format.Event) {
+	switch ev.Kind {
+	case format.KindModuleLoad:
+		b.db.Load(&ev.ModuleLoad)
+	case format.KindModuleUnload:
+		b.db.Unload(&ev.ModuleUnload)
+	case format.KindStack:
+		b.stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
+	case format.KindLost:
+		b.p.Lost += int64(ev.Lost.Count)
+	case format.KindRawStack:
+		b.p.RawStacks++
+	case format.KindSample:
+		b.sample(&ev.Sample)
+	}
+}
+
+func (b *builder) sample(s *format.Sample) {
+	if b.first || s.Time < b.p.Start {
+		b.p.Start = s.Time
+	}
+	if b.first || s.Time > b.p.End {
+		b.p.End = s.Time
+	}
+	b.first = false
+	var locs []int
+	if s.Stack != 0 {
+		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
+		var ok bool
+		if locs, ok = b.norm[k]; !ok {
+			pcs, defined := b.stacks[s.Stack]
+			if !defined {
+				b.p.UnknownStacks++
+			}
+			locs = make([]int, len(pcs))
+			for i, pc := range pcs {
+				locs[i] = b.loc(s.Pid, pc, i > 0, s.Time)
+			}
+			b.norm[k] = locs
+		}
+	}
+	b.keyBuf = b.keyBuf[:0]
+	for _, l := range locs {
+		b.keyBuf = binary.AppendUvarint(b.keyBuf, uint64(l))
+	}
+	agg := b.samples[string(b.keyBuf)]
+	if agg == nil {
+		agg = &Sample{Locs: locs}
+		b.samples[string(b.keyBuf)] = agg
+		b.p.Samples = append(b.p.Samples, agg)
+	}
+	agg.Count++
+	if s.Flags&format.SampleOffCPU != 0 {
+		agg.OffCPUNanos += int64(s.Weight)
+	} else {
+		agg.CPUNanos += int64(s.Weight)
+	}
+}
+
+func (b *builder) loc(pid uint32, pc uint64, caller bool, t int64) int {
+	m := b.db.Lookup(pid, pc, t)
+	k := locKey{abs: pc, caller: caller}
+	if m != nil {
+		k.mod = m.ID + 1
+	}
+	if i, ok := b.locs[k]; ok {
+		return i
+	}
+	i := len(b.p.Locations)
+	b.p.Locations = append(b.p.Locations, &Location{Module: m, Abs: pc, Addr: pc, Caller: caller})
+	b.locs[k] = i
+	return i
+}
+
+func (b *builder) finish() {
+	b.p.Modules = b.db.Modules()
+}
+
+// fileKey identifies a module file: mappings of one file (several
+// segments, several processes) share one Source.
+type fileKey struct {
+	kind    format.ModuleKind
+	path    string
+	buildID string
+}
+
+func keyOf(m *Module) fileKey {
+	return fileKey{m.Kind, m.Path, string(m.BuildID)}
+}
+
+// symbolize resolves the locations of each module file, independent files
+// in parallel. Each distinct (file, address) is symbolized once.
+func (b *builder) symbolize(opts *Options) error {
+	groups := map[fileKey][]*Location{}
+	var order []fileKey
+	for _, l := range b.p.Locations {
+		if l.Module == nil {
+			continue
+		}
+		k := keyOf(l.Module)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], l)
+	}
+	// Big groups first so the workers finish together.
+	sort.SliceStable(order, func(i, j int) bool { return len(groups[order[i]]) > len(groups[order[j]]) })
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 2
+	}
+	total := len(b.p.Locations)
+	var mu sync.Mutex
+	done := total
+	for _, g := range groups {
+		done -= len(g)
+	}
+	progress := func(n int) {
+		if opts.Progress == nil {
+			return
+		}
+		mu.Lock()
+		done += n
+		d := done
+		mu.Unlock()
+		opts.Progress(d, total)
+	}
+	progress(0)
+	work := make(chan fileKey)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				symbolizeFile(groups[k], opts, progress)
+			}
+		}()
+	}
+	for _, k := range order {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	return nil
+}
+
+func symbolizeFile(locs []*Location, opts *Options, progress func(int)) {
+	m := locs[0].Module
+	open := opener(m.Kind)
+	if open == nil && m.Kind == format.ModuleUnknown {
+		open = opener(format.ModuleELF)
+	}
+	var o *Opened
+	if open != nil {
+		var err error
+		o, err = open(m, opts)
+		if err != nil {
+			opts.warn(fmt.Errorf("symbolizer: module %s: %w", m.Name(), err))
+			o = nil
+		}
+	}
+	if o != nil && o.Source != nil {
+		defer o.Source.Close()
+	}
+	type ak struct {
+		addr   uint64
+		caller bool
+	}
+	cache := map[ak][]Frame{}
+	var buf []Frame
+	for i, l := range locs {
+		var segs []Segment
+		if o != nil {
+			segs = o.Segments
+		}
+		rel, ok := l.Module.Relative(l.Abs, segs)
+		l.Addr = rel
+		if o != nil && o.Source != nil && ok {
+			k := ak{rel, l.Caller}
+			fr, seen := cache[k]
+			if !seen {
+				look := rel
+				if l.Caller && look > 0 {
+					look--
+				}
+				buf, _ = o.Source.Symbolize(look, buf[:0])
+				if len(buf) > 0 {
+					fr = append([]Frame(nil), buf...)
+				}
+				cache[k] = fr
+			}
+			l.Frames = fr
+		}
+		if (i+1)%1024 == 0 {
+			progress(1024)
+		}
+	}
+	progress(len(locs) % 1024)
+}
