@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// The record scenario (issue 3): a CPU-bound C++ workload run unsampled,
+// under `rawstack record -F 1000` and under `perf record -F 1000 -g`,
+// interleaved, several times. It reports the workload's slowdown (its own
+// CPU time, which includes the sampling interrupts charged to it) and the
+// trace bytes per sample of each recorder.
+func init() {
+	register(&scenario{name: "record", order: 30, run: runRecord})
+}
+
+var (
+	reCPU     = regexp.MustCompile(`cpu_ns (\d+)`)
+	reSamples = regexp.MustCompile(`(\d+) samples`)
+	rePerfSmp = regexp.MustCompile(`SAMPLE events:\s+(\d+)`)
+)
+
+type recordRun struct {
+	cpuNs   float64
+	bytes   int64
+	samples int64
+}
+
+func runRecord(cfg *config) ([]row, error) {
+	load, err := buildC(cfg, "recordload.cc", "-O2", "-fno-omit-frame-pointer")
+	if err != nil {
+		return nil, err
+	}
+	rawstack := filepath.Join(cfg.work, "rawstack")
+	if b, err := exec.Command("go", "build", "-o", rawstack, "./cmd/rawstack").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building rawstack: %v\n%s", err, b)
+	}
+	rounds, reps := "150", 5
+	if cfg.short {
+		rounds, reps = "40", 3
+	}
+	perf, perfErr := exec.LookPath("perf")
+
+	var base, rs, pf []recordRun
+	for i := 0; i < reps; i++ {
+		r, err := runLoad(exec.Command(load, rounds))
+		if err != nil {
+			return nil, fmt.Errorf("unsampled: %w", err)
+		}
+		base = append(base, r)
+
+		out := filepath.Join(cfg.work, "trace.rawstack")
+		r, err = runLoad(exec.Command(rawstack, "record", "-q", "-F", "1000", "-o", out, "--", load, rounds))
+		if err != nil {
+			return nil, fmt.Errorf("rawstack record: %w", err)
+		}
+		r.bytes, r.samples, err = rawstackSamples(out)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+
+		if perfErr == nil {
+			pdata := filepath.Join(cfg.work, "perf.data")
+			r, err = runLoad(exec.Command(perf, "record", "-q", "-F", "1000", "-g", "-o", pdata, "--", load, rounds))
+			if err == nil {
+				r.bytes, r.samples, err = perfSamples(perf, pdata)
+			}
+			if err != nil {
+				perfErr = fmt.Errorf("perf record: %w", err)
+			} else {
+				pf = append(pf, r)
+			}
+		}
+	}
+	b := median(base, func(r recordRun) float64 { return r.cpuNs })
+	rsCPU := median(rs, func(r recordRun) float64 { return r.cpuNs })
+	rsBPS := median(rs, func(r recordRun) float64 { return float64(r.bytes) / float64(max(r.samples, 1)) })
+	rsN := median(rs, func(r recordRun) float64 { return float64(r.samples) })
+	fmt.Fprintf(cfg.logger, "  unsampled %.0f ms CPU, rawstack %.0f ms (%.0f samples)\n", b/1e6, rsCPU/1e6, rsN)
+	rows := []row{
+		{Scenario: "record", Metric: "workload CPU time, unsampled (ms)", Rawstack: b / 1e6, Better: "lower"},
+	}
+	if perfErr != nil || len(pf) == 0 {
+		note := "perf not available"
+		if perfErr != nil {
+			note = perfErr.Error()
+		}
+		return append(rows,
+			row{Scenario: "record", Metric: "slowdown at 1000 Hz (x)", Rawstack: rsCPU / b, Better: "lower", Note: note},
+			row{Scenario: "record", Metric: "trace bytes/sample", Rawstack: rsBPS, Better: "lower", Note: note},
+		), nil
+	}
+	pfCPU := median(pf, func(r recordRun) float64 { return r.cpuNs })
+	pfBPS := median(pf, func(r recordRun) float64 { return float64(r.bytes) / float64(max(r.samples, 1)) })
+	pfN := median(pf, func(r recordRun) float64 { return float64(r.samples) })
+	return append(rows,
+		row{Scenario: "record", Metric: "slowdown at 1000 Hz (x)", Rawstack: rsCPU / b, Peer: "perf record -g", PeerVal: pfCPU / b, Better: "lower", Note: "target: no worse than perf"},
+		row{Scenario: "record", Metric: "trace bytes/sample", Rawstack: rsBPS, Peer: "perf.data", PeerVal: pfBPS, Better: "lower", Note: "target: <= 1/5 of perf.data"},
+		row{Scenario: "record", Metric: "samples recorded", Rawstack: rsN, Peer: "perf record -g", PeerVal: pfN, Better: "higher"},
+	), nil
+}
+
+// runLoad runs cmd and reads the workload's cpu_ns from its stderr.
+func runLoad(cmd *exec.Cmd) (recordRun, error) {
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		return recordRun{}, fmt.Errorf("%v: %s", err, stderr.String())
+	}
+	m := reCPU.FindSubmatch(stderr.Bytes())
+	if m == nil {
+		return recordRun{}, fmt.Errorf("no cpu_ns in output: %s", stderr.String())
+	}
+	ns, _ := strconv.ParseFloat(string(m[1]), 64)
+	return recordRun{cpuNs: ns}, nil
+}
+
+// rawstackSamples returns the size of a trace and its number of samples.
+func rawstackSamples(path string) (int64, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err := format.NewReader(f)
+	if err != nil {
+		return 0, 0, err
+	}
+	var n int64
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading %s: %w", path, err)
+		}
+		if ev.Kind == format.KindSample {
+			n++
+		}
+	}
+	return fi.Size(), n, nil
+}
+
+// perfSamples returns the size of a perf.data file and its sample count.
+func perfSamples(perf, path string) (int64, int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	out, err := exec.Command(perf, "report", "-i", path, "--stats").Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("perf report --stats: %w", err)
+	}
+	m := rePerfSmp.FindSubmatch(out)
+	if m == nil {
+		return 0, 0, fmt.Errorf("perf report --stats: no sample count")
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return fi.Size(), n, nil
+}
+
+func median(rs []recordRun, f func(recordRun) float64) float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
