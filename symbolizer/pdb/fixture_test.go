@@ -32,7 +32,7 @@ const mingwLibDir = "/usr/lib/gcc/x86_64-w64-mingw32/12-win32"
 // fixtureKinds lists the fixture builds: "mingw" (clang for
 // x86_64-w64-mingw32 with lld, C and C++ with libstdc++ names) and "msvc"
 // (clang for x86_64-pc-windows-msvc, lld-link /debug, no CRT).
-var fixtureKinds = []string{"mingw"}
+var fixtureKinds = []string{"mingw", "msvc"}
 
 func needTool(t testing.TB, names ...string) {
 	t.Helper()

@@ -3,8 +3,8 @@ package pdb
 import (
 	"strings"
 
-	"github.com/ianlancetaylor/demangle"
 	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/msvc"
 )
 
 // Binary annotation opcodes of S_INLINESITE.
@@ -283,24 +283,16 @@ func (f *File) inlineFrames(m *modInfo, p *proc, rva uint32, dst []symbolizer.Fr
 	return dst
 }
 
-// Demangle demangles a linkage name the way llvm-symbolizer does: Itanium
-// (_Z) and Rust (_R) names fully, MSVC (?) names without access
-// specifiers, calling conventions, member kinds and return types. Other
-// names are returned unchanged.
+// Demangle demangles a linkage name the way llvm-symbolizer does: MSVC
+// (?) names without access specifiers, calling conventions, member kinds
+// and return types; Itanium and Rust names with [symbolizer.Demangle].
+// Other names, and names that do not demangle, are returned unchanged.
 func Demangle(name string) string {
-	if strings.HasPrefix(name, "_Z") || strings.HasPrefix(name, "_R") {
-		if s, err := demangle.ToString(name); err == nil {
+	if strings.HasPrefix(name, "?") {
+		if s, err := msvc.Demangle(name, msvc.Symbolizer); err == nil {
 			return s
 		}
 		return name
 	}
-	if strings.HasPrefix(name, "?") && DemangleMSVC != nil {
-		if s, ok := DemangleMSVC(name); ok {
-			return s
-		}
-	}
-	return name
+	return symbolizer.Demangle(name)
 }
-
-// DemangleMSVC, when set, demangles MSVC decorated names for [Demangle].
-var DemangleMSVC func(string) (string, bool)

@@ -1,0 +1,172 @@
+package msvc
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func needTool(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			t.Skipf("%s not installed", n)
+		}
+	}
+}
+
+// corpus compiles testdata/names.cpp for x86_64-pc-windows-msvc (cached by
+// source hash) and returns the decorated names of its object file.
+func corpus(t *testing.T) []string {
+	needTool(t, "clang", "llvm-nm")
+	src, _ := filepath.Abs("testdata/names.cpp")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(b)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	obj := filepath.Join(cache, "rawstack-test", "msvc", hex.EncodeToString(h[:8])+".obj")
+	if _, err := os.Stat(obj); err != nil {
+		os.MkdirAll(filepath.Dir(obj), 0o755)
+		tmp := obj + ".tmp"
+		out, err := exec.Command("clang", "--target=x86_64-pc-windows-msvc", "-std=c++17", "-O0", "-c", src, "-o", tmp).CombinedOutput()
+		if err != nil {
+			t.Fatalf("clang: %v\n%s", err, out)
+		}
+		os.Rename(tmp, obj)
+	}
+	out, err := exec.Command("llvm-nm", obj).Output()
+	if err != nil {
+		t.Fatalf("llvm-nm: %v", err)
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, ln := range strings.Split(string(out), "\n") {
+		f := strings.Fields(ln)
+		if len(f) == 0 {
+			continue
+		}
+		n := f[len(f)-1]
+		if strings.HasPrefix(n, "?") && !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// undname runs llvm-undname on names with extra flags, one output per name
+// ("" where it fails).
+func undname(t *testing.T, names []string, args ...string) []string {
+	cmd := exec.Command("llvm-undname", args...)
+	cmd.Stdin = strings.NewReader(strings.Join(names, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("llvm-undname: %v", err)
+	}
+	// Output: per name, the name, the result, a blank line.
+	lines := strings.Split(string(bytes.TrimRight(out, "\n")), "\n")
+	var res []string
+	for i := 0; i+1 < len(lines); i += 3 {
+		r := lines[i+1]
+		if strings.HasPrefix(r, "error:") {
+			r = ""
+		}
+		res = append(res, r)
+	}
+	if len(res) != len(names) {
+		t.Fatalf("llvm-undname printed %d results for %d names", len(res), len(names))
+	}
+	return res
+}
+
+func TestAgreeWithLLVMUndname(t *testing.T) {
+	needTool(t, "llvm-undname")
+	names := corpus(t)
+	if len(names) < 80 {
+		t.Fatalf("corpus has only %d names", len(names))
+	}
+	for _, mode := range []struct {
+		name  string
+		flags Flags
+		args  []string
+	}{
+		{"full", 0, nil},
+		{"symbolizer", Symbolizer, []string{"--no-calling-convention", "--no-return-type", "--no-access-specifier", "--no-member-type"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			want := undname(t, names, mode.args...)
+			agree, total, shown := 0, 0, 0
+			for i, n := range names {
+				if want[i] == "" {
+					continue
+				}
+				total++
+				got, err := Demangle(n, mode.flags)
+				if err == nil && got == want[i] {
+					agree++
+					continue
+				}
+				if shown < 15 {
+					shown++
+					t.Logf("%s\n got  %q (%v)\n want %q", n, got, err, want[i])
+				}
+			}
+			pct := 100 * float64(agree) / float64(total)
+			t.Logf("%d/%d names agree with llvm-undname (%.1f%%)", agree, total, pct)
+			if pct < 90 {
+				t.Errorf("agreement %.1f%% below 90%%", pct)
+			}
+		})
+	}
+}
+
+// TestExamples pins a few outputs, including ones where llvm-undname is
+// not the reference (it is not installed everywhere).
+func TestExamples(t *testing.T) {
+	for _, tc := range []struct{ in, full, short string }{
+		{"?area@Circle@geo@@UEBANXZ", "public: virtual double __cdecl geo::Circle::area(void) const", "geo::Circle::area(void) const"},
+		{"??0Foo@@QEAA@XZ", "public: __cdecl Foo::Foo(void)", "Foo::Foo(void)"},
+		{"?f@@YAXP6AHH@Z@Z", "void __cdecl f(int (__cdecl *)(int))", "f(int (__cdecl *)(int))"},
+		{"?f@@YAXPEAY02H@Z", "void __cdecl f(int (*)[3])", "f(int (*)[3])"},
+		{"?x@Foo@@2HA", "public: static int Foo::x", "int Foo::x"},
+		{"?f@?1??g@@YAXXZ@4HA", "int `void __cdecl g(void)'::`2'::f", "int `void __cdecl g(void)'::`2'::f"},
+		{"??$g@H$0A@@@YAXH@Z", "void __cdecl g<int, 0>(int)", "g<int, 0>(int)"},
+	} {
+		full, err := Demangle(tc.in, 0)
+		if err != nil || full != tc.full {
+			t.Errorf("Demangle(%q) = %q, %v; want %q", tc.in, full, err, tc.full)
+		}
+		short, err := Demangle(tc.in, Symbolizer)
+		if err != nil || short != tc.short {
+			t.Errorf("Demangle(%q, Symbolizer) = %q, %v; want %q", tc.in, short, err, tc.short)
+		}
+	}
+	for _, bad := range []string{"", "?", "main", "?f@@YA", "?f@@YAXP", "??$", "?f@@YAX9@Z"} {
+		if s, err := Demangle(bad, 0); err == nil {
+			t.Errorf("Demangle(%q) = %q, want an error", bad, s)
+		}
+	}
+}
+
+func FuzzDemangle(f *testing.F) {
+	for _, s := range []string{"?area@Circle@geo@@UEBANXZ", "?f@?1??g@@YAXXZ@4HA", "??$f@V?$basic_string@DU?$char_traits@D@std@@V?$allocator@D@2@@std@@@@YAXXZ",
+		"?takes_funcs@@YAHP6AHH@ZP6AXXZP8Point@inner@outer@@EBAHHH@ZPEQ123@HP6A?AU123@U123@4@Z@Z", "??_7Base@inner@outer@@6B@"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		Demangle(s, 0)
+		Demangle(s, Symbolizer)
+	})
+}
