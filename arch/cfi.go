@@ -114,8 +114,9 @@ func NewTable(s Sections) (*Table, error) {
 // ErrNoUnwindInfo says a module has neither .eh_frame nor .debug_frame.
 var ErrNoUnwindInfo = errors.New("arch: no .eh_frame or .debug_frame")
 
-// NewTableELF reads the unwind sections of an ELF file. path only names the
-// file in errors.
+// NewTableELF reads the unwind sections of an ELF file. Without section
+// headers it finds .eh_frame through the PT_GNU_EH_FRAME segment. path only
+// names the file in errors.
 func NewTableELF(f *elf.File, path string) (*Table, error) {
 	s := Sections{File: path}
 	switch f.Machine {
@@ -152,6 +153,11 @@ func NewTableELF(f *elf.File, path string) (*Table, error) {
 	}
 	if h := f.Section(".eh_frame_hdr"); h != nil {
 		s.EHFrameHdrAddr = h.Addr
+	}
+	if s.EHFrame == nil {
+		if s.EHFrame, s.EHFrameAddr, s.EHFrameHdrAddr, err = ehFrameFromSegments(f, path); err != nil {
+			return nil, err
+		}
 	}
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
 		return nil, fmt.Errorf("%w in %s", ErrNoUnwindInfo, path)

@@ -316,3 +316,53 @@ func TestCFIMatchesReadelf(t *testing.T) {
 		})
 	}
 }
+
+// TestEHFrameViaSegments reads .eh_frame through PT_GNU_EH_FRAME, as for a
+// file without section headers, and checks the table equals the one from
+// the sections and that .eh_frame_hdr's FDE count equals the FDEs parsed.
+func TestEHFrameViaSegments(t *testing.T) {
+	paths := []string{buildC(t, "gcc", "deep.c", "-O2", "-fomit-frame-pointer"), "/lib/x86_64-linux-gnu/libc.so.6"}
+	for _, path := range paths {
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Logf("skipping %s: %v", path, err)
+			continue
+		}
+		want, err := NewTableELF(f, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := f.Section(".eh_frame_hdr")
+		hd, err := hs.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := ParseEHFrameHdr(path, hd, hs.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eh := f.Section(".eh_frame"); h.EHFrameAddr != eh.Addr {
+			t.Errorf("%s: header says .eh_frame at %#x, section at %#x", path, h.EHFrameAddr, eh.Addr)
+		}
+		if h.FDECount != uint64(want.FDEs+want.Skipped) {
+			t.Errorf("%s: header lists %d FDEs, parsed %d (+%d skipped)", path, h.FDECount, want.FDEs, want.Skipped)
+		}
+		f.Sections = nil // as if the section headers were stripped
+		got, err := NewTableELF(f, path)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s without sections: %v", path, err)
+		}
+		if got.Len() != want.Len() {
+			t.Fatalf("%s: %d rows through segments, %d through sections", path, got.Len(), want.Len())
+		}
+		for i := 0; i < got.Len(); i++ {
+			ga, gr := got.Row(i)
+			wa, wr := want.Row(i)
+			if ga != wa || gr != wr {
+				t.Fatalf("%s row %d: %#x %v, want %#x %v", path, i, ga, gr, wa, wr)
+			}
+		}
+		t.Logf("%s: %d rows, %d FDEs alike through PT_GNU_EH_FRAME", path, got.Len(), h.FDECount)
+	}
+}
