@@ -1,0 +1,133 @@
+package snapshot
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildC compiles testdata/src with cc and flags into a binary cached under
+// the temp directory, keyed by the source, compiler and flags. It skips the
+// test when cc is not installed.
+func buildC(t testing.TB, cc, src string, flags ...string) string {
+	t.Helper()
+	needTool(t, cc)
+	code, err := os.ReadFile(filepath.Join("testdata", src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	h.Write(code)
+	h.Write([]byte(cc + "\x00" + strings.Join(flags, "\x00")))
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	dir := filepath.Join(os.TempDir(), "rawstack-snapshot-fixtures")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, strings.TrimSuffix(src, filepath.Ext(src))+"-"+cc+"-"+key)
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	tmp := out + ".tmp" + key[:4] + hex.EncodeToString([]byte(t.Name()))[:8]
+	args := append(append([]string{}, flags...), "-o", tmp, filepath.Join("testdata", src))
+	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func needTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s not installed: %v", name, err)
+	}
+	return p
+}
+
+// startFixture runs bin with args, waits for it to print "ready" and
+// kills it when the test ends.
+func startFixture(t testing.TB, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("%s exited before it was ready", bin)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s not ready after 30s", bin)
+	}
+	return cmd
+}
+
+// symtab names addresses of one ELF file from its symbol table.
+type symtab struct {
+	syms []elf.Symbol
+}
+
+func loadSymtab(t testing.TB, path string) *symtab {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn []elf.Symbol
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			fn = append(fn, s)
+		}
+	}
+	sort.Slice(fn, func(i, j int) bool { return fn[i].Value < fn[j].Value })
+	return &symtab{fn}
+}
+
+func (s *symtab) name(addr uint64) string {
+	i := sort.Search(len(s.syms), func(i int) bool { return s.syms[i].Value > addr })
+	if i == 0 {
+		return ""
+	}
+	if sy := s.syms[i-1]; addr < sy.Value+sy.Size {
+		return sy.Name
+	}
+	return ""
+}

@@ -1,0 +1,258 @@
+//go:build linux
+
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// hostArch is the architecture of live targets: a 64-bit process of the
+// host's own instruction set.
+var hostArch = map[string]arch.Arch{"amd64": arch.AMD64, "arm64": arch.ARM64}[runtime.GOARCH]
+
+// readAhead is how many pages a stack read fetches at once.
+const readAhead = 8
+
+// maxSeizeRounds bounds how often the thread list is re-read to catch
+// threads created while the others were being stopped.
+const maxSeizeRounds = 8
+
+// Process snapshots the stacks of every thread of the live process pid.
+// Each thread is stopped with PTRACE_SEIZE + PTRACE_INTERRUPT only while
+// its registers and stack are read, and detached on every path, errors and
+// panics included.
+func Process(pid int, opts *Options) (*Snapshot, error) {
+	if hostArch == arch.ArchUnknown {
+		return nil, &platform.NotSupportedError{Feature: "snapshot", Reason: "unsupported architecture " + runtime.GOARCH}
+	}
+	if pid <= 0 {
+		return nil, fmt.Errorf("snapshot: bad pid %d", pid)
+	}
+	if pid == os.Getpid() {
+		return nil, fmt.Errorf("snapshot: pid %d is the calling process: a process cannot ptrace its own threads", pid)
+	}
+	dir := "/proc/" + strconv.Itoa(pid)
+	mapsText, err := os.ReadFile(dir + "/maps")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("snapshot: no process %d", pid)
+		}
+		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
+	}
+	maps, err := parseMaps(mapsText)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %s/maps: %w", dir, err)
+	}
+	snap := &Snapshot{Pid: pid, Arch: hostArch, Name: readComm(dir)}
+	if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
+		snap.Cmdline = strings.TrimRight(string(b), "\x00")
+	}
+
+	// Modules are read before anything stops: file I/O and table parsing
+	// do not need the target stopped.
+	cache := opts.tables()
+	pre := newPageCache(readAhead, liveFill(pid, maps))
+	root := dir + "/root"
+	open := func(m *mapping) string {
+		if strings.HasSuffix(m.Path, " (deleted)") {
+			return fmt.Sprintf("%s/map_files/%x-%x", dir, m.Start, m.End)
+		}
+		if _, err := os.Stat(root + m.Path); err == nil {
+			return root + m.Path
+		}
+		return ""
+	}
+	image := func(start, end uint64) []byte {
+		if end-start > 1<<20 {
+			return nil
+		}
+		b := make([]byte, end-start)
+		if pre.ReadMemory(start, b) != nil {
+			return nil
+		}
+		return b
+	}
+	mods, ams := loadModules(maps, cache, open, image)
+	snap.Modules = mods
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st := &stopper{pid: pid, dir: dir}
+	defer st.release()
+	start := time.Now()
+	if err := st.stopAll(); err != nil {
+		return nil, err
+	}
+	snap.Time = unix.Monotonic()
+	gregs := make([]uint64, 64)
+	for _, tr := range st.tracees {
+		if tr.state != stateStopped {
+			continue
+		}
+		t := Thread{Tid: tr.tid, Name: tr.name}
+		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
+		if err == nil {
+			t.Regs, err = regsFromGregs(hostArch, gregs[:n])
+		}
+		if err != nil {
+			t.Err = fmt.Errorf("snapshot: registers of tid %d: %w", tr.tid, err)
+		}
+		snap.Threads = append(snap.Threads, t)
+	}
+	mem := newPageCache(readAhead, liveFill(pid, maps))
+	unwindThreads(snap.Threads, ams, mem, opts.maxFrames())
+	st.release()
+	snap.Stopped = time.Since(start)
+	return snap, nil
+}
+
+func readComm(dir string) string {
+	b, err := os.ReadFile(dir + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimRight(string(b), "\n")
+}
+
+// liveFill reads pages of pid with process_vm_readv, one remote iovec per
+// page so a read that reaches an unmapped page still returns the pages
+// before it, and never past the end of the mapping holding addr.
+func liveFill(pid int, maps []mapping) func(addr uint64, buf []byte) int {
+	iov := make([]unix.RemoteIovec, 0, readAhead)
+	return func(addr uint64, buf []byte) int {
+		limit := addr + pageSize
+		for i := range maps {
+			if maps[i].Start <= addr && addr < maps[i].End {
+				limit = maps[i].End
+				break
+			}
+		}
+		iov = iov[:0]
+		for a := addr; a < limit && len(iov)*pageSize < len(buf); a += pageSize {
+			iov = append(iov, unix.RemoteIovec{Base: uintptr(a), Len: pageSize})
+		}
+		n, err := unix.ProcessVMRead(pid, buf[:len(iov)*pageSize], iov)
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+}
+
+type traceeState uint8
+
+const (
+	stateRunning traceeState = iota // seized, not yet seen stopped
+	stateStopped
+	stateGone // exited or detached
+)
+
+type tracee struct {
+	tid   int
+	name  string
+	state traceeState
+	sig   int // signal to give back at detach
+}
+
+// stopper seizes and stops the threads of a process and lets them go.
+type stopper struct {
+	pid     int
+	dir     string
+	tracees []*tracee
+}
+
+func (s *stopper) stopAll() error {
+	seen := map[int]bool{}
+	for round := 0; round < maxSeizeRounds; round++ {
+		ents, err := os.ReadDir(s.dir + "/task")
+		if err != nil {
+			if round == 0 {
+				return fmt.Errorf("snapshot: threads of pid %d: %w", s.pid, err)
+			}
+			break
+		}
+		added := 0
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || seen[tid] {
+				continue
+			}
+			seen[tid] = true
+			if err := unix.PtraceSeize(tid); err != nil {
+				if err == unix.ESRCH {
+					continue // exited since the listing
+				}
+				if err == unix.EPERM {
+					return &platform.PermissionError{
+						Op:   fmt.Sprintf("snapshot: ptrace seize of pid %d tid %d", s.pid, tid),
+						Need: "CAP_SYS_PTRACE, or the same user with kernel.yama.ptrace_scope=0, and no other tracer",
+						Err:  err,
+					}
+				}
+				return fmt.Errorf("snapshot: ptrace seize of tid %d: %w", tid, err)
+			}
+			tr := &tracee{tid: tid, name: readComm(s.dir + "/task/" + e.Name())}
+			s.tracees = append(s.tracees, tr)
+			added++
+			if err := unix.PtraceInterrupt(tid); err != nil {
+				if err == unix.ESRCH {
+					tr.state = stateGone
+					continue
+				}
+				return fmt.Errorf("snapshot: ptrace interrupt of tid %d: %w", tid, err)
+			}
+		}
+		if added == 0 {
+			break
+		}
+	}
+	for _, tr := range s.tracees {
+		if tr.state == stateRunning {
+			s.wait(tr)
+		}
+	}
+	return nil
+}
+
+// wait waits for a seized, interrupted thread to stop.
+func (s *stopper) wait(tr *tracee) {
+	ts, err := unix.WaitTid(tr.tid)
+	switch {
+	case err != nil || ts.Exited:
+		tr.state = stateGone
+	case ts.Event == 0:
+		// A signal-delivery-stop came first: the signal is given back at
+		// detach so the target does not lose it.
+		tr.state, tr.sig = stateStopped, ts.Sig
+	default:
+		tr.state = stateStopped
+	}
+}
+
+// release detaches from every thread, stopping first any seized thread
+// not yet seen stopped (PTRACE_DETACH needs a stopped tracee).
+func (s *stopper) release() {
+	for _, tr := range s.tracees {
+		if tr.state == stateRunning {
+			if unix.PtraceInterrupt(tr.tid) != nil {
+				tr.state = stateGone
+				continue
+			}
+			s.wait(tr)
+		}
+		if tr.state == stateStopped {
+			unix.PtraceDetachSignal(tr.tid, tr.sig)
+			tr.state = stateGone
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package snapshot
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// fixtures are the builds of testdata/threads.c the live tests compare.
+var fixtures = []struct {
+	cc    string
+	flags []string
+}{
+	{"gcc", []string{"-O2", "-fomit-frame-pointer", "-pthread"}},
+	{"clang", []string{"-O2", "-fomit-frame-pointer", "-pthread"}},
+}
+
+// snapshotOrSkip snapshots pid, skipping the test where ptrace is not
+// permitted.
+func snapshotOrSkip(t *testing.T, pid int, opts *Options) *Snapshot {
+	t.Helper()
+	snap, err := Process(pid, opts)
+	var pe *platform.PermissionError
+	if errors.As(err, &pe) {
+		t.Skipf("ptrace not permitted here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// stacks are per-thread pcs keyed by tid.
+type stacks map[int][]uint64
+
+func (s *Snapshot) stacks() stacks {
+	m := stacks{}
+	for _, t := range s.Threads {
+		m[t.Tid] = t.PCs
+	}
+	return m
+}
+
+// gdbStacks attaches gdb to pid and returns each thread's real frames:
+// gdb's inline and tail-call frames come from debug information, not from
+// the stack, and are dropped.
+func gdbStacks(t *testing.T, pid int) stacks {
+	t.Helper()
+	needTool(t, "gdb")
+	script, _ := filepath.Abs(filepath.Join("testdata", "gdbstacks.py"))
+	out := runOracle(t, "gdb", "-batch", "-nx", "-p", strconv.Itoa(pid), "-x", script)
+	m := stacks{}
+	tid := -1
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "TID":
+			tid, _ = strconv.Atoi(f[1])
+			m[tid] = nil
+		case len(f) >= 3 && f[0] == "FRAME" && tid >= 0:
+			if f[2] == "inline" || f[2] == "tailcall" {
+				continue
+			}
+			pc, err := strconv.ParseUint(f[1], 16, 64)
+			if err != nil {
+				t.Fatalf("gdb line %q: %v", line, err)
+			}
+			m[tid] = append(m[tid], pc)
+		}
+	}
+	if len(m) == 0 {
+		t.Fatalf("gdb printed no threads:\n%s", out)
+	}
+	return m
+}
+
+// euStacks runs eu-stack -p pid and returns each thread's pcs.
+func euStacks(t *testing.T, pid int) stacks {
+	t.Helper()
+	needTool(t, "eu-stack")
+	out := runOracle(t, "eu-stack", "-p", strconv.Itoa(pid))
+	m := stacks{}
+	tid := -1
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "TID "); ok {
+			tid, _ = strconv.Atoi(strings.TrimSuffix(v, ":"))
+			m[tid] = nil
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) >= 2 && strings.HasPrefix(f[0], "#") && tid >= 0 {
+			pc, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+			if err != nil {
+				t.Fatalf("eu-stack line %q: %v", line, err)
+			}
+			m[tid] = append(m[tid], pc)
+		}
+	}
+	return m
+}
+
+func runOracle(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	timer := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s\n%s", name, strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return out
+}
+
+func hexPCs(pcs []uint64) string {
+	var b strings.Builder
+	for _, pc := range pcs {
+		fmt.Fprintf(&b, " %#x", pc)
+	}
+	return b.String()
+}
+
+// threadStates returns the state letter of every thread of pid
+// (/proc/PID/task/TID/stat) and the TracerPid of each.
+func threadStates(t *testing.T, pid int) map[int]string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[int]string{}
+	for _, e := range ents {
+		tid, _ := strconv.Atoi(e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		state := strings.Fields(string(b[i+1:]))[0]
+		st, _ := os.ReadFile(filepath.Join(dir, e.Name(), "status"))
+		for _, l := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+				state += " tracer=" + strings.TrimSpace(v)
+			}
+		}
+		m[tid] = state
+	}
+	return m
+}
+
+// checkReleased fails unless every thread of pid runs again, untraced.
+func checkReleased(t *testing.T, pid int) {
+	t.Helper()
+	for tid, st := range threadStates(t, pid) {
+		if st != "S tracer=0" && st != "R tracer=0" {
+			t.Errorf("after the snapshot tid %d is %q, want sleeping or running and untraced", tid, st)
+		}
+	}
+}
+
+// TestProcessMatchesGDB compares the stack of every thread of a
+// multi-threaded -O2 -fomit-frame-pointer program with gdb's and
+// eu-stack's, pc for pc.
+func TestProcessMatchesGDB(t *testing.T) {
+	for _, fx := range fixtures {
+		t.Run(fx.cc, func(t *testing.T) {
+			bin := buildC(t, fx.cc, "threads.c", fx.flags...)
+			cmd := startFixture(t, bin, "5", "7")
+			pid := cmd.Process.Pid
+			snap := snapshotOrSkip(t, pid, nil)
+			checkReleased(t, pid)
+			if len(snap.Threads) != 6 {
+				t.Fatalf("snapshot has %d threads, want 6", len(snap.Threads))
+			}
+			syms := loadSymtab(t, bin)
+			exe := snap.Module(snap.Threads[1].PCs[1])
+			if exe == nil || !exe.HasCFI || exe.File == "" {
+				t.Fatalf("the fixture's module is %+v, want one with CFI", exe)
+			}
+			for _, th := range snap.Threads {
+				if th.Err != nil {
+					t.Errorf("tid %d: %v", th.Tid, th.Err)
+					continue
+				}
+				if th.Stop != arch.StopOutermost {
+					t.Errorf("tid %d: unwind stopped with %v, want the outermost frame:%s", th.Tid, th.Stop, hexPCs(th.PCs))
+				}
+				if th.Tid == pid {
+					continue
+				}
+				// Workers: leaf_block, then 7-9 chain_* frames, then worker.
+				var names []string
+				for _, pc := range th.PCs[1:] {
+					if m := snap.Module(pc); m == exe {
+						names = append(names, syms.name(pc-1-exe.Bias))
+					}
+				}
+				chain := 0
+				for _, n := range names {
+					if strings.HasPrefix(n, "chain_") {
+						chain++
+					}
+				}
+				if len(names) < 3 || names[0] != "leaf_block" || names[len(names)-1] != "worker" || chain < 8 {
+					t.Errorf("tid %d: fixture frames %v, want leaf_block, 8+ chain_*, worker", th.Tid, names)
+				}
+			}
+			got := snap.stacks()
+			compare := func(oracle string, want stacks) {
+				for tid, w := range want {
+					g, ok := got[tid]
+					if !ok {
+						t.Errorf("%s: tid %d missing from the snapshot", oracle, tid)
+						continue
+					}
+					if hexPCs(g) != hexPCs(w) {
+						t.Errorf("%s: tid %d\n got:%s\nwant:%s", oracle, tid, hexPCs(g), hexPCs(w))
+					}
+				}
+				if len(want) != len(got) {
+					t.Errorf("%s: %d threads, snapshot %d", oracle, len(want), len(got))
+				}
+			}
+			compare("gdb", gdbStacks(t, pid))
+			compare("eu-stack", euStacks(t, pid))
+			// A second snapshot after the oracles detached sees the same.
+			again := snapshotOrSkip(t, pid, nil)
+			checkReleased(t, pid)
+			for tid, pcs := range again.stacks() {
+				if hexPCs(pcs) != hexPCs(got[tid]) {
+					t.Errorf("second snapshot: tid %d differs:%s vs%s", tid, hexPCs(pcs), hexPCs(got[tid]))
+				}
+			}
+		})
+	}
+}

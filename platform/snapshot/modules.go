@@ -1,0 +1,260 @@
+package snapshot
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+)
+
+// TableCache keeps what a snapshot reads from each ELF file (program
+// headers, build id, unwind table), keyed by path, size and modification
+// time, so repeated snapshots of the same programs parse each file once.
+// It is safe for concurrent use.
+type TableCache struct {
+	mu sync.Mutex
+	m  map[fileKey]*fileInfo
+}
+
+// NewTableCache returns an empty cache.
+func NewTableCache() *TableCache { return &TableCache{m: map[fileKey]*fileInfo{}} }
+
+type fileKey struct {
+	path  string
+	size  int64
+	mtime int64
+}
+
+type fileInfo struct {
+	progs   []elf.ProgHeader
+	table   *arch.Table // nil: no usable unwind info
+	buildID []byte
+	arch    arch.Arch
+}
+
+// file returns the information of the ELF file at path.
+func (c *TableCache) file(path string) (*fileInfo, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	k := fileKey{path, st.Size(), st.ModTime().UnixNano()}
+	c.mu.Lock()
+	fi := c.m[k]
+	c.mu.Unlock()
+	if fi != nil {
+		return fi, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err = readFileInfo(f, path)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.m[k] = fi
+	c.mu.Unlock()
+	return fi, nil
+}
+
+// image returns the information of an ELF image read from memory (the
+// vDSO), keyed by a hash of its bytes.
+func (c *TableCache) image(name string, b []byte) (*fileInfo, error) {
+	h := fnv.New64a()
+	h.Write(b)
+	k := fileKey{path: fmt.Sprintf("%s#%x", name, h.Sum64()), size: int64(len(b))}
+	c.mu.Lock()
+	fi := c.m[k]
+	c.mu.Unlock()
+	if fi != nil {
+		return fi, nil
+	}
+	fi, err := readFileInfo(bytes.NewReader(b), name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.m[k] = fi
+	c.mu.Unlock()
+	return fi, nil
+}
+
+func readFileInfo(r io.ReaderAt, path string) (*fileInfo, error) {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	fi := &fileInfo{}
+	for _, p := range f.Progs {
+		fi.progs = append(fi.progs, p.ProgHeader)
+	}
+	switch f.Machine {
+	case elf.EM_X86_64:
+		fi.arch = arch.AMD64
+	case elf.EM_AARCH64:
+		fi.arch = arch.ARM64
+	}
+	fi.buildID = elfBuildID(f)
+	if t, err := arch.NewTableELF(f, path); t != nil && (err == nil || !errors.Is(err, arch.ErrNoUnwindInfo)) {
+		// A table with a format error still holds every entry that parsed.
+		fi.table = t
+	}
+	return fi, nil
+}
+
+// bias returns the load bias of the file mapped at start from offset.
+func (fi *fileInfo) bias(start, offset uint64) (uint64, bool) {
+	f := &elf.File{}
+	for _, ph := range fi.progs {
+		f.Progs = append(f.Progs, &elf.Prog{ProgHeader: ph})
+	}
+	b, err := arch.LoadBias(f, start, offset)
+	return b, err == nil
+}
+
+// maxNoteSegment caps the bytes of one note segment or section read.
+const maxNoteSegment = 1 << 20
+
+// elfBuildID returns the GNU build id of f, or nil.
+func elfBuildID(f *elf.File) []byte {
+	var id []byte
+	look := func(b []byte, align uint64) {
+		forNotes(b, f.ByteOrder, align, func(name string, typ uint32, desc []byte, _ int) bool {
+			if name == "GNU" && typ == 3 { // NT_GNU_BUILD_ID
+				id = append([]byte(nil), desc...)
+				return false
+			}
+			return true
+		})
+	}
+	if s := f.Section(".note.gnu.build-id"); s != nil && s.Type == elf.SHT_NOTE && s.Size <= maxNoteSegment {
+		if b, err := s.Data(); err == nil {
+			look(b, s.Addralign)
+		}
+	}
+	for _, p := range f.Progs {
+		if id != nil {
+			break
+		}
+		if p.Type != elf.PT_NOTE || p.Filesz > maxNoteSegment {
+			continue
+		}
+		b := make([]byte, p.Filesz)
+		if _, err := p.ReadAt(b, 0); err == nil {
+			look(b, p.Align)
+		}
+	}
+	return id
+}
+
+// maxNoteField caps a note's name and descriptor sizes.
+const maxNoteField = 64 << 20
+
+// forNotes calls fn for each note in b (ELF note format: namesz, descsz,
+// type, name, desc, each padded to align, which is 4 or 8) with the note's
+// offset in b, until fn returns false. It returns the offset of a
+// truncated note, or -1.
+func forNotes(b []byte, bo binary.ByteOrder, align uint64, fn func(name string, typ uint32, desc []byte, off int) bool) int {
+	al := uint64(4)
+	if align == 8 {
+		al = 8
+	}
+	pad := func(n uint64) uint64 { return (n + al - 1) &^ (al - 1) }
+	off := 0
+	for off < len(b) {
+		if len(b)-off < 12 {
+			return off
+		}
+		namesz, descsz, typ := uint64(bo.Uint32(b[off:])), uint64(bo.Uint32(b[off+4:])), bo.Uint32(b[off+8:])
+		rest := uint64(len(b) - off - 12)
+		if namesz > maxNoteField || descsz > maxNoteField || pad(namesz) > rest || descsz > rest-pad(namesz) {
+			return off
+		}
+		name := b[off+12 : off+12+int(namesz)]
+		name = bytes.TrimRight(name, "\x00")
+		d := off + 12 + int(pad(namesz))
+		desc := b[d : d+int(descsz)]
+		if !fn(string(name), typ, desc, off) {
+			return -1
+		}
+		next := uint64(d) + pad(descsz)
+		if next > uint64(len(b)) {
+			next = uint64(len(b))
+		}
+		off = int(next)
+	}
+	return -1
+}
+
+// loadModules builds the modules of the executable mappings in maps. open
+// names the file to read for a path the target names (it returns "" when
+// there is none); image reads an in-memory ELF image such as the vDSO
+// (nil when unavailable).
+func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string, image func(start, end uint64) []byte) ([]Module, *arch.Modules) {
+	var mods []Module
+	ams := &arch.Modules{}
+	for i := range maps {
+		m := &maps[i]
+		if !m.exec() {
+			continue
+		}
+		mod := Module{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path, Kind: format.ModuleELF}
+		var fi *fileInfo
+		switch {
+		case m.Path == "[vdso]":
+			mod.Kind = format.ModuleVDSO
+			if image != nil {
+				if b := image(m.Start, m.End); b != nil {
+					fi, _ = cache.image("[vdso]", b)
+				}
+			}
+		case strings.HasPrefix(m.Path, "/"):
+			if file := open(m); file != "" {
+				var err error
+				if fi, err = cache.file(file); err == nil {
+					mod.File = file
+				}
+			}
+		default:
+			mod.Kind = format.ModuleAnon
+		}
+		am := arch.Module{Start: m.Start, End: m.End}
+		if fi != nil {
+			mod.BuildID = fi.buildID
+			mod.Bias, mod.HaveBias = fi.bias(m.Start, m.Offset)
+			if mod.HaveBias && fi.table != nil {
+				am.Table, am.Bias = fi.table, mod.Bias
+				mod.HasCFI = true
+			}
+		}
+		ams.Add(am)
+		mods = append(mods, mod)
+	}
+	return mods, ams
+}
+
+// unwindThreads unwinds every thread with registers through mem.
+func unwindThreads(threads []Thread, ams *arch.Modules, mem arch.Memory, maxFrames int) {
+	u := arch.NewUnwinder(ams)
+	u.MaxFrames = maxFrames
+	for i := range threads {
+		t := &threads[i]
+		if t.Err != nil {
+			continue
+		}
+		t.PCs = u.Unwind(&t.Regs, mem, t.PCs[:0])
+		t.Stop = u.Stop
+	}
+}
