@@ -1,6 +1,3 @@
-// Package arch describes instruction-set architectures as data and unwinds
-// stacks. It compiles on every host and calls no OS: a Linux machine can
-// unwind a Windows minidump or an arm64 core file.
 package arch
 
 import (
