@@ -26,6 +26,7 @@ import (
 
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/dwarfline"
+	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 )
 
 // Source symbolizes one ELF file. It is safe for concurrent use.
@@ -36,6 +37,7 @@ type Source struct {
 	syms   symtab // from the symbol file (the binary)
 
 	noDemangle bool
+	gopcln     *gopclntab.Table // Go runtime tables, used without DWARF
 
 	d         *dwarf.Data
 	lines     dwarfline.Sections
@@ -90,6 +92,9 @@ func Open(path string, opts *Options) (*Source, error) {
 	if dbgCloser != nil {
 		s.closer = multiCloser{f, dbgCloser}
 	}
+	if s.d == nil {
+		s.initGo(f)
+	}
 	return s, nil
 }
 
@@ -103,6 +108,9 @@ func NewFile(r io.ReaderAt, name string) (*Source, error) {
 	s.syms = loadSymtab(f)
 	if err := s.initDWARF(f); err != nil {
 		return nil, fmt.Errorf("elfsrc: %s: %w", name, err)
+	}
+	if s.d == nil {
+		s.initGo(f)
 	}
 	return s, nil
 }
@@ -307,6 +315,12 @@ func (s *Source) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fr
 		if u := s.unitFor(addr); u != nil {
 			err = s.load(u)
 			dst = s.frames(u, addr, dst)
+		}
+	} else if s.gopcln != nil {
+		if dst = s.goFrames(addr, dst); len(dst) > start {
+			// Go names are not mangled and the tables name the
+			// outermost function themselves.
+			return dst, nil
 		}
 	}
 	if sym, ok := s.syms.lookup(addr); ok {
