@@ -60,6 +60,12 @@ func gdbStacks(t *testing.T, pid int) stacks {
 	needTool(t, "gdb")
 	script, _ := filepath.Abs(filepath.Join("testdata", "gdbstacks.py"))
 	out := runOracle(t, "gdb", "-batch", "-nx", "-p", strconv.Itoa(pid), "-x", script)
+	return parseGDBStacks(t, out)
+}
+
+// parseGDBStacks parses gdbstacks.py's output.
+func parseGDBStacks(t *testing.T, out []byte) stacks {
+	t.Helper()
 	m := stacks{}
 	tid := -1
 	for _, line := range strings.Split(string(out), "\n") {

@@ -124,6 +124,17 @@ func (fi *fileInfo) bias(start, offset uint64) (uint64, bool) {
 	return b, err == nil
 }
 
+// execAt reports whether file bytes [off, off+size) overlap an executable
+// PT_LOAD segment.
+func (fi *fileInfo) execAt(off, size uint64) bool {
+	for _, p := range fi.progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Off < off+size && off < p.Off+p.Filesz {
+			return true
+		}
+	}
+	return false
+}
+
 // maxNoteSegment caps the bytes of one note segment or section read.
 const maxNoteSegment = 1 << 20
 

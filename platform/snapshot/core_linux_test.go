@@ -1,0 +1,106 @@
+package snapshot
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// gcoreOf dumps pid's core with gdb's gcore into dir and returns its path.
+func gcoreOf(t *testing.T, pid int, dir string) string {
+	t.Helper()
+	needTool(t, "gcore")
+	prefix := filepath.Join(dir, "core")
+	out, err := exec.Command("gcore", "-o", prefix, strconv.Itoa(pid)).CombinedOutput()
+	path := prefix + "." + strconv.Itoa(pid)
+	if err != nil {
+		if strings.Contains(string(out), "ptrace") {
+			t.Skipf("gcore cannot attach here: %s", out)
+		}
+		t.Fatalf("gcore: %v\n%s", err, out)
+	}
+	return path
+}
+
+// gdbCoreStacks runs gdb on a core and returns each thread's real frames.
+func gdbCoreStacks(t *testing.T, bin, core string) stacks {
+	t.Helper()
+	script, _ := filepath.Abs(filepath.Join("testdata", "gdbstacks.py"))
+	out := runOracle(t, "gdb", "-batch", "-nx", bin, core, "-x", script)
+	return parseGDBStacks(t, out)
+}
+
+// TestCoreMatchesGDB snapshots a gcore dump of the fixture, whose text
+// segments the core omits, and compares it with gdb on the same core and
+// with a live snapshot; then again with the executable gone from the path
+// the core names, found through Options.Exe.
+func TestCoreMatchesGDB(t *testing.T) {
+	orig := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "threads")
+	b, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := startFixture(t, bin, "3", "5")
+	pid := cmd.Process.Pid
+	live := snapshotOrSkip(t, pid, nil)
+	core := gcoreOf(t, pid, dir)
+	checkReleased(t, pid)
+
+	snap, err := Core(core, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Pid != pid || len(snap.Threads) != 4 {
+		t.Fatalf("core: pid %d with %d threads, want pid %d with 4", snap.Pid, len(snap.Threads), pid)
+	}
+	want := live.stacks()
+	got := snap.stacks()
+	oracle := gdbCoreStacks(t, bin, core)
+	for tid, w := range want {
+		if hexPCs(got[tid]) != hexPCs(w) {
+			t.Errorf("tid %d: core\n got:%s\nlive:%s", tid, hexPCs(got[tid]), hexPCs(w))
+		}
+		if hexPCs(oracle[tid]) != hexPCs(w) {
+			t.Errorf("tid %d: gdb on the core\n gdb:%s\nlive:%s", tid, hexPCs(oracle[tid]), hexPCs(w))
+		}
+	}
+	if len(got) != len(want) || len(oracle) != len(want) {
+		t.Errorf("threads: core %d, gdb %d, live %d", len(got), len(oracle), len(want))
+	}
+
+	// Without the executable the unwind stops in it; with Exe it is whole.
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = Core(core, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range snap.Threads {
+		if len(th.PCs) >= len(want[th.Tid]) {
+			t.Errorf("tid %d: %d frames without the executable, want fewer than %d", th.Tid, len(th.PCs), len(want[th.Tid]))
+		}
+	}
+	snap, err = Core(core, &Options{Exe: orig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tid, pcs := range snap.stacks() {
+		if hexPCs(pcs) != hexPCs(want[tid]) {
+			t.Errorf("tid %d with Exe:\n got:%s\nwant:%s", tid, hexPCs(pcs), hexPCs(want[tid]))
+		}
+	}
+	if m := snap.Module(snap.Threads[1].PCs[1]); m == nil || m.File != orig || len(m.BuildID) == 0 {
+		t.Errorf("with Exe the executable's module is %+v, want file %s with a build id", m, orig)
+	}
+}
