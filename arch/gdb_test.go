@@ -30,6 +30,10 @@ type gdbMap struct {
 // gdbDump runs bin under gdb, stopping at breaks and then single-stepping
 // steps instructions, and returns every stop.
 func gdbDump(t *testing.T, bin, breaks string, steps int) []gdbStop {
+	return gdbDumpTB(t, bin, breaks, steps)
+}
+
+func gdbDumpTB(t testing.TB, bin, breaks string, steps int) []gdbStop {
 	t.Helper()
 	needTool(t, "gdb")
 	dir := t.TempDir()
@@ -113,7 +117,7 @@ type tableCache map[string]*Table
 // modulesFor builds the module list of a stop from its mappings: one
 // module per ELF file, spanning all its mappings. skip names files to
 // leave without a table (the unwinder must use frame pointers there).
-func (tc tableCache) modulesFor(t *testing.T, maps []gdbMap, skip func(string) bool) *Modules {
+func (tc tableCache) modulesFor(t testing.TB, maps []gdbMap, skip func(string) bool) *Modules {
 	t.Helper()
 	type span struct{ start, end, bias uint64 }
 	spans := map[string]*span{}
@@ -266,4 +270,39 @@ func TestUnwindFramePointerFallback(t *testing.T) {
 		t.Errorf("frame-pointer unwind through libc ended with %v", u.Stop)
 	}
 	t.Logf("frame pointers only: first %d frames match gdb; then %d more, stop: %v", n, len(pcs)-n, u.Stop)
+}
+
+// BenchmarkUnwindRecorded unwinds a real stack (the deep.c chain through
+// libc's qsort, 18 frames, recorded under gdb) with the tables of the
+// program, libc and ld.so, rules cached.
+func BenchmarkUnwindRecorded(b *testing.B) {
+	bin := buildC(b, "gcc", "deep.c", "-O2", "-fomit-frame-pointer")
+	stops := gdbDumpTB(b, bin, "marker", 0)
+	s := stops[0]
+	u := NewUnwinder(tableCache{}.modulesFor(b, s.maps, nil))
+	pcs := u.Unwind(&s.regs, &s.stack, make([]uint64, 0, 64))
+	if !equalPCs(pcs, s.frames) {
+		b.Fatalf("unwind differs from gdb")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pcs = u.Unwind(&s.regs, &s.stack, pcs[:0])
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pcs)), "ns/frame")
+}
+
+// BenchmarkOpenTableLibc measures parsing libc.so.6's .eh_frame into a
+// table.
+func BenchmarkOpenTableLibc(b *testing.B) {
+	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
+	if _, err := os.Stat(libc); err != nil {
+		b.Skipf("no %s", libc)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := OpenTable(libc); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

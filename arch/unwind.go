@@ -156,6 +156,7 @@ type Unwinder struct {
 	mem     Memory
 	data    []byte
 	base    uint64
+	limit   uint64 // offsets below limit have 8 bytes in data
 	regs    Regs
 	scratch [8]byte
 	cache   [cacheSize]cacheEntry
@@ -176,11 +177,18 @@ func (u *Unwinder) fill(e *cacheEntry, addr uint64) *Rule {
 // read64 reads a little-endian pointer: from the stack copy directly when
 // the Memory is a *StackCopy, else through the interface.
 func (u *Unwinder) read64(addr uint64) (uint64, bool) {
-	off := addr - u.base
-	if off < uint64(len(u.data)) && uint64(len(u.data))-off >= 8 {
-		return binary.LittleEndian.Uint64(u.data[off:]), true
+	if v, ok := u.fast(addr); ok {
+		return v, true
 	}
 	return u.readSlow(addr)
+}
+
+// fast reads from the stack copy; small enough to inline in the walk.
+func (u *Unwinder) fast(addr uint64) (uint64, bool) {
+	if off := addr - u.base; off < u.limit {
+		return binary.LittleEndian.Uint64(u.data[off : off+8]), true
+	}
+	return 0, false
 }
 
 func (u *Unwinder) readSlow(addr uint64) (uint64, bool) {
@@ -214,11 +222,14 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		u.cache = [cacheSize]cacheEntry{}
 		u.gen = ms.gen
 	}
-	u.mem, u.data, u.base = mem, nil, 0
+	u.mem, u.data, u.base, u.limit = mem, nil, 0, 0
 	if sc, ok := mem.(*StackCopy); ok {
 		u.data, u.base = sc.Data, sc.Addr
 		if u.data == nil {
 			u.data = []byte{}
+		}
+		if len(u.data) >= 8 {
+			u.limit = uint64(len(u.data)) - 7
 		}
 	}
 	defer func() { u.mem, u.data = nil, nil }()
@@ -232,6 +243,7 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 	// pc, sp and the frame pointer live in locals; r holds the rest.
 	pc, sp, fp := r.R[pcReg], r.R[spReg], r.R[fpReg]
 	haveFP := r.Has(fpReg)
+	var inMem uint64 // callee-saved registers whose r.R holds the save slot's address
 	for n := 0; ; n++ {
 		if n >= maxFrames {
 			u.Stop = StopMaxFrames
@@ -264,6 +276,9 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				cfa = fp
 			case reg < NumRegs && reg != pcReg && r.Mask&(1<<uint(reg)) != 0:
 				cfa = r.R[reg]
+				if inMem&(1<<uint(reg)) != 0 {
+					cfa, ok = u.read64(cfa)
+				}
 			default:
 				ok = false
 			}
@@ -283,9 +298,12 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		if ok {
 			switch rule.RA {
 			case RegOffset:
-				if ra, ok = u.read64(cfa + uint64(int64(rule.RAOff))); !ok {
-					u.Stop = StopBadMemory
-					return pcs
+				at := cfa + uint64(int64(rule.RAOff))
+				if ra, ok = u.fast(at); !ok {
+					if ra, ok = u.readSlow(at); !ok {
+						u.Stop = StopBadMemory
+						return pcs
+					}
 				}
 			case RegValOffset:
 				ra = cfa + uint64(int64(rule.RAOff))
@@ -312,9 +330,13 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				// In an epilogue the rule can still point at the save slot
 				// after the pop, below sp and so outside a stack copy; the
 				// register then already holds the caller's value.
+				at := cfa + uint64(int64(rule.FPOff))
 				var ok1 bool
-				if newFP, ok1 = u.read64(cfa + uint64(int64(rule.FPOff))); !ok1 {
-					newFP = fp
+				newFP, ok1 = u.fast(at)
+				if !ok1 {
+					if newFP, ok1 = u.readSlow(at); !ok1 {
+						newFP = fp
+					}
 				}
 				newHaveFP = newHaveFP || ok1
 			case RegValOffset:
@@ -336,10 +358,12 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				case 0:
 				case SavedLost:
 					r.Mask &^= 1 << uint(reg)
+					inMem &^= 1 << uint(reg)
 				default:
-					if v, ok1 := u.read64(cfa + uint64(int64(o)*8)); ok1 {
-						r.Set(reg, v)
-					}
+					// Lazily: remember the slot, read it only if a CFA
+					// rule needs the register.
+					r.Set(reg, cfa+uint64(int64(o)*8))
+					inMem |= 1 << uint(reg)
 				}
 			}
 			u.CFIFrames++
