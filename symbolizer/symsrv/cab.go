@@ -20,7 +20,9 @@ type CabError struct {
 	Msg    string
 }
 
-func (e *CabError) Error() string { return fmt.Sprintf("symsrv: cabinet offset %#x: %s", e.Offset, e.Msg) }
+func (e *CabError) Error() string {
+	return fmt.Sprintf("symsrv: cabinet offset %#x: %s", e.Offset, e.Msg)
+}
 
 // extractCab writes the first file of a single-folder cabinet ("file.pd_"
 // on symbol servers) to w. Only MSZIP and uncompressed folders are
