@@ -43,16 +43,19 @@ func gdbDumpTB(t testing.TB, bin, breaks string, steps int) []gdbStop {
 	}
 	cmd := exec.Command("gdb", "-batch", "-nx", "-x", script, bin)
 	cmd.Env = append(os.Environ(), "DUMP_OUT="+dir, "DUMP_BREAKS="+breaks, "DUMP_STEPS="+strconv.Itoa(steps))
-	done := make(chan struct{})
 	timer := time.AfterFunc(2*time.Minute, func() {
 		if cmd.Process != nil {
 			cmd.Process.Kill()
 		}
 	})
 	defer timer.Stop()
-	defer close(done)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
+		// A container without CAP_SYS_PTRACE (or with ptrace_scope 3)
+		// cannot run the oracle; anywhere else a failure is a failure.
+		if strings.Contains(string(out), "ptrace: Operation not permitted") || strings.Contains(string(out), "Could not attach") {
+			t.Skipf("gdb cannot trace here: %s", out)
+		}
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
 	f, err := os.Open(filepath.Join(dir, "stops.txt"))
