@@ -379,9 +379,12 @@ func (c *CoreFile) maps() []mapping {
 	var out []mapping
 	for _, f := range c.Files {
 		m := mapping{Start: f.Start, End: f.End, Offset: f.Offset, Path: f.Path, Perms: "r--p"}
-		for _, s := range c.Segments {
-			if s.Vaddr < f.End && f.Start < s.Vaddr+s.Memsz && s.Flags&elf.PF_X != 0 {
+		segs := c.Segments
+		i := sort.Search(len(segs), func(i int) bool { return segs[i].Vaddr+segs[i].Memsz > f.Start })
+		for ; i < len(segs) && segs[i].Vaddr < f.End; i++ {
+			if segs[i].Flags&elf.PF_X != 0 {
 				m.Perms = "r-xp"
+				break
 			}
 		}
 		out = append(out, m)
