@@ -302,12 +302,15 @@ func TestCFIMatchesReadelf(t *testing.T) {
 		{name: "arm64-pac", cc: "aarch64-linux-gnu-gcc", section: ".eh_frame", flags: []string{"-O2", "-mbranch-protection=standard"}},
 		{name: "arm64-debug_frame", cc: "aarch64-linux-gnu-gcc", section: ".debug_frame", flags: []string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"}},
 		{name: "libc", section: ".eh_frame", path: "/lib/x86_64-linux-gnu/libc.so.6"},
+		{name: "go", section: ".debug_frame", path: "go"},
 		{name: "libstdc++", section: ".eh_frame", path: "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := c.path
-			if path == "" {
+			if path == "go" {
+				path = buildGo(t, "goprog")
+			} else if path == "" {
 				path = buildC(t, c.cc, "deep.c", c.flags...)
 			} else if _, err := elf.Open(path); err != nil {
 				t.Skipf("%s not present: %v", path, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -52,4 +53,37 @@ func needTool(t testing.TB, name string) string {
 		t.Skipf("%s not installed: %v", name, err)
 	}
 	return p
+}
+
+// buildGo builds the Go program in testdata/dir for the host into the
+// fixture cache, keyed by its source.
+func buildGo(t testing.TB, dir string) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go tool not installed: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join("testdata", dir, "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(append(src, runtime.Version()...))
+	cache := filepath.Join(os.TempDir(), "rawstack-arch-fixtures")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(cache, dir+"-"+hex.EncodeToString(h[:8]))
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	tmp := out + ".tmp"
+	cmd := exec.Command(goTool, "build", "-o", tmp, "./"+filepath.Join("testdata", dir))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", dir, err, b)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
