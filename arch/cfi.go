@@ -270,6 +270,7 @@ type cie struct {
 	fdeEnc  byte
 	ptrSize int
 	hasZ    bool
+	signal  bool
 	initial []byte
 	init    cfiState // state after the initial instructions
 	ok      bool     // usable
@@ -429,7 +430,9 @@ func (p *sectionParser) cie(off int) *cie {
 			case 'P':
 				enc := ar.u8()
 				ar.encoded(enc&^peIndirect, c.ptrSize, p.secAddr+uint64(augStart), p.dataAddr)
-			case 'S', 'B', 'G':
+			case 'S':
+				c.signal = true
+			case 'B', 'G':
 			default:
 				break letters // the rest of the data is skipped by its length
 			}
@@ -448,6 +451,7 @@ func (p *sectionParser) cie(off int) *cie {
 	}
 	c.initial = p.data[r.off:end]
 	c.init = initialState(p.b.arch)
+	c.init.signal = c.signal
 	var x interp
 	x.init(p, c, 0, ^uint64(0), r.off)
 	x.state = c.init
@@ -517,6 +521,7 @@ type cfiState struct {
 	ra, fp  regState
 	saved   [MaxSaved]regState // the arch's other callee-saved registers
 	signed  bool
+	signal  bool // the CIE has augmentation 'S'
 	argSize uint64
 }
 
@@ -527,7 +532,7 @@ type regState struct {
 
 // rule reduces s to a Rule, marking what does not fit as unsupported.
 func (s *cfiState) rule() Rule {
-	r := Rule{CFA: s.cfa, RASigned: s.signed}
+	r := Rule{CFA: s.cfa, RASigned: s.signed, Signal: s.signal}
 	if s.cfa == CFAReg || s.cfa == CFADeref || s.cfa == CFAPLT {
 		if s.cfaReg >= NumRegs || s.cfaOff != int64(int32(s.cfaOff)) {
 			r.CFA = CFAUnsupported
@@ -539,7 +544,7 @@ func (s *cfiState) rule() Rule {
 	}
 	conv := func(g regState) (RegKind, int32) {
 		switch g.kind {
-		case RegOffset, RegValOffset, RegAtFP:
+		case RegOffset, RegValOffset, RegAtFP, RegAtSP:
 			if g.off != int64(int32(g.off)) {
 				return RegUnsupported, 0
 			}
@@ -549,10 +554,19 @@ func (s *cfiState) rule() Rule {
 	}
 	r.RA, r.RAOff = conv(s.ra)
 	r.FP, r.FPOff = conv(s.fp)
+	// Saved slots are all CFA-relative or, in signal frames, all
+	// sp-relative; a register saved the other way counts as lost.
+	want := RegOffset
+	for _, g := range s.saved {
+		if g.kind == RegAtSP {
+			want, r.SavedAtSP = RegAtSP, true
+			break
+		}
+	}
 	for i, g := range s.saved {
 		switch {
 		case g.kind == RegSame:
-		case g.kind == RegOffset && g.off%8 == 0 && g.off/8 >= -127 && g.off/8 <= 127 && g.off != 0:
+		case g.kind == want && g.off%8 == 0 && g.off/8 >= -127 && g.off/8 <= 127 && g.off != 0:
 			r.Saved[i] = int8(g.off / 8)
 		default:
 			r.Saved[i] = SavedLost
@@ -877,13 +891,21 @@ func (x *interp) cfaExpr(e []byte) {
 
 func isLit(b byte) bool { return b >= opLit0 && b < opLit0+32 }
 
-// regExpr recognizes "breg(fp) off": the register is saved at fp+off.
+// regExpr recognizes "breg(fp) off" and "breg(sp) off": the register is
+// saved at fp+off (stack realignment) or sp+off (signal frames, whose
+// sigcontext sits at the stack pointer).
 func (x *interp) regExpr(e []byte) regState {
 	r := &reader{data: e}
 	b := r.u8()
 	off := r.sleb()
-	if r.err != nil || r.off != len(e) || int(b) != opBreg0+x.p.b.arch.FP() {
+	if r.err != nil || r.off != len(e) {
 		return regState{kind: RegUnsupported}
 	}
-	return regState{kind: RegAtFP, off: off}
+	switch int(b) {
+	case opBreg0 + x.p.b.arch.FP():
+		return regState{kind: RegAtFP, off: off}
+	case opBreg0 + x.p.b.arch.SP():
+		return regState{kind: RegAtSP, off: off}
+	}
+	return regState{kind: RegUnsupported}
 }

@@ -30,10 +30,12 @@ type gdbMap struct {
 // gdbDump runs bin under gdb, stopping at breaks and then single-stepping
 // steps instructions, and returns every stop.
 func gdbDump(t *testing.T, bin, breaks string, steps int) []gdbStop {
-	return gdbDumpTB(t, bin, breaks, steps)
+	return gdbDumpTB(t, bin, breaks, steps, 0)
 }
 
-func gdbDumpTB(t testing.TB, bin, breaks string, steps int) []gdbStop {
+// gdbDumpTB is gdbDump stopping at hits breakpoint hits (0: one per
+// breakpoint).
+func gdbDumpTB(t testing.TB, bin, breaks string, steps, hits int) []gdbStop {
 	t.Helper()
 	needTool(t, "gdb")
 	dir := t.TempDir()
@@ -43,6 +45,9 @@ func gdbDumpTB(t testing.TB, bin, breaks string, steps int) []gdbStop {
 	}
 	cmd := exec.Command("gdb", "-batch", "-nx", "-x", script, bin)
 	cmd.Env = append(os.Environ(), "DUMP_OUT="+dir, "DUMP_BREAKS="+breaks, "DUMP_STEPS="+strconv.Itoa(steps))
+	if hits > 0 {
+		cmd.Env = append(cmd.Env, "DUMP_HITS="+strconv.Itoa(hits))
+	}
 	timer := time.AfterFunc(2*time.Minute, func() {
 		if cmd.Process != nil {
 			cmd.Process.Kill()
@@ -280,7 +285,7 @@ func TestUnwindFramePointerFallback(t *testing.T) {
 // program, libc and ld.so, rules cached.
 func BenchmarkUnwindRecorded(b *testing.B) {
 	bin := buildC(b, "gcc", "deep.c", "-O2", "-fomit-frame-pointer")
-	stops := gdbDumpTB(b, bin, "marker", 0)
+	stops := gdbDumpTB(b, bin, "marker", 0, 0)
 	s := stops[0]
 	u := NewUnwinder(tableCache{}.modulesFor(b, s.maps, nil))
 	pcs := u.Unwind(&s.regs, &s.stack, make([]uint64, 0, 64))
@@ -307,5 +312,54 @@ func BenchmarkOpenTableLibc(b *testing.B) {
 		if _, err := OpenTable(libc); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestUnwindSignalFrames stops in two signal handlers under gdb, one for a
+// raise() from a known chain and one for a timer that interrupts a
+// spinning loop, and unwinds through glibc's __restore_rt (CIE "zRS",
+// registers in the sigcontext at sp) into the interrupted code.
+func TestUnwindSignalFrames(t *testing.T) {
+	for _, c := range []struct {
+		name, cc string
+		flags    []string
+	}{
+		{"gcc-O2-omitfp", "gcc", []string{"-O2", "-fomit-frame-pointer"}},
+		{"clang-O2-omitfp", "clang", []string{"-O2", "-fomit-frame-pointer"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bin := buildC(t, c.cc, "signal.c", c.flags...)
+			stops := gdbDumpTB(t, bin, "marker", 0, 2)
+			if len(stops) != 2 {
+				t.Fatalf("%d stops, want 2", len(stops))
+			}
+			tc := tableCache{}
+			for i, s := range stops {
+				sig := -1
+				for j, n := range s.names {
+					if n == "__restore_rt" {
+						sig = j
+					}
+				}
+				u := NewUnwinder(tc.modulesFor(t, s.maps, nil))
+				pcs := u.Unwind(&s.regs, &s.stack, nil)
+				if !equalPCs(pcs, s.frames) || u.Stop != StopOutermost {
+					t.Errorf("stop %d (stop: %v):\nours:%s\ngdb:%s", i, u.Stop, formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+					continue
+				}
+				want := "raiser"
+				if i == 1 {
+					want = "spin"
+				}
+				found := false
+				for _, n := range s.names {
+					found = found || n == want
+				}
+				if !found {
+					t.Errorf("stop %d: gdb's chain has no %s:%s", i, want, formatFrames(s.frames, s.names))
+				}
+				t.Logf("stop %d: %d frames through the signal frame (#%d) match gdb", i, len(pcs), sig)
+			}
+		})
 	}
 }

@@ -44,6 +44,9 @@ const (
 	RegAtFP
 	// RegUnsupported: a rule this package does not evaluate.
 	RegUnsupported
+	// RegAtSP: saved at SP + Off (the frame's own stack pointer), as in
+	// signal frames (DW_CFA_expression: DW_OP_breg7 Off on amd64).
+	RegAtSP
 )
 
 // Rule is one row of an unwind table reduced to what a stack walk needs:
@@ -61,6 +64,12 @@ type Rule struct {
 	// authentication code (DW_CFA_AARCH64_negate_ra_state); the unwinder
 	// strips it.
 	RASigned bool
+	// Signal: the frame is a signal trampoline (CIE augmentation 'S'):
+	// its caller's PC is where the signal interrupted, not a return
+	// address, so the unwinder looks that PC up as is.
+	Signal bool
+	// SavedAtSP: Saved offsets are relative to the frame's SP, not the CFA.
+	SavedAtSP bool
 	// Saved says where the arch's other callee-saved registers
 	// (CalleeSaved) are: 0 unchanged, SavedLost not recoverable, else
 	// saved at CFA + 8*Saved[i] (a slot at CFA+0, seen only in longjmp-like
@@ -115,6 +124,8 @@ func (k RegKind) format(off int32) string {
 		return fmt.Sprintf("v%+d", off)
 	case RegAtFP:
 		return fmt.Sprintf("[fp%+d]", off)
+	case RegAtSP:
+		return fmt.Sprintf("[sp%+d]", off)
 	}
 	return "exp"
 }

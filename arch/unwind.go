@@ -244,6 +244,7 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 	pc, sp, fp := r.R[pcReg], r.R[spReg], r.R[fpReg]
 	haveFP := r.Has(fpReg)
 	var inMem uint64 // callee-saved registers whose r.R holds the save slot's address
+	afterSignal := false // the previous frame was a signal trampoline
 	for n := 0; ; n++ {
 		if n >= maxFrames {
 			u.Stop = StopMaxFrames
@@ -255,7 +256,7 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		}
 		pcs = append(pcs, pc)
 		look := pc
-		if n > 0 {
+		if n > 0 && !afterSignal {
 			look-- // a return address may be past the end of its call's function
 		}
 		e := &u.cache[((look*0x9e3779b97f4a7c15)>>(64-9))&(cacheSize-1)]
@@ -307,8 +308,12 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				}
 			case RegValOffset:
 				ra = cfa + uint64(int64(rule.RAOff))
-			case RegAtFP:
-				if ra, ok = u.read64(fp + uint64(int64(rule.RAOff))); !ok || !haveFP {
+			case RegAtFP, RegAtSP:
+				at := sp + uint64(int64(rule.RAOff))
+				if rule.RA == RegAtFP {
+					at = fp + uint64(int64(rule.RAOff))
+				}
+				if ra, ok = u.read64(at); !ok || (rule.RA == RegAtFP && !haveFP) {
 					u.Stop = StopBadMemory
 					return pcs
 				}
@@ -341,11 +346,16 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				newHaveFP = newHaveFP || ok1
 			case RegValOffset:
 				newFP, newHaveFP = cfa+uint64(int64(rule.FPOff)), true
-			case RegAtFP:
-				if newFP, ok = u.read64(fp + uint64(int64(rule.FPOff))); !ok || !haveFP {
+			case RegAtFP, RegAtSP:
+				at := sp + uint64(int64(rule.FPOff))
+				if rule.FP == RegAtFP {
+					at = fp + uint64(int64(rule.FPOff))
+				}
+				if newFP, ok = u.read64(at); !ok || (rule.FP == RegAtFP && !haveFP) {
 					u.Stop = StopBadMemory
 					return pcs
 				}
+				newHaveFP = true
 			default:
 				newHaveFP = false
 			}
@@ -362,7 +372,11 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				default:
 					// Lazily: remember the slot, read it only if a CFA
 					// rule needs the register.
-					r.Set(reg, cfa+uint64(int64(o)*8))
+					slot := cfa
+					if rule.SavedAtSP {
+						slot = sp
+					}
+					r.Set(reg, slot+uint64(int64(o)*8))
 					inMem |= 1 << uint(reg)
 				}
 			}
@@ -395,13 +409,14 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		}
 		// The stack grows down: each caller's frame is above its callee's.
 		// Only an arm64 leaf that has not pushed anything may keep sp.
-		if cfa < sp || cfa == sp && (n > 0 || a != ARM64) {
+		if cfa < sp || cfa == sp && ((n > 0 && !afterSignal) || a != ARM64) {
 			u.Stop = StopNoProgress
 			return pcs
 		}
 		if n == 0 {
 			r.Mask &= keep
 		}
+		afterSignal = ok && rule.Signal
 		pc, sp, fp, haveFP = ra, cfa, newFP, newHaveFP
 		if a == ARM64 {
 			r.Set(ARM64LR, ra)

@@ -1,6 +1,7 @@
-# gdbdump.py: gdb script for the unwinder tests. Runs the inferior to each
-# breakpoint in $DUMP_BREAKS (comma-separated gdb locations), then single
-# steps $DUMP_STEPS instructions, and at every stop writes to $DUMP_OUT/stops.txt
+# gdbdump.py: gdb script for the unwinder tests. Runs the inferior to
+# $DUMP_HITS (default: one per breakpoint) breakpoint hits of $DUMP_BREAKS
+# (comma-separated gdb locations), then single steps $DUMP_STEPS
+# instructions, and at every stop writes to $DUMP_OUT/stops.txt
 # gdb's own backtrace (the oracle: physical frames only, past main), the
 # registers, the mappings, and the stack bytes from sp to the end of the
 # stack mapping (stack-N.bin).
@@ -10,6 +11,7 @@ import os
 out_dir = os.environ["DUMP_OUT"]
 breaks = [b for b in os.environ.get("DUMP_BREAKS", "marker").split(",") if b]
 steps = int(os.environ.get("DUMP_STEPS", "0"))
+hits = int(os.environ.get("DUMP_HITS", str(len(breaks))))
 regnames = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9",
             "r10", "r11", "r12", "r13", "r14", "r15", "rip"]
 
@@ -17,6 +19,8 @@ gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 gdb.execute("set backtrace past-main on")
 gdb.execute("set backtrace past-entry on")
+for sig in ("SIGUSR1", "SIGALRM", "SIGPROF"):
+    gdb.execute("handle %s nostop noprint pass" % sig, to_string=True)
 try:
     gdb.execute("set debuginfod enabled off")
 except gdb.error:
@@ -36,7 +40,9 @@ def dump():
     out.write("stop %d\n" % i)
     f = gdb.newest_frame()
     while f is not None:
-        if f.type() != gdb.INLINE_FRAME:
+        # Inlined and tail-call frames exist only in the debug info (gdb
+        # rebuilds them from libc6-dbg); a stack walk sees physical frames.
+        if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
             out.write("frame %x %s\n" % (f.pc(), f.name() or "?"))
         f = f.older()
     for r in regnames:
@@ -60,9 +66,9 @@ def dump():
 for b in breaks:
     gdb.execute("break " + b, to_string=True)
 gdb.execute("run", to_string=True)
-for k in range(len(breaks)):
+for k in range(hits):
     dump()
-    if k == len(breaks) - 1:
+    if k == hits - 1:
         for _ in range(steps):
             gdb.execute("stepi", to_string=True)
             dump()
