@@ -243,7 +243,7 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 	// pc, sp and the frame pointer live in locals; r holds the rest.
 	pc, sp, fp := r.R[pcReg], r.R[spReg], r.R[fpReg]
 	haveFP := r.Has(fpReg)
-	var inMem uint64 // callee-saved registers whose r.R holds the save slot's address
+	var inMem uint64     // callee-saved registers whose r.R holds the save slot's address
 	afterSignal := false // the previous frame was a signal trampoline
 	for n := 0; ; n++ {
 		if n >= maxFrames {
