@@ -44,6 +44,7 @@ type Session struct {
 	sample  platform.Sample
 
 	procs     map[uint32]*procState
+	forked    map[uint32]bool // during attach: threads reported by FORK records
 	nextMod   uint64
 	ids       map[idKey]elfIDs
 	samples   atomic.Uint64
@@ -256,14 +257,13 @@ func (s *Session) attach() error {
 	s.reportInitial(tids)
 
 	s.rings = make([]*ring, len(cpus))
-	for _, tid := range tids {
+	openThread := func(tid int) error {
 		for ci, cpu := range cpus {
 			fd, err := sys.PerfEventOpen(&attr, tid, cpu, -1)
 			if err == sys.ESRCH {
-				break // the thread exited meanwhile
+				return nil // the thread exited meanwhile
 			}
 			if err != nil {
-				s.Close()
 				return s.openError(err, tid, paranoid, privileged)
 			}
 			s.fds = append(s.fds, fd)
@@ -274,23 +274,66 @@ func (s *Session) attach() error {
 					r, err = mapRing(fd, pages)
 				}
 				if err != nil {
-					s.Close()
 					return fmt.Errorf("mmap of the perf ring buffer (%d pages): %w (raise kernel.perf_event_mlock_kb or RLIMIT_MEMLOCK)", pages, err)
 				}
 				s.rings[ci] = r
 				s.polls = append(s.polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
 			} else if err := sys.PerfSetOutput(fd, s.rings[ci].fd); err != nil {
-				s.Close()
 				return fmt.Errorf("redirecting perf event output: %w", err)
+			}
+			if err := sys.PerfEnable(fd); err != nil {
+				return fmt.Errorf("enabling perf event: %w", err)
+			}
+		}
+		return nil
+	}
+	known := map[int]bool{}
+	for _, tid := range tids {
+		known[tid] = true
+		if err := openThread(tid); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	// A thread created while we were opening events, by a thread that had
+	// none yet, inherited nothing. Threads created by a thread that had an
+	// event were reported by a FORK record. Open the others directly, until
+	// no such thread appears.
+	s.forked = map[uint32]bool{}
+	for round := 0; round < 20; round++ {
+		s.ReadAll()
+		now, err := procTasks(s.pid)
+		if err != nil {
+			break // the target exited
+		}
+		var fresh []int
+		for _, tid := range now {
+			if !known[tid] && !s.forked[uint32(tid)] {
+				fresh = append(fresh, tid)
+			}
+		}
+		if len(fresh) == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond) // let a FORK record being written land
+		s.ReadAll()
+		t := sys.Monotonic()
+		for _, tid := range fresh {
+			known[tid] = true
+			if s.forked[uint32(tid)] {
+				continue
+			}
+			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: uint32(s.pid), Tid: uint32(tid)})
+			if name := procComm(procDir(s.pid) + "/task/" + strconv.Itoa(tid)); name != "" {
+				s.h.ThreadName(&format.ThreadName{Time: t, Pid: uint32(s.pid), Tid: uint32(tid), Name: name})
+			}
+			if err := openThread(tid); err != nil {
+				s.Close()
+				return err
 			}
 		}
 	}
-	for _, fd := range s.fds {
-		if err := sys.PerfEnable(fd); err != nil {
-			s.Close()
-			return fmt.Errorf("enabling perf event: %w", err)
-		}
-	}
+	s.forked = nil
 	return nil
 }
 
@@ -596,6 +639,9 @@ func (s *Session) handle(b []byte) {
 				}
 			}
 			return
+		}
+		if s.forked != nil {
+			s.forked[r.Tid] = true
 		}
 		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 	case recExit:

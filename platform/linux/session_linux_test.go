@@ -73,7 +73,7 @@ func burn(d time.Duration) uint64 {
 	defer runtime.UnlockOSThread()
 	x := uint64(1)
 	for end := sys.ThreadCPUTime() + int64(d); sys.ThreadCPUTime() < end; {
-		for i := 0; i < 10000; i++ {
+		for i := 0; i < 1000000; i++ {
 			x = x*6364136223846793005 + uint64(i)
 		}
 	}
