@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rawstack/rawstack/platform/snapshot"
+)
+
+// The snapshot scenario (issue 5a) stacks every thread of a 100-thread
+// -O2 -fomit-frame-pointer C program blocked in a deep call chain, end to
+// end as a user runs it: `rawstack snapshot -p PID` (with and without
+// symbols) against `eu-stack -p PID` and gdb's `thread apply all bt`, runs
+// interleaved. It also times the library call (snapshot.Process) with a
+// warm table cache, as an embedding host would use it, and how long the
+// target's threads stay stopped.
+func init() {
+	register(&scenario{name: "snapshot", order: 50, run: runSnapshot})
+}
+
+const snapshotThreads = 100
+
+func runSnapshot(cfg *config) ([]row, error) {
+	src := filepath.Join("platform", "snapshot", "testdata", "threads.c")
+	if _, err := os.Stat(src); err != nil {
+		src = filepath.Join("..", src) // run from inside benchmarks/
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		return []row{{Scenario: "snapshot", Metric: "ms", Note: "gcc not installed: no fixture"}}, nil
+	}
+	fixture := filepath.Join(cfg.work, "snapthreads")
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", fixture, src).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("gcc: %v\n%s", err, out)
+	}
+	cli := filepath.Join(cfg.work, "rawstack")
+	if out, err := exec.Command("go", "build", "-o", cli, "github.com/rawstack/rawstack/cmd/rawstack").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build rawstack: %v\n%s", err, out)
+	}
+
+	target := exec.Command(fixture, strconv.Itoa(snapshotThreads), "10")
+	stdout, err := target.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := target.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		target.Process.Kill()
+		target.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		return nil, fmt.Errorf("fixture not ready: %q %v", line, err)
+	}
+	pid := strconv.Itoa(target.Process.Pid)
+
+	// A first library call says whether ptrace works here at all.
+	cache := snapshot.NewTableCache()
+	snap, err := snapshot.Process(target.Process.Pid, &snapshot.Options{Tables: cache})
+	if err != nil {
+		return []row{{Scenario: "snapshot", Metric: "ms", Note: fmt.Sprintf("cannot snapshot here: %v", err)}}, nil
+	}
+	if len(snap.Threads) != snapshotThreads+1 {
+		return nil, fmt.Errorf("snapshot saw %d threads, want %d", len(snap.Threads), snapshotThreads+1)
+	}
+
+	runs := 15
+	if cfg.short {
+		runs = 5
+	}
+	type tool struct {
+		name string
+		args []string
+		ms   []float64
+		out  []byte
+		skip string
+	}
+	tools := []*tool{
+		{name: "rawstack-nosym", args: []string{cli, "snapshot", "-p", pid, "--no-symbols"}},
+		{name: "rawstack", args: []string{cli, "snapshot", "-p", pid}},
+		{name: "eu-stack", args: []string{"eu-stack", "-p", pid}},
+		{name: "gdb", args: []string{"gdb", "-batch", "-nx", "-p", pid, "-ex", "thread apply all bt"}},
+	}
+	for _, t := range tools {
+		if _, err := exec.LookPath(t.args[0]); err != nil {
+			t.skip = t.args[0] + " not installed"
+		}
+	}
+	var warm, stopped []float64
+	for i := 0; i < runs; i++ {
+		for _, t := range tools {
+			if t.skip != "" || t.name == "gdb" && i >= 3 { // gdb takes seconds: 3 runs
+				continue
+			}
+			start := time.Now()
+			out, err := exec.Command(t.args[0], t.args[1:]...).Output()
+			d := time.Since(start)
+			if err != nil {
+				t.skip = fmt.Sprintf("%s failed: %v", t.name, err)
+				continue
+			}
+			t.ms = append(t.ms, ms(d))
+			t.out = out
+		}
+		start := time.Now()
+		s, err := snapshot.Process(target.Process.Pid, &snapshot.Options{Tables: cache})
+		if err != nil {
+			return nil, err
+		}
+		warm = append(warm, ms(time.Since(start)))
+		stopped = append(stopped, ms(s.Stopped))
+	}
+	byName := map[string]*tool{}
+	for _, t := range tools {
+		byName[t.name] = t
+		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.2f ms\n", t.name, len(t.ms), medianOf(t.ms))
+	}
+	frames := func(out []byte) int { return bytes.Count(out, []byte("\n#")) }
+	raw, eu, gdb := byName["rawstack"], byName["eu-stack"], byName["gdb"]
+	note := func(t *tool) string {
+		if t.skip != "" {
+			return t.skip
+		}
+		return ""
+	}
+	rows := []row{
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, no symbols", Rawstack: medianOf(byName["rawstack-nosym"].ms), Better: "lower",
+			Note: strings.TrimSuffix("target ≤ 10 ms; "+note(byName["rawstack-nosym"]), "; ")},
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "eu-stack -p", PeerVal: medianOf(eu.ms), Better: "lower",
+			Note: strings.TrimSuffix("target ≥ 10× faster than eu-stack; "+strings.TrimSpace(note(raw)+" "+note(eu)), "; ")},
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "gdb thread apply all bt", PeerVal: medianOf(gdb.ms), Better: "lower", Note: note(gdb)},
+		{Scenario: "snapshot", Metric: "ms library call, warm tables", Rawstack: medianOf(warm), Better: "lower", Note: "snapshot.Process with a TableCache"},
+		{Scenario: "snapshot", Metric: "ms threads stopped", Rawstack: medianOf(stopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, library call"},
+	}
+	if raw.out != nil && eu.out != nil {
+		rows = append(rows, row{Scenario: "snapshot", Metric: "frames printed", Rawstack: float64(frames(raw.out)), Peer: "eu-stack -p", PeerVal: float64(frames(eu.out)), Note: "should be equal"})
+	}
+	return rows, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
