@@ -82,8 +82,18 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 		return b
 	}
-	mods, ams := loadModules(maps, cache, open, image)
-	snap.Modules = mods
+	// Modules load on other goroutines while this one stops the threads:
+	// parsing a large library's unwind table takes as long as stopping a
+	// hundred threads, and the unwind needs both.
+	type loaded struct {
+		mods []Module
+		ams  *arch.Modules
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		mods, ams := loadModules(maps, cache, open, image)
+		done <- loaded{mods, ams}
+	}()
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -91,6 +101,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	defer st.release()
 	start := time.Now()
 	if err := st.stopAll(); err != nil {
+		<-done
 		return nil, err
 	}
 	snap.Time = unix.Monotonic()
@@ -99,7 +110,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		if tr.state != stateStopped {
 			continue
 		}
-		t := Thread{Tid: tr.tid, Name: tr.name}
+		t := Thread{Tid: tr.tid}
 		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
 		if err == nil {
 			t.Regs, err = regsFromGregs(hostArch, gregs[:n])
@@ -110,9 +121,15 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		snap.Threads = append(snap.Threads, t)
 	}
 	mem := newPageCache(readAhead, liveFill(pid, maps))
-	unwindThreads(snap.Threads, ams, mem, opts.maxFrames())
+	l := <-done
+	snap.Modules = l.mods
+	unwindThreads(snap.Threads, l.ams, mem, opts.maxFrames())
 	st.release()
 	snap.Stopped = time.Since(start)
+	// Names do not need the threads stopped.
+	for i := range snap.Threads {
+		snap.Threads[i].Name = readComm(dir + "/task/" + strconv.Itoa(snap.Threads[i].Tid))
+	}
 	return snap, nil
 }
 
@@ -159,7 +176,6 @@ const (
 
 type tracee struct {
 	tid   int
-	name  string
 	state traceeState
 	sig   int // signal to give back at detach
 }
@@ -201,7 +217,7 @@ func (s *stopper) stopAll() error {
 				}
 				return fmt.Errorf("snapshot: ptrace seize of tid %d: %w", tid, err)
 			}
-			tr := &tracee{tid: tid, name: readComm(s.dir + "/task/" + e.Name())}
+			tr := &tracee{tid: tid}
 			s.tracees = append(s.tracees, tr)
 			added++
 			if err := unix.PtraceInterrupt(tid); err != nil {

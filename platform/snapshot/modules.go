@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -209,49 +210,84 @@ func forNotes(b []byte, bo binary.ByteOrder, align uint64, fn func(name string, 
 	return -1
 }
 
-// loadModules builds the modules of the executable mappings in maps. open
-// names the file to read for a path the target names (it returns "" when
-// there is none); image reads an in-memory ELF image such as the vDSO
-// (nil when unavailable).
+// loadModules builds the modules of the executable mappings in maps,
+// reading the distinct files concurrently. open names the file to read for
+// a mapping (it returns "" when there is none); image reads an in-memory
+// ELF image such as the vDSO (nil when unavailable).
 func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string, image func(start, end uint64) []byte) ([]Module, *arch.Modules) {
-	var mods []Module
-	ams := &arch.Modules{}
+	mods := make([]Module, 0, len(maps))
+	var files []string
+	infos := map[string]*fileInfo{}
 	for i := range maps {
 		m := &maps[i]
 		if !m.exec() {
 			continue
 		}
 		mod := Module{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path, Kind: format.ModuleELF}
-		var fi *fileInfo
 		switch {
 		case m.Path == "[vdso]":
 			mod.Kind = format.ModuleVDSO
-			if image != nil {
-				if b := image(m.Start, m.End); b != nil {
-					fi, _ = cache.image("[vdso]", b)
-				}
-			}
 		case strings.HasPrefix(m.Path, "/"):
-			if file := open(m); file != "" {
-				var err error
-				if fi, err = cache.file(file); err == nil {
-					mod.File = file
-				}
+			mod.File = open(m)
+			if _, ok := infos[mod.File]; !ok && mod.File != "" {
+				infos[mod.File] = nil
+				files = append(files, mod.File)
 			}
 		default:
 			mod.Kind = format.ModuleAnon
 		}
-		am := arch.Module{Start: m.Start, End: m.End}
+		mods = append(mods, mod)
+	}
+	// Parse the files on as many goroutines as there are CPUs to use: a
+	// large library's unwind table takes milliseconds.
+	results := make([]*fileInfo, len(files))
+	var wg sync.WaitGroup
+	next := make(chan int, len(files))
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	for w := 0; w < min(len(files), runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i], _ = cache.file(files[i])
+			}
+		}()
+	}
+	var vdso *fileInfo
+	for i := range mods {
+		if mods[i].Kind == format.ModuleVDSO && image != nil {
+			if b := image(mods[i].Start, mods[i].End); b != nil {
+				vdso, _ = cache.image("[vdso]", b)
+			}
+		}
+	}
+	wg.Wait()
+	for i, f := range files {
+		infos[f] = results[i]
+	}
+	ams := &arch.Modules{}
+	for i := range mods {
+		mod := &mods[i]
+		fi := infos[mod.File]
+		if mod.Kind == format.ModuleVDSO {
+			fi = vdso
+		}
+		if fi == nil {
+			mod.File = ""
+		}
+		am := arch.Module{Start: mod.Start, End: mod.End}
 		if fi != nil {
 			mod.BuildID = fi.buildID
-			mod.Bias, mod.HaveBias = fi.bias(m.Start, m.Offset)
+			mod.Bias, mod.HaveBias = fi.bias(mod.Start, mod.Offset)
 			if mod.HaveBias && fi.table != nil {
 				am.Table, am.Bias = fi.table, mod.Bias
 				mod.HasCFI = true
 			}
 		}
 		ams.Add(am)
-		mods = append(mods, mod)
 	}
 	return mods, ams
 }
