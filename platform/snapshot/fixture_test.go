@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +94,40 @@ func startFixture(t testing.TB, bin string, args ...string) *exec.Cmd {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s not ready after 30s", bin)
 	}
+	waitSettled(t, cmd.Process.Pid)
 	return cmd
+}
+
+// waitSettled waits until every thread of pid has been asleep for two
+// polls in a row: the main thread prints "ready" just before it blocks, and
+// the oracles must see the same stacks as the snapshot.
+func waitSettled(t testing.TB, pid int) {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	quiet := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asleep := true
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'S' {
+				asleep = false
+				break
+			}
+		}
+		if !asleep {
+			quiet = 0
+			continue
+		}
+		if quiet++; quiet == 2 {
+			return
+		}
+	}
+	t.Fatalf("threads of pid %d did not settle in 30s", pid)
 }
 
 // symtab names addresses of one ELF file from its symbol table.
