@@ -81,3 +81,52 @@ func TestAgreeWithLLVMSymbolizer(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrent symbolizes from several goroutines at once on a fresh
+// File (so that the lazy loading races) and checks every goroutine gets
+// what a single one gets. Run with -race.
+func TestConcurrent(t *testing.T) {
+	fx := buildFixture(t, "mingw")
+	_, start, end := textRange(t, fx.exe)
+	ref, err := Open(fx.pdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	want := map[uint32]string{}
+	for rva := start; rva < end; rva += 7 {
+		fr, err := ref.Symbolize(uint64(rva), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[rva] = fmt.Sprint(fr)
+	}
+	f, err := Open(fx.pdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			var fr []symbolizer.Frame
+			for rva := start + uint32(g)*7; rva < end; rva += 7 {
+				var err error
+				if fr, err = f.Symbolize(uint64(rva), fr[:0]); err != nil {
+					errs <- err
+					return
+				}
+				if w, ok := want[rva]; ok && fmt.Sprint(fr) != w {
+					errs <- fmt.Errorf("rva %#x: %v, want %s", rva, fr, w)
+					return
+				}
+			}
+			errs <- nil
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
