@@ -1,10 +1,13 @@
 package arch
 
 import (
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"unsafe"
 )
 
 // This file parses DWARF call frame information (DWARF 5 §6.4, and the
@@ -16,11 +19,14 @@ import (
 
 // Table is the unwind table of one module: sorted row start addresses
 // (link-time virtual addresses, before any load bias) each with the Rule
-// that holds from it up to the next row. Distinct rules are stored once.
-// A Table is immutable once built and safe for concurrent use.
+// that holds from it up to the next row. A row takes 8 bytes (its start as
+// a 32-bit offset from the table's base, and a rule index); distinct rules
+// are stored once. A Table is immutable once built and safe for
+// concurrent use.
 type Table struct {
 	Arch   Arch
-	starts []uint64
+	base   uint64
+	starts []uint32 // row start - base
 	ids    []uint32
 	rules  []Rule
 	// FDEs counts the frame description entries that produced rows;
@@ -41,11 +47,15 @@ func (t *Table) Lookup(addr uint64) Rule {
 
 // find returns the index of the row covering addr, or -1.
 func (t *Table) find(addr uint64) int {
+	if addr < t.base {
+		return -1
+	}
+	a := uint32(min(addr-t.base, math.MaxUint32)) // past the last row (an end) if over
 	s := t.starts
 	lo, hi := 0, len(s)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if s[m] <= addr {
+		if s[m] <= a {
 			lo = m + 1
 		} else {
 			hi = m
@@ -58,7 +68,12 @@ func (t *Table) find(addr uint64) int {
 func (t *Table) Len() int { return len(t.starts) }
 
 // Row returns row i's start address and rule.
-func (t *Table) Row(i int) (uint64, Rule) { return t.starts[i], t.rules[t.ids[i]] }
+func (t *Table) Row(i int) (uint64, Rule) { return t.base + uint64(t.starts[i]), t.rules[t.ids[i]] }
+
+// Bytes is the memory the table's rows and rules take.
+func (t *Table) Bytes() int {
+	return 4*len(t.starts) + 4*len(t.ids) + int(unsafe.Sizeof(Rule{}))*len(t.rules)
+}
 
 // NumRules is the number of distinct rules.
 func (t *Table) NumRules() int { return len(t.rules) }
@@ -210,12 +225,13 @@ func (b *builder) finish() *Table {
 	t := &Table{Arch: b.arch, Skipped: b.skipped}
 	none := b.ruleID(Rule{})
 	sort.SliceStable(b.fdes, func(i, j int) bool { return b.fdes[i].start < b.fdes[j].start })
+	var starts []uint64
 	add := func(loc uint64, id uint32) {
-		if n := len(t.starts); n > 0 {
-			if t.starts[n-1] == loc {
+		if n := len(starts); n > 0 {
+			if starts[n-1] == loc {
 				t.ids[n-1] = id
 				if n > 1 && t.ids[n-2] == id {
-					t.starts, t.ids = t.starts[:n-1], t.ids[:n-1]
+					starts, t.ids = starts[:n-1], t.ids[:n-1]
 				}
 				return
 			}
@@ -223,7 +239,7 @@ func (b *builder) finish() *Table {
 				return
 			}
 		}
-		t.starts = append(t.starts, loc)
+		starts = append(starts, loc)
 		t.ids = append(t.ids, id)
 	}
 	var end uint64
@@ -232,6 +248,13 @@ func (b *builder) finish() *Table {
 		if have && f.start < end {
 			t.Skipped++ // overlaps the previous FDE: keep the first
 			continue
+		}
+		if base := cmp.Or(t.base, f.start); !have && f.end-f.start > math.MaxUint32 || have && f.end-base > math.MaxUint32 {
+			t.Skipped++ // rows are 32-bit offsets: no module spans 4 GiB
+			continue
+		}
+		if !have {
+			t.base = f.start
 		}
 		if have && f.start > end {
 			add(end, none)
@@ -258,7 +281,10 @@ func (b *builder) finish() *Table {
 		}
 		t.ids[i] = uint32(remap[id])
 	}
-	t.starts = t.starts[:len(t.starts):len(t.starts)]
+	t.starts = make([]uint32, len(starts))
+	for i, s := range starts {
+		t.starts[i] = uint32(s - t.base)
+	}
 	t.ids = t.ids[:len(t.ids):len(t.ids)]
 	return t
 }

@@ -285,8 +285,8 @@ func compareWithReadelf(t *testing.T, path, section string) *Table {
 	if tab.FDEs+tab.Skipped < fdes {
 		t.Errorf("table has %d FDEs (+%d skipped), readelf %d", tab.FDEs, tab.Skipped, fdes)
 	}
-	t.Logf("%s %s: %d readelf rows in %d FDEs match; table: %d rows, %d distinct rules, %d FDEs, %d skipped",
-		path, section, len(rows), fdes, tab.Len(), tab.NumRules(), tab.FDEs, tab.Skipped)
+	t.Logf("%s %s: %d readelf rows in %d FDEs match; table: %d rows, %d distinct rules, %d bytes, %d FDEs, %d skipped",
+		path, section, len(rows), fdes, tab.Len(), tab.NumRules(), tab.Bytes(), tab.FDEs, tab.Skipped)
 	return tab
 }
 

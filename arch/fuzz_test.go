@@ -12,8 +12,9 @@ func checkTable(t *testing.T, tab *Table) {
 		t.Fatalf("%d starts, %d ids", len(tab.starts), len(tab.ids))
 	}
 	for i := range tab.starts {
+		start, rule := tab.Row(i)
 		if i > 0 && tab.starts[i] <= tab.starts[i-1] {
-			t.Fatalf("row %d start %#x not above row %d's %#x", i, tab.starts[i], i-1, tab.starts[i-1])
+			t.Fatalf("row %d start %#x not above row %d's", i, start, i-1)
 		}
 		if int(tab.ids[i]) >= len(tab.rules) {
 			t.Fatalf("row %d rule %d of %d", i, tab.ids[i], len(tab.rules))
@@ -21,12 +22,17 @@ func checkTable(t *testing.T, tab *Table) {
 		if i > 0 && tab.ids[i] == tab.ids[i-1] {
 			t.Fatalf("rows %d and %d repeat one rule", i-1, i)
 		}
-		if got := tab.Lookup(tab.starts[i]); got != tab.rules[tab.ids[i]] {
-			t.Fatalf("Lookup(%#x) = %v, want %v", tab.starts[i], got, tab.rules[tab.ids[i]])
+		if got := tab.Lookup(start); got != rule {
+			t.Fatalf("Lookup(%#x) = %v, want %v", start, got, rule)
+		}
+		if start > 0 && i == 0 && tab.Lookup(start-1).CFA != CFANone {
+			t.Fatalf("Lookup(%#x) below the first row found a rule", start-1)
 		}
 	}
-	if n := len(tab.starts); n > 0 && tab.Lookup(tab.starts[n-1]).CFA != CFANone {
-		t.Fatalf("last row %v is not the end of an FDE", tab.Lookup(tab.starts[n-1]))
+	if n := len(tab.starts); n > 0 {
+		if last, r := tab.Row(n - 1); r.CFA != CFANone || tab.Lookup(last+1<<40).CFA != CFANone {
+			t.Fatalf("last row %v is not the end of an FDE", r)
+		}
 	}
 }
 
