@@ -228,6 +228,12 @@ func TestDecodeRecord(t *testing.T) {
 	if !r.Kernel || len(r.PCs) != 4 || r.PCs[0] != 0xffffffff81000010 || r.PCs[3] != 0x402000 || r.Period != 1000 || r.Tid != 9 {
 		t.Errorf("sample decoded as kernel=%v pcs=%x %+v", r.Kernel, r.PCs, r)
 	}
+	if got := recordTime(sampleRecord(7, 9, 0x401000)); got != 42 {
+		t.Errorf("sample time %d, want 42", got)
+	}
+	if got := recordTime(mmap2Record(7, 8, 0x1000, 0x2000, 0x3000, 5, "/lib/x.so")); got != 123456789 {
+		t.Errorf("mmap2 time %d, want 123456789", got)
+	}
 	bad := sampleRecord(1, 1, 0x401000)
 	binary.LittleEndian.PutUint64(bad[8+40:], 1<<40) // callchain longer than the record
 	if err := decodeRecord(bad, &r); err == nil {
@@ -241,6 +247,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(sampleRecord(7, 9))
 	r := record{PCs: make([]uint64, 0, maxCallchain)}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		recordTime(b)
 		if err := decodeRecord(b, &r); err != nil {
 			return
 		}

@@ -209,3 +209,26 @@ func cstring(b []byte, max int) []byte {
 	}
 	return b
 }
+
+// recordTime returns the time stamp of a record (header included) for
+// ordering, or 0 when it has none we know of.
+func recordTime(rec []byte) uint64 {
+	if len(rec) < 8 {
+		return 0
+	}
+	size := int(binary.LittleEndian.Uint16(rec[6:]))
+	if size > len(rec) {
+		return 0
+	}
+	switch binary.LittleEndian.Uint32(rec) {
+	case recSample:
+		if size >= 8+24 {
+			return binary.LittleEndian.Uint64(rec[8+16:])
+		}
+	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples:
+		if size >= 8+sampleIDSize {
+			return binary.LittleEndian.Uint64(rec[size-sampleIDSize+8:])
+		}
+	}
+	return 0
+}

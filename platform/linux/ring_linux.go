@@ -17,6 +17,11 @@ type ring struct {
 	data []byte
 	mask uint64
 	tail uint64 // our read position; only we write data_tail
+
+	head, start uint64 // snapshot of data_head, and tail at begin
+	scratch     []byte // a record that wraps, reassembled
+	pending     []byte // record returned by next but not yet handled
+	pendingTime uint64
 }
 
 // mapRing maps 1+pages pages of fd. pages must be a power of two.
@@ -34,33 +39,54 @@ func mapRing(fd, pages int) (*ring, error) {
 	return r, nil
 }
 
-// read hands every complete record between the read and write positions
-// to fn, then frees their space. A record is passed in place unless it
-// wraps around the end of the data area; then it is copied into scratch.
-// It returns the bytes consumed.
-func (r *ring) read(scratch []byte, fn func([]byte)) uint64 {
-	head := sys.RingHead(r.meta)
-	tail := r.tail
-	start := tail
-	size := uint64(len(r.data))
-	for tail < head {
-		off := tail & r.mask
+// A ring is read in three steps so that several rings can be merged in
+// time order: begin snapshots the write position, next returns the
+// following record (in place, or copied into the ring's scratch buffer
+// when it wraps around the end of the data area), and commit frees what
+// was consumed.
+
+// begin snapshots the kernel's write position.
+func (r *ring) begin() {
+	r.head = sys.RingHead(r.meta)
+	r.start = r.tail
+}
+
+// next returns the next complete record, or nil when there is none.
+func (r *ring) next() []byte {
+	for r.tail < r.head {
+		off := r.tail & r.mask
 		// Headers are 8-byte aligned and never wrap.
 		n := uint64(binary.LittleEndian.Uint16(r.data[off+6:]))
-		if n < 8 || tail+n > head {
-			tail = head // corrupt: skip everything we were given
-			break
+		if n < 8 || r.tail+n > r.head {
+			r.tail = r.head // corrupt: skip everything we were given
+			return nil
 		}
-		if off+n <= size {
-			fn(r.data[off : off+n])
-		} else if n <= uint64(len(scratch)) {
-			k := copy(scratch, r.data[off:])
-			copy(scratch[k:n], r.data)
-			fn(scratch[:n])
+		r.tail += n
+		if off+n <= uint64(len(r.data)) {
+			return r.data[off : off+n]
 		}
-		tail += n
+		if cap(r.scratch) < int(n) {
+			r.scratch = make([]byte, 0, 64<<10)
+		}
+		b := r.scratch[:n]
+		k := copy(b, r.data[off:])
+		copy(b[k:], r.data)
+		return b
 	}
-	r.tail = tail
-	sys.RingSetTail(r.meta, tail)
-	return tail - start
+	return nil
+}
+
+// commit frees the consumed records and returns their size in bytes.
+func (r *ring) commit() uint64 {
+	sys.RingSetTail(r.meta, r.tail)
+	return r.tail - r.start
+}
+
+// read hands every record now in the ring to fn and frees them.
+func (r *ring) read(fn func([]byte)) uint64 {
+	r.begin()
+	for b := r.next(); b != nil; b = r.next() {
+		fn(b)
+	}
+	return r.commit()
 }

@@ -39,9 +39,9 @@ type Session struct {
 	rings  []*ring
 	polls  []sys.PollFd
 
-	rec     record
-	scratch []byte
-	sample  platform.Sample
+	rec    record
+	live   []*ring // ReadAll's working set
+	sample platform.Sample
 
 	procs     map[uint32]*procState
 	forked    map[uint32]bool // during attach: threads reported by FORK records
@@ -141,7 +141,6 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 		h:       h,
 		procs:   map[uint32]*procState{},
 		ids:     map[idKey]elfIDs{},
-		scratch: make([]byte, 64<<10),
 		rec:     record{PCs: make([]uint64, 0, maxCallchain)},
 	}
 }
@@ -557,12 +556,41 @@ func (s *Session) Run(ctx context.Context) error {
 }
 
 // ReadAll reads every record now in the rings and reports it.
+//
+// Records of different rings (CPUs) are merged by time, so that a mapping
+// reported on one CPU precedes the samples taken in it on another.
 func (s *Session) ReadAll() {
+	live := s.live[:0]
 	for _, r := range s.rings {
-		if r != nil {
-			s.bytes.Add(r.read(s.scratch, s.handle))
+		if r == nil {
+			continue
+		}
+		r.begin()
+		if r.pending = r.next(); r.pending != nil {
+			r.pendingTime = recordTime(r.pending)
+			live = append(live, r)
+		} else {
+			s.bytes.Add(r.commit())
 		}
 	}
+	for len(live) > 0 {
+		best := 0
+		for i := 1; i < len(live); i++ {
+			if live[i].pendingTime < live[best].pendingTime {
+				best = i
+			}
+		}
+		r := live[best]
+		s.handle(r.pending)
+		if r.pending = r.next(); r.pending != nil {
+			r.pendingTime = recordTime(r.pending)
+			continue
+		}
+		s.bytes.Add(r.commit())
+		live[best] = live[len(live)-1]
+		live = live[:len(live)-1]
+	}
+	s.live = live
 }
 
 func exitCode(err error) int64 {
