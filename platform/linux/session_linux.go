@@ -137,11 +137,11 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 		cfg.Frequency = 99
 	}
 	return &Session{
-		cfg:     cfg,
-		h:       h,
-		procs:   map[uint32]*procState{},
-		ids:     map[idKey]elfIDs{},
-		rec:     record{PCs: make([]uint64, 0, maxCallchain)},
+		cfg:   cfg,
+		h:     h,
+		procs: map[uint32]*procState{},
+		ids:   map[idKey]elfIDs{},
+		rec:   record{PCs: make([]uint64, 0, maxCallchain)},
 	}
 }
 
