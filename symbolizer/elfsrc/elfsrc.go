@@ -185,7 +185,8 @@ type unit struct {
 func (s *Source) indexUnits() error {
 	r := s.d.Reader()
 	var all []cuRange
-	for {
+	last := dwarf.Offset(0)
+	for n := 0; ; n++ {
 		e, err := r.Next()
 		if err != nil {
 			return err
@@ -193,6 +194,12 @@ func (s *Source) indexUnits() error {
 		if e == nil {
 			break
 		}
+		// A damaged sibling link can send the reader backwards: stop
+		// rather than loop.
+		if n > 0 && e.Offset <= last {
+			return fmt.Errorf("debug_info offset %#x: entries do not advance", e.Offset)
+		}
+		last = e.Offset
 		if e.Tag != dwarf.TagCompileUnit && e.Tag != dwarf.TagPartialUnit {
 			r.SkipChildren()
 			continue

@@ -2,6 +2,7 @@ package elfsrc
 
 import (
 	"debug/dwarf"
+	"fmt"
 	"sort"
 	"sync"
 )
@@ -51,6 +52,7 @@ func buildTree(d *dwarf.Data, cuOff dwarf.Offset) (*inlineTree, error) {
 	}
 	// stack[i] is the nearest enclosing node at depth i (-1 for none).
 	stack := []int32{-1}
+	last := cu.Offset
 	for len(stack) > 0 {
 		e, err := r.Next()
 		if err != nil {
@@ -60,6 +62,11 @@ func buildTree(d *dwarf.Data, cuOff dwarf.Offset) (*inlineTree, error) {
 		if e == nil {
 			break
 		}
+		if e.Offset <= last {
+			t.finish()
+			return t, fmt.Errorf("debug_info offset %#x: entries do not advance", e.Offset)
+		}
+		last = e.Offset
 		if e.Tag == 0 {
 			stack = stack[:len(stack)-1]
 			continue

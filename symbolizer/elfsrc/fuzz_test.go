@@ -1,0 +1,54 @@
+package elfsrc
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/rawstack/rawstack/symbolizer"
+)
+
+// testdata/fuzz/tiny.elf is testdata/fuzz/tiny.c built with
+//
+//	gcc -O2 -g -gdwarf-5 -nostdlib -static -fno-asynchronous-unwind-tables \
+//	    -Wl,--build-id=none -Wl,-N -o tiny tiny.c
+//	objcopy --remove-section=.comment tiny tiny.elf
+//
+// 2 KiB with DWARF 5 line tables and an inlined call.
+func FuzzNewFile(f *testing.F) {
+	seed, err := os.ReadFile("testdata/fuzz/tiny.elf")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, uint64(0x4000b0))
+	f.Fuzz(func(t *testing.T, data []byte, addr uint64) {
+		s, err := NewFile(bytes.NewReader(data), "fuzz")
+		if err != nil {
+			return
+		}
+		var fr []symbolizer.Frame
+		for _, a := range []uint64{addr, addr + 1, addr + 7} {
+			fr, _ = s.Symbolize(a, fr[:0])
+		}
+	})
+}
+
+func TestTinySeed(t *testing.T) {
+	s, err := Open("testdata/fuzz/tiny.elf", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := s.f
+	var start uint64
+	syms, _ := f.Symbols()
+	for _, sy := range syms {
+		if sy.Name == "f" {
+			start = sy.Value
+		}
+	}
+	fr, err := s.Symbolize(start, nil)
+	if err != nil || len(fr) != 2 || fr[0].Function != "sq" || fr[1].Function != "f" || fr[0].Line != 1 || fr[1].Line != 2 {
+		t.Errorf("f's first instruction: %+v %v; want sq (line 1) inlined in f (line 2)", fr, err)
+	}
+}
