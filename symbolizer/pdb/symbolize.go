@@ -240,13 +240,20 @@ func (f *File) inlineFrames(m *modInfo, p *proc, rva uint32, dst []symbolizer.Fr
 				break
 			}
 			kind := le16(syms[pos+2:])
-			if kind != sInlineSite || l < 2+12 {
+			annOff := uint32(12) // S_INLINESITE: parent, end, inlinee
+			if kind == sInlineSite2 {
+				annOff = 16 // and an invocation count
+			} else if kind != sInlineSite {
+				pos += 2 + l
+				continue
+			}
+			if l < 2+annOff {
 				pos += 2 + l
 				continue
 			}
 			d := syms[pos+4 : pos+2+l]
 			siteEnd := le32(d[4:])
-			buf = annotations(d[12:], buf[:0])
+			buf = annotations(d[annOff:], buf[:0])
 			if inlineContains(buf, off) {
 				chain = append(chain, site{le32(d[8:]), append([]annotation(nil), buf...)})
 				if siteEnd > pos && siteEnd <= end {
