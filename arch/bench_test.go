@@ -189,3 +189,65 @@ func BenchmarkUnwindUncached(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pcs)), "ns/frame")
 }
+
+// TestUnwindStops drives the walk into each way it can end.
+func TestUnwindStops(t *testing.T) {
+	var e ehAsm
+	c := e.cie(-8, AMD64RIP, cfaDefCFA, AMD64RSP, 8, cfaOffset|AMD64RIP, 1)
+	e.fde(c, 0x401000, 0x100, cfaDefCFAOffset, 0, cfaOffset|AMD64RIP, 0)    // CFA = sp: no progress
+	e.fde(c, 0x401100, 0x100)                                               // CFA = sp+8, RA at sp
+	e.fde(c, 0x401200, 0x100, cfaDefCFAExpression, 1, 0x96 /* DW_OP_nop */) // unsupported CFA: frame pointers
+	e.u32(0)
+	tab, err := NewTable(Sections{File: "stops", Arch: AMD64, EHFrame: e.b, EHFrameAddr: 0x1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := &Modules{}
+	ms.Add(Module{Start: 0x400000, End: 0x500000, Table: tab})
+	const sp = 0x7fff0000
+	stack := &StackCopy{Addr: sp, Data: make([]byte, 256)}
+	put := func(off int, v uint64) { binary.LittleEndian.PutUint64(stack.Data[off:], v) }
+	regs := func(pc, fp uint64) *Regs {
+		r := &Regs{Arch: AMD64}
+		r.Set(AMD64RIP, pc)
+		r.Set(AMD64RSP, sp)
+		r.Set(AMD64RBP, fp)
+		return r
+	}
+	u := NewUnwinder(ms)
+	for _, c := range []struct {
+		name  string
+		setup func()
+		regs  *Regs
+		want  Stop
+		n     int
+	}{
+		{"cfa=sp", func() {}, regs(0x401010, 0), StopNoProgress, 1},
+		// A function that "returns" into itself one word up each time
+		// walks off the end of the stack copy.
+		{"self-return", func() {
+			for off := 0; off < 256; off += 8 {
+				put(off, 0x401110)
+			}
+		}, regs(0x401110, 0), StopBadMemory, 33},
+		// A frame-pointer chain that points at itself.
+		{"fp-loop", func() { put(0x40, sp+0x40); put(0x48, 0x401210) }, regs(0x401210, sp+0x40), StopNoRule, 2},
+		// A frame-pointer chain ending in a zero frame pointer.
+		{"fp-end", func() { put(0x40, 0); put(0x48, 0x401220) }, regs(0x401210, sp+0x40), StopOutermost, 2},
+		{"pc=0", func() {}, regs(0, 0), StopOutermost, 0},
+		{"no-module", func() {}, regs(0x900000, 0), StopOutermost, 1},
+	} {
+		clear(stack.Data)
+		c.setup()
+		pcs := u.Unwind(c.regs, stack, nil)
+		if u.Stop != c.want || len(pcs) != c.n {
+			t.Errorf("%s: %d frames, stop %v; want %d, %v", c.name, len(pcs), u.Stop, c.n, c.want)
+		}
+	}
+	var noSP Regs
+	noSP.Arch = AMD64
+	noSP.Set(AMD64RIP, 0x401010)
+	if u.Unwind(&noSP, stack, nil); u.Stop != StopNoRegs {
+		t.Errorf("no sp: stop %v", u.Stop)
+	}
+}
