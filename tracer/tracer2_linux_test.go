@@ -361,3 +361,23 @@ func TestAttachPidExits(t *testing.T) {
 		t.Errorf("no ProcessEnd for the exited target")
 	}
 }
+
+func TestStoppedAndNotSelf(t *testing.T) {
+	needPerf(t)
+	tr, err := Start(context.Background(), Options{Pid: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Capture("x"); !errors.Is(err, ErrNotSelf) {
+		t.Errorf("Capture on a PID tracer: %v, want ErrNotSelf", err)
+	}
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AddStream(io.Discard); !errors.Is(err, ErrStopped) {
+		t.Errorf("AddStream after Stop: %v, want ErrStopped", err)
+	}
+	if err := tr.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform"
@@ -84,5 +86,36 @@ func TestRecordUsage(t *testing.T) {
 		if code := run(args, &so, &se); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, se.String())
 		}
+	}
+}
+
+func TestRecordPidDuration(t *testing.T) {
+	if err := linux.Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	bin := buildChain(t)
+	target := exec.Command(bin, "30")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		target.Process.Kill()
+		target.Wait()
+	}()
+	out := filepath.Join(t.TempDir(), "p.rawstack")
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	if code := run([]string{"record", "-o", out, "-p", strconv.Itoa(target.Process.Pid), "--duration", "500ms"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("--duration 500ms took %v", d)
+	}
+	t.Log(stderr.String())
+	if !strings.Contains(stderr.String(), " samples") || strings.Contains(stderr.String(), " 0 samples") {
+		t.Errorf("no samples recorded: %s", stderr.String())
 	}
 }
