@@ -344,7 +344,7 @@ func (s *Session) openError(err error, tid, paranoid int, privileged bool) error
 		case paranoid > 2:
 			need = fmt.Sprintf("kernel.perf_event_paranoid<=2 (it is %d) or CAP_PERFMON", paranoid)
 		case !s.self && !sameUser(s.pid):
-			need = fmt.Sprintf("permission to ptrace pid %d: same user as its owner, or CAP_SYS_PTRACE (or run as root)", s.pid)
+			need = fmt.Sprintf("ptrace access to pid %d: run as its owner (uid %d) or with CAP_SYS_PTRACE, e.g. as root", s.pid, ownerUID(s.pid))
 		case !s.self:
 			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.pid, sysctlInt("kernel.yama.ptrace_scope", 0))
 		}
@@ -356,15 +356,18 @@ func (s *Session) openError(err error, tid, paranoid int, privileged bool) error
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-func sameUser(pid int) bool {
+func sameUser(pid int) bool { return ownerUID(pid) == os.Geteuid() }
+
+// ownerUID returns the uid owning pid, or -1.
+func ownerUID(pid int) int {
 	st, err := os.Stat(procDir(pid))
 	if err != nil {
-		return false
+		return -1
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return int(sys.Uid) == os.Geteuid()
+		return int(sys.Uid)
 	}
-	return false
+	return -1
 }
 
 // reportInitial reports the process, its threads and its executable
