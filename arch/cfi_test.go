@@ -2,6 +2,7 @@ package arch
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"debug/elf"
 	"fmt"
@@ -295,11 +296,14 @@ func TestCFIMatchesReadelf(t *testing.T) {
 		name, cc, section string
 		flags             []string
 		path              string
+		src               string // default deep.c
 	}{
 		{name: "amd64-O2-omitfp", cc: "gcc", section: ".eh_frame", flags: []string{"-O2", "-fomit-frame-pointer"}},
 		{name: "amd64-O0-fp", cc: "gcc", section: ".eh_frame", flags: []string{"-O0", "-fno-omit-frame-pointer"}},
 		{name: "amd64-debug_frame", cc: "gcc", section: ".debug_frame", flags: []string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fomit-frame-pointer"}},
 		{name: "amd64-clang", cc: "clang", section: ".eh_frame", flags: []string{"-O2", "-fomit-frame-pointer"}},
+		{name: "amd64-g++", cc: "g++", section: ".eh_frame", flags: []string{"-O2", "-fomit-frame-pointer"}, src: "deep.cpp"},
+		{name: "arm64-g++", cc: "aarch64-linux-gnu-g++", section: ".eh_frame", flags: []string{"-O2"}, src: "deep.cpp"},
 		{name: "arm64-O2", cc: "aarch64-linux-gnu-gcc", section: ".eh_frame", flags: []string{"-O2", "-fomit-frame-pointer"}},
 		{name: "arm64-pac", cc: "aarch64-linux-gnu-gcc", section: ".eh_frame", flags: []string{"-O2", "-mbranch-protection=standard"}},
 		{name: "arm64-debug_frame", cc: "aarch64-linux-gnu-gcc", section: ".debug_frame", flags: []string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"}},
@@ -313,7 +317,7 @@ func TestCFIMatchesReadelf(t *testing.T) {
 			if path == "go" {
 				path = buildGo(t, "goprog")
 			} else if path == "" {
-				path = buildC(t, c.cc, "deep.c", c.flags...)
+				path = buildC(t, c.cc, cmp.Or(c.src, "deep.c"), c.flags...)
 			} else if _, err := elf.Open(path); err != nil {
 				t.Skipf("%s not present: %v", path, err)
 			}

@@ -180,22 +180,27 @@ func formatFrames(pcs []uint64, names []string) string {
 	return b.String()
 }
 
-// TestUnwindMatchesGDB stops a -O2 -fomit-frame-pointer program under gdb
-// at every instruction from with_alloca's entry on (prologue, an rbp-based
-// frame, a call through the PLT into libc, the leaf and back), unwinds each
-// recorded register set and stack copy with CFI from the ELF files, and
-// compares frame by frame with gdb's backtrace.
+// TestUnwindMatchesGDB stops -O2 -fomit-frame-pointer programs under gdb
+// at every instruction over a stretch of their run, unwinds each recorded
+// register set and stack copy with CFI from the ELF files, and compares
+// frame by frame with gdb's backtrace. deep.c from with_alloca's entry:
+// prologue, an rbp-based frame, a call through the PLT into libc (lazily
+// bound in the clang build: ld.so's resolver), the leaf and back. deep.cpp
+// from marker: returning through template frames whose epilogues run
+// std::vector destructors into libstdc++ and libc, a hot/cold split
+// function, a virtual call.
 func TestUnwindMatchesGDB(t *testing.T) {
 	for _, c := range []struct {
-		name, cc string
-		flags    []string
+		name, cc, src, brk string
+		flags              []string
 	}{
-		{"gcc-O2-omitfp", "gcc", []string{"-O2", "-fomit-frame-pointer"}},
-		{"clang-O2-omitfp", "clang", []string{"-O2", "-fomit-frame-pointer"}},
+		{"gcc-O2-omitfp", "gcc", "deep.c", "with_alloca", []string{"-O2", "-fomit-frame-pointer"}},
+		{"clang-O2-omitfp", "clang", "deep.c", "with_alloca", []string{"-O2", "-fomit-frame-pointer"}},
+		{"g++-O2-omitfp", "g++", "deep.cpp", "marker", []string{"-O2", "-fomit-frame-pointer"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			bin := buildC(t, c.cc, "deep.c", c.flags...)
-			stops := gdbDump(t, bin, "with_alloca", 150)
+			bin := buildC(t, c.cc, c.src, c.flags...)
+			stops := gdbDump(t, bin, c.brk, 150)
 			tc := tableCache{}
 			u := &Unwinder{}
 			var pcs []uint64
