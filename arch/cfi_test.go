@@ -2,8 +2,8 @@ package arch
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"fmt"
 	"os/exec"
