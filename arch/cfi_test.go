@@ -308,6 +308,8 @@ func TestCFIMatchesReadelf(t *testing.T) {
 		{name: "arm64-pac", cc: "aarch64-linux-gnu-gcc", section: ".eh_frame", flags: []string{"-O2", "-mbranch-protection=standard"}},
 		{name: "arm64-debug_frame", cc: "aarch64-linux-gnu-gcc", section: ".debug_frame", flags: []string{"-O2", "-g", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"}},
 		{name: "libc", section: ".eh_frame", path: "/lib/x86_64-linux-gnu/libc.so.6"},
+		{name: "arm64-libc", section: ".eh_frame", path: "/usr/aarch64-linux-gnu/lib/libc.so.6"},
+		{name: "arm64-libstdc++", section: ".eh_frame", path: "/usr/aarch64-linux-gnu/lib/libstdc++.so.6"},
 		{name: "go", section: ".debug_frame", path: "go"},
 		{name: "libstdc++", section: ".eh_frame", path: "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"},
 	}
