@@ -381,3 +381,46 @@ func TestStoppedAndNotSelf(t *testing.T) {
 		t.Errorf("second Stop: %v", err)
 	}
 }
+
+// TestForkExec records a shell that forks and execs the chain program: the
+// child's new image must replace the modules it inherited.
+func TestForkExec(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(sh, "-c", bin+" 0.4; true"), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	d := readTrace(t, out.Bytes())
+	st := openSymtab(t, bin)
+	var child uint32
+	for p, pr := range d.procs {
+		if pr.Name == "chain" {
+			child = p
+		}
+	}
+	if child == 0 || child == uint32(tr.Pid()) {
+		t.Fatalf("no exec'd chain process among %v", d.procs)
+	}
+	total, good := 0, 0
+	for _, s := range d.samples {
+		if s.Pid == child {
+			total++
+			if hasChain(st, d, child, bin, d.stacks[s.Stack]) {
+				good++
+			}
+		}
+	}
+	t.Logf("child %d: %d of %d samples hold main→a→b→c", child, good, total)
+	if total < 100 || float64(good) < 0.9*float64(total) {
+		t.Errorf("child %d: %d of %d samples hold main→a→b→c", child, good, total)
+	}
+}

@@ -459,6 +459,9 @@ func (s *Session) moduleIDs(pid uint32, path string, dev, ino uint64) (elfIDs, b
 	var ids elfIDs
 	ok := false
 	for _, p := range []string{procDir(int(pid)) + "/root" + path, path} {
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			continue // never block reading a device or FIFO
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			continue

@@ -1,0 +1,79 @@
+//go:build linux
+
+package linux
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+func commRecord(pid, tid uint32, name string, exec bool) []byte {
+	le := binary.LittleEndian
+	c := append([]byte(name), 0)
+	for len(c)%8 != 0 {
+		c = append(c, 0)
+	}
+	n := 8 + 8 + len(c) + sampleIDSize
+	b := make([]byte, n)
+	le.PutUint32(b, recComm)
+	if exec {
+		le.PutUint16(b[4:], miscCommExec)
+	}
+	le.PutUint16(b[6:], uint16(n))
+	le.PutUint32(b[8:], pid)
+	le.PutUint32(b[12:], tid)
+	copy(b[16:], c)
+	return b
+}
+
+func forkRecord(typ uint32, pid, ppid, tid, ptid uint32) []byte {
+	le := binary.LittleEndian
+	n := 8 + 24 + sampleIDSize
+	b := make([]byte, n)
+	le.PutUint32(b, typ)
+	le.PutUint16(b[6:], uint16(n))
+	le.PutUint32(b[8:], pid)
+	le.PutUint32(b[12:], ppid)
+	le.PutUint32(b[16:], tid)
+	le.PutUint32(b[20:], ptid)
+	return b
+}
+
+// TestReplayTracking replays a fork, an exec and mappings and checks the
+// module and thread events the handler sees.
+func TestReplayTracking(t *testing.T) {
+	h := &countHandler{}
+	s := NewReplay(100, h)
+	var recs []byte
+	recs = append(recs, mmap2Record(100, 100, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out")...)
+	recs = append(recs, forkRecord(recFork, 100, 100, 101, 100)...) // thread
+	recs = append(recs, forkRecord(recFork, 200, 100, 200, 101)...) // process: inherits a.out
+	recs = append(recs, commRecord(200, 200, "child", true)...)      // exec: drops it
+	recs = append(recs, mmap2Record(200, 200, 0x500000, 0x1000, 0, 5, "/nonexistent/b.out")...)
+	recs = append(recs, sampleRecord(200, 200, perfContextUser, 0x500010)...)
+	recs = append(recs, forkRecord(recExit, 200, 100, 200, 101)...)
+	if n := s.Replay(recs); n != len(recs) {
+		t.Fatalf("replayed %d of %d bytes", n, len(recs))
+	}
+	if h.modules != 3 || h.threads != 2 || h.samples != 1 {
+		t.Errorf("modules %d (want 3), threads %d (want 2), samples %d (want 1)", h.modules, h.threads, h.samples)
+	}
+	if ps := s.procs[200]; ps != nil {
+		t.Errorf("exited process still tracked: %+v", ps)
+	}
+	if ps := s.procs[100]; ps == nil || len(ps.modules) != 1 {
+		t.Errorf("parent modules: %+v", ps)
+	}
+}
+
+func FuzzReplay(f *testing.F) {
+	f.Add(mmap2Record(100, 100, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out"))
+	f.Add(forkRecord(recFork, 200, 100, 200, 101))
+	f.Add(commRecord(200, 200, "child", true))
+	f.Add(sampleRecord(7, 9, perfContextKern, 0xffffffff81000010, perfContextUser, 0x401000, 0x402000))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := NewReplay(100, &countHandler{})
+		s.Replay(b)
+		s.Replay(b) // records against the state the first pass left
+	})
+}
