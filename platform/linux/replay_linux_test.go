@@ -48,7 +48,7 @@ func TestReplayTracking(t *testing.T) {
 	recs = append(recs, mmap2Record(100, 100, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out")...)
 	recs = append(recs, forkRecord(recFork, 100, 100, 101, 100)...) // thread
 	recs = append(recs, forkRecord(recFork, 200, 100, 200, 101)...) // process: inherits a.out
-	recs = append(recs, commRecord(200, 200, "child", true)...)      // exec: drops it
+	recs = append(recs, commRecord(200, 200, "child", true)...)     // exec: drops it
 	recs = append(recs, mmap2Record(200, 200, 0x500000, 0x1000, 0, 5, "/nonexistent/b.out")...)
 	recs = append(recs, sampleRecord(200, 200, perfContextUser, 0x500010)...)
 	recs = append(recs, forkRecord(recExit, 200, 100, 200, 101)...)
