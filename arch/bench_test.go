@@ -251,3 +251,27 @@ func TestUnwindStops(t *testing.T) {
 		t.Errorf("no sp: stop %v", u.Stop)
 	}
 }
+
+func TestModules(t *testing.T) {
+	ms := &Modules{}
+	a, b := &Table{}, &Table{}
+	ms.Add(Module{Start: 0x3000, End: 0x4000, Table: a})
+	ms.Add(Module{Start: 0x1000, End: 0x2000, Table: b})
+	for _, c := range []struct {
+		addr uint64
+		want *Table
+	}{{0xfff, nil}, {0x1000, b}, {0x1fff, b}, {0x2000, nil}, {0x3000, a}, {0x3fff, a}, {0x4000, nil}} {
+		m := ms.Find(c.addr)
+		if (m == nil) != (c.want == nil) || m != nil && m.Table != c.want {
+			t.Errorf("Find(%#x) = %+v", c.addr, m)
+		}
+	}
+	// A new mapping over part of an old one replaces it.
+	ms.Add(Module{Start: 0x1800, End: 0x3800, Table: a})
+	if ms.Len() != 1 || ms.Find(0x1000) != nil || ms.Find(0x1800).Table != a {
+		t.Errorf("overlapping Add: %d modules", ms.Len())
+	}
+	if !ms.Remove(0x1800) || ms.Remove(0x1800) || ms.Len() != 0 {
+		t.Errorf("Remove")
+	}
+}
