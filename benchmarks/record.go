@@ -30,9 +30,16 @@ var (
 )
 
 type recordRun struct {
-	cpuNs   float64
+	cpuNs   float64 // the workload's own CPU time
+	allNs   float64 // CPU time of the command run, its reaped children included
 	bytes   int64
 	samples int64
+}
+
+// recorderNsPerSample is the recorder's own CPU time per sample: all CPU
+// time of the run minus the workload's.
+func (r recordRun) recorderNsPerSample() float64 {
+	return (r.allNs - r.cpuNs) / float64(max(r.samples, 1))
 }
 
 func runRecord(cfg *config) ([]row, error) {
@@ -107,6 +114,9 @@ func runRecord(cfg *config) ([]row, error) {
 		row{Scenario: "record", Metric: "slowdown at 1000 Hz (x)", Rawstack: rsCPU / b, Peer: "perf record -g", PeerVal: pfCPU / b, Better: "lower", Note: "target: no worse than perf"},
 		row{Scenario: "record", Metric: "trace bytes/sample", Rawstack: rsBPS, Peer: "perf.data", PeerVal: pfBPS, Better: "lower", Note: "target: <= 1/5 of perf.data"},
 		row{Scenario: "record", Metric: "samples recorded", Rawstack: rsN, Peer: "perf record -g", PeerVal: pfN, Better: "higher"},
+		row{Scenario: "record", Metric: "recorder CPU/sample (us)", Rawstack: median(rs, recordRun.recorderNsPerSample) / 1e3,
+			Peer: "perf record -g", PeerVal: median(pf, recordRun.recorderNsPerSample) / 1e3, Better: "lower",
+			Note: "whole recorder process incl. startup and exit"},
 	), nil
 }
 
@@ -122,7 +132,9 @@ func runLoad(cmd *exec.Cmd) (recordRun, error) {
 		return recordRun{}, fmt.Errorf("no cpu_ns in output: %s", stderr.String())
 	}
 	ns, _ := strconv.ParseFloat(string(m[1]), 64)
-	return recordRun{cpuNs: ns}, nil
+	st := cmd.ProcessState
+	all := float64((st.UserTime() + st.SystemTime()).Nanoseconds())
+	return recordRun{cpuNs: ns, allNs: all}, nil
 }
 
 // rawstackSamples returns the size of a trace and its number of samples.
