@@ -2,15 +2,20 @@ package main
 
 import (
 	"bufio"
+	"debug/elf"
 	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform/snapshot"
 	"github.com/rawstack/rawstack/symbolizer"
@@ -20,7 +25,7 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR]) [-o FILE] [--no-symbols] [--stats]",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR]) [-o FILE] [--no-symbols | --dwarf] [--stats]",
 		short: "print the stacks of all threads of a live process or a core dump, like eu-stack",
 		run:   runSnapshot,
 	})
@@ -35,6 +40,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	root := fs.String("root", "", "with --core: a sysroot prepended to the paths the core names")
 	out := fs.String("o", "", "write an event stream to FILE instead of printing")
 	noSyms := fs.Bool("no-symbols", false, "print module+offset instead of function names")
+	dwarf := fs.Bool("dwarf", false, "name functions from DWARF too, with the innermost inlined function and its file:line (slower: indexes debug info)")
 	stats := fs.Bool("stats", false, "print timings to stderr")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
 	if err := fs.Parse(args); err != nil {
@@ -63,7 +69,13 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 		err = writeSnapshot(snap, *out)
 	} else {
 		bw := bufio.NewWriterSize(stdout, 64<<10)
-		err = printSnapshot(bw, snap, !*noSyms)
+		mode := symtabNames
+		if *noSyms {
+			mode = noNames
+		} else if *dwarf {
+			mode = dwarfNames
+		}
+		err = printSnapshot(bw, snap, mode)
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
@@ -95,14 +107,24 @@ func writeSnapshot(snap *snapshot.Snapshot, path string) error {
 	return err
 }
 
+type nameMode int
+
+const (
+	symtabNames nameMode = iota // ELF symbol tables, as eu-stack names frames
+	noNames
+	dwarfNames // elfsrc: DWARF, inlined functions, file:line
+)
+
 // printSnapshot prints snap as eu-stack does: "TID n:" and one
 // "#i  0xPC function" line per frame. Without a function name a frame
 // shows module+offset (the module-relative address of format/SPEC.md).
-func printSnapshot(w io.Writer, snap *snapshot.Snapshot, symbols bool) error {
-	syms := &snapSymbolizer{srcs: map[*snapshot.Module]symbolizer.Source{}}
-	defer syms.close()
+func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
+	var names *frameNamer
+	if mode != noNames {
+		names = newFrameNamer(snap, mode == dwarfNames)
+		defer names.close()
+	}
 	fmt.Fprintf(w, "PID %d - process\n", snap.Pid)
-	var frames []symbolizer.Frame
 	for _, t := range snap.Threads {
 		fmt.Fprintf(w, "TID %d:\n", t.Tid)
 		if t.Err != nil {
@@ -114,80 +136,216 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, symbols bool) error {
 			m := snap.Module(pc)
 			look := pc
 			if i > 0 {
-				look-- // a return address: symbolize the call
+				look-- // a return address: name the call
 			}
-			name := ""
-			if m != nil && symbols {
-				frames = syms.symbolize(m, look, frames[:0])
-				if len(frames) > 0 {
-					name = frames[len(frames)-1].Function
-				}
+			name, where := "", ""
+			if m != nil && names != nil {
+				name, where = names.name(m, look)
 			}
 			switch {
 			case name != "":
-				fmt.Fprintf(w, " %s\n", name)
+				fmt.Fprintf(w, " %s", name)
 			case m != nil && m.HaveBias:
-				fmt.Fprintf(w, " %s+%#x\n", filepath.Base(m.Path), pc-m.Bias)
+				fmt.Fprintf(w, " %s+%#x", filepath.Base(m.Path), pc-m.Bias)
 			case m != nil:
-				fmt.Fprintf(w, " %s@%#x\n", filepath.Base(m.Path), pc-m.Start)
-			default:
-				fmt.Fprintln(w)
+				fmt.Fprintf(w, " %s@%#x", filepath.Base(m.Path), pc-m.Start)
 			}
+			if where != "" {
+				fmt.Fprintf(w, " %s", where)
+			}
+			fmt.Fprintln(w)
 		}
-		if t.Stop != 0 && t.Stop.String() != "outermost frame" {
+		if t.Stop != arch.StopOutermost {
 			fmt.Fprintf(w, "    (unwind stopped: %v)\n", t.Stop)
 		}
 	}
 	return nil
 }
 
-// snapSymbolizer opens an ELF source per module file, with the separate
-// debug file from /usr/lib/debug/.build-id when there is one.
-type snapSymbolizer struct {
-	srcs  map[*snapshot.Module]symbolizer.Source
-	files map[string]symbolizer.Source
+// frameNamer names frames by module. The files of every module a stack
+// touches are opened up front, concurrently.
+type frameNamer struct {
+	srcs map[string]namer // by module file
 }
 
-func (s *snapSymbolizer) symbolize(m *snapshot.Module, pc uint64, dst []symbolizer.Frame) []symbolizer.Frame {
-	if !m.HaveBias || m.File == "" {
-		return dst
-	}
-	src, ok := s.srcs[m]
-	if !ok {
-		if s.files == nil {
-			s.files = map[string]symbolizer.Source{}
-		}
-		if src, ok = s.files[m.File]; !ok {
-			var o elfsrc.Options
-			if len(m.BuildID) > 1 {
-				h := hex.EncodeToString(m.BuildID)
-				dbg := "/usr/lib/debug/.build-id/" + h[:2] + "/" + h[2:] + ".debug"
-				if _, err := os.Stat(dbg); err == nil {
-					o.DebugFile = dbg
+type namer interface {
+	name(addr uint64) (fn, where string)
+	close()
+}
+
+func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
+	n := &frameNamer{srcs: map[string]namer{}}
+	var files []*snapshot.Module
+	for _, t := range snap.Threads {
+		for _, pc := range t.PCs {
+			if m := snap.Module(pc); m != nil && m.HaveBias && m.File != "" {
+				if _, ok := n.srcs[m.File]; !ok {
+					n.srcs[m.File] = nil
+					files = append(files, m)
 				}
 			}
-			es, err := elfsrc.Open(m.File, &o)
-			if err == nil {
-				src = es
-			}
-			s.files[m.File] = src
 		}
-		s.srcs[m] = src
 	}
-	if src == nil {
-		return dst
+	out := make([]namer, len(files))
+	var wg sync.WaitGroup
+	for i, m := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dbg := debugFileFor(m.BuildID)
+			if dwarf {
+				if src, err := elfsrc.Open(m.File, &elfsrc.Options{DebugFile: dbg}); err == nil {
+					out[i] = &dwarfNamer{src: src}
+				}
+				return
+			}
+			// A separate debug file holds the full .symtab of a stripped
+			// library, with its local functions.
+			for _, p := range []string{dbg, m.File} {
+				if p == "" {
+					continue
+				}
+				if st, err := openSymtab(p); err == nil && len(st) > 0 {
+					out[i] = st
+					return
+				}
+			}
+		}()
 	}
-	out, err := src.Symbolize(pc-m.Bias, dst)
-	if err != nil {
-		return dst
+	wg.Wait()
+	for i, m := range files {
+		n.srcs[m.File] = out[i]
 	}
-	return out
+	return n
 }
 
-func (s *snapSymbolizer) close() {
-	for _, src := range s.files {
-		if src != nil {
-			src.Close()
+// debugFileFor returns the separate debug file of a build id under
+// /usr/lib/debug/.build-id, or "".
+func debugFileFor(id []byte) string {
+	if len(id) < 2 {
+		return ""
+	}
+	h := hex.EncodeToString(id)
+	p := "/usr/lib/debug/.build-id/" + h[:2] + "/" + h[2:] + ".debug"
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+func (n *frameNamer) name(m *snapshot.Module, pc uint64) (string, string) {
+	src := n.srcs[m.File]
+	if src == nil || !m.HaveBias {
+		return "", ""
+	}
+	return src.name(pc - m.Bias)
+}
+
+func (n *frameNamer) close() {
+	for _, s := range n.srcs {
+		if s != nil {
+			s.close()
 		}
 	}
 }
+
+type dwarfNamer struct {
+	src *elfsrc.Source
+	buf []symbolizer.Frame
+}
+
+func (d *dwarfNamer) name(addr uint64) (string, string) {
+	fr, err := d.src.Symbolize(addr, d.buf[:0])
+	d.buf = fr
+	if err != nil || len(fr) == 0 {
+		return "", ""
+	}
+	where := ""
+	if fr[0].File != "" && fr[0].Line > 0 {
+		where = fmt.Sprintf("%s:%d", fr[0].File, fr[0].Line)
+		if len(fr) > 1 {
+			where = fr[0].Function + " inlined at " + where
+		}
+	}
+	return fr[len(fr)-1].Function, where
+}
+
+func (d *dwarfNamer) close() { d.src.Close() }
+
+// elfSymtab is the function symbols of one ELF file sorted by address: all
+// eu-stack uses to name a frame.
+type elfSymtab []elfSym
+
+type elfSym struct {
+	addr, size uint64
+	name       string
+	rank       int // among symbols at one address the highest names it
+}
+
+// symRank orders aliases at one address the way eu-stack tends to name
+// them: global or weak before local, the default version before an older
+// one, fewer leading underscores ("read" before "__read").
+func symRank(s elf.Symbol) int {
+	r := 0
+	if b := elf.ST_BIND(s.Info); b == elf.STB_GLOBAL || b == elf.STB_WEAK {
+		r += 100
+	}
+	if !strings.Contains(s.Name, "@") || strings.Contains(s.Name, "@@") {
+		r += 10
+	}
+	r -= len(s.Name) - len(strings.TrimLeft(s.Name, "_"))
+	return r
+}
+
+func openSymtab(path string) (elfSymtab, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil || len(syms) == 0 {
+		syms, err = f.DynamicSymbols()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st elfSymtab
+	for _, s := range syms {
+		t := elf.ST_TYPE(s.Info)
+		if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || s.Section == elf.SHN_UNDEF || s.Value == 0 {
+			continue
+		}
+		st = append(st, elfSym{s.Value, s.Size, s.Name, symRank(s)})
+	}
+	// One symbol per address: the largest, then the best ranked.
+	sort.Slice(st, func(i, j int) bool {
+		a, b := st[i], st[j]
+		if a.addr != b.addr {
+			return a.addr < b.addr
+		}
+		if a.size != b.size {
+			return a.size > b.size
+		}
+		return a.rank > b.rank
+	})
+	out := st[:0]
+	for i, s := range st {
+		if i == 0 || s.addr != st[i-1].addr {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (st elfSymtab) name(addr uint64) (string, string) {
+	i := sort.Search(len(st), func(i int) bool { return st[i].addr > addr })
+	if i > 0 {
+		if s := st[i-1]; addr < s.addr+s.size || s.size == 0 {
+			return symbolizer.Demangle(s.name), ""
+		}
+	}
+	return "", ""
+}
+
+func (st elfSymtab) close() {}

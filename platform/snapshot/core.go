@@ -475,7 +475,7 @@ func (c *CoreFile) Snapshot(opts *Options) (*Snapshot, error) {
 		}
 		return b
 	}
-	mods, ams := loadModules(maps, cache, func(m *mapping) string { return resolve(m.Path) }, image)
+	mods, set := loadModules(maps, cache, func(m *mapping) string { return resolve(m.Path) }, image)
 	snap := &Snapshot{Pid: c.Pid, Name: c.Comm, Cmdline: c.Args, Arch: c.Arch, Modules: mods}
 	if snap.Pid == 0 {
 		snap.Pid = c.Threads[0].Tid
@@ -483,7 +483,7 @@ func (c *CoreFile) Snapshot(opts *Options) (*Snapshot, error) {
 	for _, ct := range c.Threads {
 		snap.Threads = append(snap.Threads, Thread{Tid: ct.Tid, Regs: ct.Regs})
 	}
-	unwindThreads(snap.Threads, ams, mem, opts.maxFrames())
+	unwindThreads(snap.Threads, set, mem, opts.maxFrames())
 	return snap, nil
 }
 

@@ -21,7 +21,7 @@ import (
 var hostArch = map[string]arch.Arch{"amd64": arch.AMD64, "arm64": arch.ARM64}[runtime.GOARCH]
 
 // readAhead is how many pages a stack read fetches at once.
-const readAhead = 8
+const readAhead = 2
 
 // maxSeizeRounds bounds how often the thread list is re-read to catch
 // threads created while the others were being stopped.
@@ -87,12 +87,12 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	// hundred threads, and the unwind needs both.
 	type loaded struct {
 		mods []Module
-		ams  *arch.Modules
+		set  *moduleSet
 	}
 	done := make(chan loaded, 1)
 	go func() {
-		mods, ams := loadModules(maps, cache, open, image)
-		done <- loaded{mods, ams}
+		mods, set := loadModules(maps, cache, open, image)
+		done <- loaded{mods, set}
 	}()
 
 	runtime.LockOSThread()
@@ -121,9 +121,17 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		snap.Threads = append(snap.Threads, t)
 	}
 	mem := newPageCache(readAhead, liveFill(pid, maps))
+	// One process_vm_readv fetches the top of every stack.
+	sps := make([]uint64, 0, len(snap.Threads))
+	for _, t := range snap.Threads {
+		if t.Err == nil {
+			sps = append(sps, t.Regs.SP())
+		}
+	}
+	prefetch(pid, maps, mem, sps)
 	l := <-done
 	snap.Modules = l.mods
-	unwindThreads(snap.Threads, l.ams, mem, opts.maxFrames())
+	unwindThreads(snap.Threads, l.set, mem, opts.maxFrames())
 	st.release()
 	snap.Stopped = time.Since(start)
 	// Names do not need the threads stopped.
@@ -163,6 +171,46 @@ func liveFill(pid int, maps []mapping) func(addr uint64, buf []byte) int {
 			return 0
 		}
 		return n
+	}
+}
+
+// prefetch reads readAhead pages at each of addrs into mem with as few
+// process_vm_readv calls as the kernel's iovec limit allows.
+func prefetch(pid int, maps []mapping, mem *pageCache, addrs []uint64) {
+	const maxIov = 1024 // IOV_MAX
+	var iov []unix.RemoteIovec
+	seen := map[uint64]bool{}
+	for _, a := range addrs {
+		pg := a &^ (pageSize - 1)
+		var end uint64
+		for i := range maps {
+			if maps[i].Start <= pg && pg < maps[i].End {
+				end = maps[i].End
+				break
+			}
+		}
+		for k := 0; k < readAhead && pg < end; k, pg = k+1, pg+pageSize {
+			if !seen[pg] {
+				seen[pg] = true
+				iov = append(iov, unix.RemoteIovec{Base: uintptr(pg), Len: pageSize})
+			}
+		}
+	}
+	buf := make([]byte, len(iov)*pageSize)
+	for len(iov) > 0 {
+		n := min(len(iov), maxIov)
+		got, err := unix.ProcessVMRead(pid, buf[:n*pageSize], iov[:n])
+		if err != nil {
+			got = 0
+		}
+		pages := got / pageSize
+		for i := 0; i < pages; i++ {
+			mem.pages[uint64(iov[i].Base)] = buf[i*pageSize : (i+1)*pageSize : (i+1)*pageSize]
+		}
+		if pages < n {
+			pages++ // skip the page that failed; the cache reads it alone if needed
+		}
+		iov, buf = iov[pages:], buf[pages*pageSize:]
 	}
 }
 

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 
@@ -37,9 +37,37 @@ type fileKey struct {
 
 type fileInfo struct {
 	progs   []elf.ProgHeader
-	table   *arch.Table // nil: no usable unwind info
 	buildID []byte
 	arch    arch.Arch
+
+	mu    sync.Mutex  // guards table and lazy
+	table *arch.Table // nil: no usable unwind info
+	lazy  *lazyEH     // non-nil: table holds only the FDEs needed so far
+}
+
+// currentTable returns the file's table as it stands.
+func (fi *fileInfo) currentTable() *arch.Table {
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
+	return fi.table
+}
+
+// want adds the FDEs at offs to a lazy table, rebuilding it, and reports
+// whether any was new.
+func (fi *fileInfo) want(offs []uint32) bool {
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
+	added := false
+	for _, o := range offs {
+		if !fi.lazy.wanted[o] {
+			fi.lazy.wanted[o] = true
+			added = true
+		}
+	}
+	if added {
+		fi.table = fi.lazy.table()
+	}
+	return added
 }
 
 // file returns the information of the ELF file at path.
@@ -108,10 +136,12 @@ func readFileInfo(r io.ReaderAt, path string) (*fileInfo, error) {
 		fi.arch = arch.ARM64
 	}
 	fi.buildID = elfBuildID(f)
-	if t, err := arch.NewTableELF(f, path); t != nil && (err == nil || !errors.Is(err, arch.ErrNoUnwindInfo)) {
-		// A table with a format error still holds every entry that parsed.
-		fi.table = t
+	if fi.lazy = newLazyEH(f, fi.arch, path); fi.lazy != nil {
+		fi.table = fi.lazy.table()
+		return fi, nil
 	}
+	// A table with a format error still holds every entry that parsed.
+	fi.table, _ = arch.NewTableELF(f, path)
 	return fi, nil
 }
 
@@ -214,7 +244,7 @@ func forNotes(b []byte, bo binary.ByteOrder, align uint64, fn func(name string, 
 // reading the distinct files concurrently. open names the file to read for
 // a mapping (it returns "" when there is none); image reads an in-memory
 // ELF image such as the vDSO (nil when unavailable).
-func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string, image func(start, end uint64) []byte) ([]Module, *arch.Modules) {
+func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string, image func(start, end uint64) []byte) ([]Module, *moduleSet) {
 	mods := make([]Module, 0, len(maps))
 	var files []string
 	infos := map[string]*fileInfo{}
@@ -268,7 +298,7 @@ func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string
 	for i, f := range files {
 		infos[f] = results[i]
 	}
-	ams := &arch.Modules{}
+	set := &moduleSet{ams: &arch.Modules{}}
 	for i := range mods {
 		mod := &mods[i]
 		fi := infos[mod.File]
@@ -282,26 +312,103 @@ func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string
 		if fi != nil {
 			mod.BuildID = fi.buildID
 			mod.Bias, mod.HaveBias = fi.bias(mod.Start, mod.Offset)
-			if mod.HaveBias && fi.table != nil {
-				am.Table, am.Bias = fi.table, mod.Bias
+			if t := fi.currentTable(); mod.HaveBias && t != nil {
+				am.Table, am.Bias = t, mod.Bias
 				mod.HasCFI = true
+				if fi.lazy != nil {
+					set.lazy = append(set.lazy, lazyRef{am, fi})
+				}
 			}
 		}
-		ams.Add(am)
+		set.ams.Add(am)
 	}
-	return mods, ams
+	return mods, set
 }
 
-// unwindThreads unwinds every thread with registers through mem.
-func unwindThreads(threads []Thread, ams *arch.Modules, mem arch.Memory, maxFrames int) {
-	u := arch.NewUnwinder(ams)
-	u.MaxFrames = maxFrames
-	for i := range threads {
-		t := &threads[i]
-		if t.Err != nil {
-			continue
-		}
-		t.PCs = u.Unwind(&t.Regs, mem, t.PCs[:0])
-		t.Stop = u.Stop
+// moduleSet is what an unwind consults: arch's modules, and those of them
+// whose tables grow on demand.
+type moduleSet struct {
+	ams  *arch.Modules
+	lazy []lazyRef // sorted by Start
+}
+
+type lazyRef struct {
+	mod arch.Module
+	fi  *fileInfo
+}
+
+func (s *moduleSet) lazyAt(addr uint64) *lazyRef {
+	i := sort.Search(len(s.lazy), func(i int) bool { return s.lazy[i].mod.End > addr })
+	if i < len(s.lazy) && s.lazy[i].mod.Start <= addr {
+		return &s.lazy[i]
 	}
+	return nil
+}
+
+// unwindThreads unwinds every thread with registers through mem. Where a
+// stack reaches a pc whose FDE a lazy table lacks, the FDE is added and the
+// stack unwound again, until no stack lacks one.
+func unwindThreads(threads []Thread, set *moduleSet, mem arch.Memory, maxFrames int) {
+	u := arch.NewUnwinder(set.ams)
+	u.MaxFrames = maxFrames
+	todo := make([]int, 0, len(threads))
+	for i := range threads {
+		if threads[i].Err == nil {
+			todo = append(todo, i)
+		}
+	}
+	need := map[*fileInfo][]uint32{}
+	for round := 0; len(todo) > 0 && round < maxLazyRounds; round++ {
+		next := todo[:0]
+		clear(need)
+		for _, i := range todo {
+			t := &threads[i]
+			t.PCs = u.Unwind(&t.Regs, mem, t.PCs[:0])
+			t.Stop = u.Stop
+			if round == maxLazyRounds-1 {
+				continue
+			}
+			for k, pc := range t.PCs {
+				if k > 0 {
+					pc--
+				}
+				l := set.lazyAt(pc)
+				if l == nil {
+					continue
+				}
+				off, ok := l.fi.fdeFor(pc - l.mod.Bias)
+				if !ok || l.fi.has(off) {
+					continue
+				}
+				need[l.fi] = append(need[l.fi], off)
+				next = append(next, i)
+				break
+			}
+		}
+		for fi, offs := range need {
+			if !fi.want(offs) {
+				continue
+			}
+			t := fi.currentTable()
+			for _, l := range set.lazy {
+				if l.fi == fi {
+					m := l.mod
+					m.Table = t
+					set.ams.Add(m)
+				}
+			}
+		}
+		todo = next
+	}
+}
+
+// maxLazyRounds bounds the unwind-and-add-FDEs rounds of unwindThreads.
+const maxLazyRounds = 256
+
+func (fi *fileInfo) fdeFor(pc uint64) (uint32, bool) { return fi.lazy.fdeFor(pc) }
+
+func (fi *fileInfo) has(off uint32) bool {
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
+	return fi.lazy.wanted[off]
 }

@@ -1,0 +1,146 @@
+package snapshot
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"sort"
+
+	"github.com/rawstack/rawstack/arch"
+)
+
+// Lazy unwind tables. Parsing all of a large library's .eh_frame (libc:
+// ~3000 FDEs, 28000 rows) takes longer than stopping a hundred threads, and
+// a snapshot needs a few dozen FDEs. For a file whose .eh_frame_hdr holds
+// the usual sorted search table, the table handed to arch holds only the
+// FDEs the stacks have needed so far: unwindThreads finds each stack's
+// first pc whose FDE is missing, adds it and unwinds again. Unneeded FDEs
+// are masked in a copy of .eh_frame (their CIE pointer is made invalid, so
+// arch skips them without interpreting them); the wanted ones keep their
+// offsets, so pc-relative pointers decode unchanged.
+
+// lazyMinSize is the .eh_frame size above which a file is loaded lazily.
+const lazyMinSize = 32 << 10
+
+type lazyEH struct {
+	sections arch.Sections // the whole .eh_frame, unmodified
+	// search is .eh_frame_hdr's table: FDE start pcs (link-time) and the
+	// offsets of their FDEs in .eh_frame, sorted by pc.
+	pcs    []uint64
+	fdeOff []uint32
+	// idOffs are the offsets of every 32-bit FDE's CIE pointer.
+	idOffs []uint32
+	wanted map[uint32]bool // FDE offsets in the current table
+}
+
+// newLazyEH returns the lazy form of f's unwind info, or nil when f needs
+// the full parse (small, has .debug_frame, or an unusual .eh_frame_hdr).
+func newLazyEH(f *elf.File, a arch.Arch, path string) *lazyEH {
+	eh, hdr := f.Section(".eh_frame"), f.Section(".eh_frame_hdr")
+	if eh == nil || hdr == nil || eh.Type == elf.SHT_NOBITS || hdr.Type == elf.SHT_NOBITS ||
+		eh.Size < lazyMinSize || eh.Size > 256<<20 || hdr.Size > 64<<20 || f.Section(".debug_frame") != nil {
+		return nil
+	}
+	ehData, err1 := eh.Data()
+	hdrData, err2 := hdr.Data()
+	if err1 != nil || err2 != nil || len(hdrData) < 12 || hdrData[0] != 1 {
+		return nil
+	}
+	le := binary.LittleEndian
+	if f.ByteOrder != le {
+		return nil
+	}
+	// version, eh_frame_ptr encoding, fde_count encoding, table encoding.
+	ptrEnc, countEnc, tableEnc := hdrData[1], hdrData[2], hdrData[3]
+	size := func(enc byte) int {
+		switch enc & 0x0f {
+		case 0x03, 0x0b: // udata4, sdata4
+			return 4
+		case 0x04, 0x0c: // udata8, sdata8
+			return 8
+		}
+		return 0
+	}
+	ps, cs := size(ptrEnc), size(countEnc)
+	if ptrEnc == 0xff || ps == 0 || cs == 0 || countEnc&0x70 != 0 || tableEnc != 0x3b { // table: datarel sdata4
+		return nil
+	}
+	off := 4 + ps
+	if len(hdrData) < off+cs {
+		return nil
+	}
+	var count uint64
+	if cs == 4 {
+		count = uint64(le.Uint32(hdrData[off:]))
+	} else {
+		count = le.Uint64(hdrData[off:])
+	}
+	off += cs
+	if count > uint64(len(hdrData)-off)/8 {
+		return nil
+	}
+	l := &lazyEH{
+		sections: arch.Sections{File: path, Arch: a, EHFrame: ehData, EHFrameAddr: eh.Addr, EHFrameHdrAddr: hdr.Addr},
+		pcs:      make([]uint64, count),
+		fdeOff:   make([]uint32, count),
+		wanted:   map[uint32]bool{},
+	}
+	for i := uint64(0); i < count; i++ {
+		e := hdrData[off+int(i)*8:]
+		pc := hdr.Addr + uint64(int64(int32(le.Uint32(e))))
+		fde := hdr.Addr + uint64(int64(int32(le.Uint32(e[4:]))))
+		if fde < eh.Addr || fde-eh.Addr >= uint64(len(ehData)) || i > 0 && pc < l.pcs[i-1] {
+			return nil
+		}
+		l.pcs[i], l.fdeOff[i] = pc, uint32(fde-eh.Addr)
+	}
+	for o := 0; o+8 <= len(ehData); {
+		n := le.Uint32(ehData[o:])
+		if n == 0 {
+			break
+		}
+		if n == 0xffffffff { // 64-bit entry: left as it is
+			if o+12 > len(ehData) {
+				break
+			}
+			n64 := le.Uint64(ehData[o+4:])
+			if n64 > uint64(len(ehData)-o-12) {
+				break
+			}
+			o += 12 + int(n64)
+			continue
+		}
+		if uint64(n) > uint64(len(ehData)-o-4) {
+			break
+		}
+		if le.Uint32(ehData[o+4:]) != 0 {
+			l.idOffs = append(l.idOffs, uint32(o+4))
+		}
+		o += 4 + int(n)
+	}
+	return l
+}
+
+// fdeFor returns the offset of the FDE whose range may hold the link-time
+// address pc.
+func (l *lazyEH) fdeFor(pc uint64) (uint32, bool) {
+	i := sort.Search(len(l.pcs), func(i int) bool { return l.pcs[i] > pc })
+	if i == 0 {
+		return 0, false
+	}
+	return l.fdeOff[i-1], true
+}
+
+// table builds the table of the wanted FDEs.
+func (l *lazyEH) table() *arch.Table {
+	data := make([]byte, len(l.sections.EHFrame))
+	copy(data, l.sections.EHFrame)
+	for _, o := range l.idOffs {
+		if !l.wanted[o-4] {
+			binary.LittleEndian.PutUint32(data[o:], 0xffffffff)
+		}
+	}
+	s := l.sections
+	s.EHFrame = data
+	t, _ := arch.NewTable(s) // the masked FDEs are reported as errors
+	return t
+}
