@@ -38,3 +38,34 @@ func FuzzStep(f *testing.F) {
 		DecodeUnwindInfo(info)
 	})
 }
+
+// FuzzARM64 decodes arbitrary .xdata and packed words and unwinds through
+// them.
+func FuzzARM64(f *testing.F) {
+	f.Add([]byte{0x10, 0x00, 0x40, 0x08, 0x0a, 0x00, 0x00, 0x00, 0xE1, 0x81, 0xE6, 0xE6, 0x26, 0xE4, 0xE3, 0xE3}, uint32(0x1234567), uint16(8))
+	f.Add([]byte{0x12, 0x00, 0x20, 0x10, 0xc1, 0x39, 0xe3, 0xe3, 0x41, 0xd4, 0x03, 0xe4}, uint32(0x10C20041), uint16(40))
+	f.Fuzz(func(t *testing.T, xdata []byte, packed uint32, pcOff uint16) {
+		img := make(flatImage, 0x3000)
+		copy(img[0x2000:], xdata)
+		DecodeARM64XData(img, 0x2000)
+		if x, err := DecodeARM64XData(img, 0x2000); err == nil {
+			for _, e := range x.Epilogs {
+				DecodeARM64Codes(x.Codes, e.StartIndex)
+			}
+		}
+		DecodeARM64Packed(packed).Ops()
+		stack := sparseMem{}
+		for a := uint64(0xF000); a < 0x11000; a += 8 {
+			stack.put(a, a*3)
+		}
+		for _, fn := range []ARM64Function{{0x1000, 0x2000}, {0x1000, packed | 1}} {
+			u := &ARM64Unwinder{}
+			u.Add(&ARM64Module{Base: 0x10000, Size: 0x3000, Functions: []ARM64Function{fn}, Image: img})
+			var regs arch.Regs
+			regs.R[arch.ARM64PC] = 0x11000 + uint64(pcOff%0x200)
+			regs.R[arch.ARM64SP] = 0x10000
+			regs.R[arch.ARM64FP] = 0x10800
+			u.Step(&regs, stack)
+		}
+	})
+}
