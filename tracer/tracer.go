@@ -249,8 +249,10 @@ func (t *Tracer) Wait() error {
 }
 
 // Stop ends recording, writes the last events to every stream and waits
-// until they are written. It returns the first error of the back end or of
-// a stream. Calling Stop again returns the same error.
+// until they are written (so a writer that never returns blocks Stop; the
+// traced program itself is never blocked by a stream). It returns the
+// first error of the back end or of a stream. Calling Stop again returns
+// the same error. A launched command keeps running after Stop.
 func (t *Tracer) Stop() error {
 	t.stopMu.Lock()
 	defer t.stopMu.Unlock()

@@ -154,8 +154,19 @@ func (s *Session) Event() string { return s.event }
 // KernelFrames reports whether kernel frames are recorded.
 func (s *Session) KernelFrames() bool { return s.kernel }
 
-// ExitErr returns cmd.Wait's result for a launched command once it exited.
-func (s *Session) ExitErr() error { return s.exitErr }
+// ExitErr returns cmd.Wait's result for a launched command once it has
+// exited, and nil before.
+func (s *Session) ExitErr() error {
+	if s.waited == nil {
+		return nil
+	}
+	select {
+	case <-s.waited:
+		return s.exitErr
+	default:
+		return nil
+	}
+}
 
 // Stats returns the running totals.
 func (s *Session) Stats() platform.Stats {
