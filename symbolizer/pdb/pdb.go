@@ -236,27 +236,19 @@ func (f *File) readDBI() error {
 	if r.err != nil {
 		return r.err
 	}
-	sub := func(n uint32, what string) *reader {
-		start := r.off
+	// sub returns a reader over the next substream of n bytes. Offsets in
+	// its errors are relative to the substream.
+	sub := func(n uint32) *reader {
 		p := r.bytes(int(min(n, uint32(len(b)+1))))
-		if r.err != nil {
-			return newReader(nil, f.name, streamDBI)
-		}
-		_ = what
-		sr := newReader(p, f.name, streamDBI)
-		sr.off = 0
-		// Report offsets relative to the stream: keep p addressed from 0
-		// but remember where it started for errors.
-		_ = start
-		return sr
+		return newReader(p, f.name, streamDBI)
 	}
-	mi := sub(modInfoSize, "module info")
-	sc := sub(secContrSize, "section contributions")
-	sub(secMapSize, "section map")
-	sub(srcInfoSize, "file info")
-	sub(tsMapSize, "type server map")
-	sub(ecSize, "EC")
-	dh := sub(dbgHdrSize, "optional debug header")
+	mi := sub(modInfoSize)
+	sc := sub(secContrSize)
+	sub(secMapSize)
+	sub(srcInfoSize)
+	sub(tsMapSize)
+	sub(ecSize)
+	dh := sub(dbgHdrSize)
 	if r.err != nil {
 		return r.err
 	}
