@@ -149,6 +149,22 @@ func readComm(dir string) string {
 	return strings.TrimRight(string(b), "\n")
 }
 
+// tracerPid returns the TracerPid of /proc/PID[/task/TID], 0 if none or
+// unknown.
+func tracerPid(dir string) int {
+	b, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
 // liveFill reads pages of pid with process_vm_readv, one remote iovec per
 // page so a read that reaches an unmapped page still returns the pages
 // before it, and never past the end of the mapping holding addr.
@@ -255,6 +271,11 @@ func (s *stopper) stopAll() error {
 			if err := unix.PtraceSeize(tid); err != nil {
 				if err == unix.ESRCH {
 					continue // exited since the listing
+				}
+				if err == unix.EPERM && len(s.tracees) > 0 && tracerPid(s.dir+"/task/"+e.Name()) == 0 {
+					// Other threads could be seized, so the credentials
+					// are fine: the kernel refuses an exiting thread.
+					continue
 				}
 				if err == unix.EPERM {
 					return &platform.PermissionError{

@@ -1,0 +1,127 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/platform"
+)
+
+// startNoWait starts bin without waiting for its threads to settle.
+func startNoWait(t *testing.T, bin string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	b := make([]byte, 6)
+	if _, err := out.Read(b); err != nil || string(b) != "ready\n" {
+		t.Fatalf("fixture: %q %v", b, err)
+	}
+	return cmd
+}
+
+// TestProcessChurn snapshots a process whose threads come and go while it
+// is being stopped: every snapshot succeeds and no thread is left stopped
+// or traced.
+func TestProcessChurn(t *testing.T) {
+	bin := buildC(t, "gcc", "churn.c", "-O2", "-pthread")
+	cmd := startNoWait(t, bin)
+	pid := cmd.Process.Pid
+	threads := 0
+	for i := 0; i < 30; i++ {
+		snap := snapshotOrSkip(t, pid, nil)
+		threads += len(snap.Threads)
+		for tid, st := range threadStates(t, pid) {
+			if strings.Contains(st, "tracer=") && !strings.HasSuffix(st, "tracer=0") || st[0] == 't' || st[0] == 'T' {
+				t.Fatalf("snapshot %d: tid %d left %q", i, tid, st)
+			}
+		}
+	}
+	if threads < 30 {
+		t.Errorf("30 snapshots saw %d threads in all", threads)
+	}
+	// The process goes on creating threads.
+	before := threadStates(t, pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		fresh := false
+		for tid := range threadStates(t, pid) {
+			if _, ok := before[tid]; !ok {
+				fresh = true
+			}
+		}
+		if fresh {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new threads in 10s after the snapshots")
+		}
+	}
+}
+
+// maxTid returns the highest tid of pid other than not.
+func maxTid(t *testing.T, pid, not int) int {
+	m := 0
+	for tid := range threadStates(t, pid) {
+		if tid != not {
+			m = max(m, tid)
+		}
+	}
+	return m
+}
+
+// TestProcessReleasesOnError makes the seize of one thread fail (strace
+// traces it) and checks that the snapshot fails with a PermissionError
+// and leaves every other thread running and untraced.
+func TestProcessReleasesOnError(t *testing.T) {
+	needTool(t, "strace")
+	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	cmd := startFixture(t, bin, "6", "4")
+	pid := cmd.Process.Pid
+	snapshotOrSkip(t, pid, nil) // skips where ptrace is not permitted
+	// Trace a worker; with luck others are seized before the failure.
+	last := maxTid(t, pid, pid)
+	st := exec.Command("strace", "-qq", "-e", "trace=none", "-p", strconv.Itoa(last))
+	if err := st.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		st.Process.Signal(os.Interrupt)
+		st.Wait()
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if s := threadStates(t, pid)[last]; !strings.HasSuffix(s, "tracer=0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("strace did not attach")
+		}
+	}
+	_, err := Process(pid, nil)
+	var pe *platform.PermissionError
+	if !errors.As(err, &pe) {
+		t.Fatalf("snapshot of a process with a traced thread: %v, want a PermissionError", err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(last)) {
+		t.Errorf("error %q does not name tid %d", err, last)
+	}
+	for tid, s := range threadStates(t, pid) {
+		if tid != last && s != "S tracer=0" && s != "R tracer=0" {
+			t.Errorf("after the failed snapshot tid %d is %q, want running or sleeping and untraced", tid, s)
+		}
+	}
+}
