@@ -30,9 +30,10 @@ var (
 const mingwLibDir = "/usr/lib/gcc/x86_64-w64-mingw32/12-win32"
 
 // fixtureKinds lists the fixture builds: "mingw" (clang for
-// x86_64-w64-mingw32 with lld, C and C++ with libstdc++ names) and "msvc"
-// (clang for x86_64-pc-windows-msvc, lld-link /debug, no CRT).
-var fixtureKinds = []string{"mingw", "msvc"}
+// x86_64-w64-mingw32 with lld, C and C++ with libstdc++ names), "msvc"
+// (clang for x86_64-pc-windows-msvc, lld-link /debug, no CRT) and
+// "msvc-columns" (the same with column numbers in the line tables).
+var fixtureKinds = []string{"mingw", "msvc", "msvc-columns"}
 
 func needTool(t testing.TB, names ...string) {
 	t.Helper()
@@ -66,8 +67,11 @@ func buildFixture(t testing.TB, kind string) *fixture {
 		cmds = [][]string{{"clang++", "--target=x86_64-w64-mingw32", "-O2", "-g", "-gcodeview", "-fuse-ld=lld",
 			"-Wl,--pdb=prog.pdb", "-L" + mingwLibDir, "-fno-exceptions", "-fno-rtti",
 			"-x", "c", "SRC/prog.c", "-x", "c++", "SRC/shapes.cpp", "-o", "prog.exe"}}
-	case "msvc":
+	case "msvc", "msvc-columns":
 		cc := []string{"clang", "--target=x86_64-pc-windows-msvc", "-O2", "-g", "-gcodeview", "-fno-exceptions", "-fno-rtti", "-c"}
+		if kind == "msvc-columns" {
+			cc = append(cc, "-gcolumn-info")
+		}
 		cmds = [][]string{
 			append(append([]string{}, cc...), "SRC/prog.c", "-o", "prog.obj"),
 			append(append([]string{}, cc...), "SRC/shapes.cpp", "-o", "shapes.obj"),

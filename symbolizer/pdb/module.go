@@ -41,6 +41,7 @@ type proc struct {
 type lineEntry struct {
 	rva      uint32
 	line     uint32
+	column   uint16
 	file     uint32 // offset into the FILECHKSMS subsection
 	terminal bool   // marks the end of a line block
 }
@@ -185,15 +186,24 @@ func (f *File) parseModule(i int) *modInfo {
 				}
 				ents := make([]lineEntry, 0, nLines+2)
 				lines := sr.bytes(int(nLines) * 8)
+				var cols []byte
 				if hasCols {
-					sr.skip(int(nLines) * 4)
+					cols = sr.bytes(int(nLines) * 4)
 				}
-				ents = append(ents, lineEntry{rva: start, line: le32(lines[4:]) & 0xFFFFFF, file: file})
+				col := func(k int) uint16 {
+					if cols == nil {
+						return 0
+					}
+					return le16(cols[k*4:])
+				}
+				// Like LLVM: a row at the block start with the first line,
+				// one per line entry, and an end row at start+codeSize.
+				ents = append(ents, lineEntry{rva: start, line: le32(lines[4:]) & 0xFFFFFF, column: col(0), file: file})
 				for k := 0; k < int(nLines); k++ {
-					ents = append(ents, lineEntry{rva: start + le32(lines[k*8:]), line: le32(lines[k*8+4:]) & 0xFFFFFF, file: file})
+					ents = append(ents, lineEntry{rva: start + le32(lines[k*8:]), line: le32(lines[k*8+4:]) & 0xFFFFFF, column: col(k), file: file})
 				}
 				last := le32(lines[(nLines-1)*8+4:]) & 0xFFFFFF
-				ents = append(ents, lineEntry{rva: start + codeSize, line: last, file: file, terminal: true})
+				ents = append(ents, lineEntry{rva: start + codeSize, line: last, column: col(int(nLines) - 1), file: file, terminal: true})
 				blocks = append(blocks, ents)
 			}
 		case debugSFileChksms:

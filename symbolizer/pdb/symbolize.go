@@ -196,6 +196,7 @@ func (f *File) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fram
 	if m != nil {
 		if le, ok := m.lineAt(rva); ok {
 			outer.Line = int(le.line)
+			outer.Column = int(le.column)
 			outer.File, _ = f.chksumFile(m, le.file)
 		}
 	}

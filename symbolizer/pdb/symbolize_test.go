@@ -46,7 +46,7 @@ func TestAgreeWithLLVMSymbolizer(t *testing.T) {
 				vas = append(vas, base+uint64(rva))
 			}
 			want := llvmSymbolize(t, fx.exe, vas)
-			agree, inlined, named := 0, 0, 0
+			agree, inlined, named, withCol := 0, 0, 0, 0
 			var frames []symbolizer.Frame
 			shown := 0
 			for i, va := range vas {
@@ -61,6 +61,9 @@ func TestAgreeWithLLVMSymbolizer(t *testing.T) {
 				if want[i][0] != "??" {
 					named++
 				}
+				if !strings.HasSuffix(want[i][len(want[i])-1], ":0") {
+					withCol++
+				}
 				if strings.Join(got, "\n") == strings.Join(want[i], "\n") {
 					agree++
 					continue
@@ -71,7 +74,10 @@ func TestAgreeWithLLVMSymbolizer(t *testing.T) {
 				}
 			}
 			pct := 100 * float64(agree) / float64(len(vas))
-			t.Logf("%s: %d/%d addresses agree (%.2f%%); llvm-symbolizer named %d, %d with inline frames", kind, agree, len(vas), pct, named, inlined)
+			t.Logf("%s: %d/%d addresses agree (%.2f%%); llvm-symbolizer named %d, %d with inline frames, %d with a column", kind, agree, len(vas), pct, named, inlined, withCol)
+			if strings.HasSuffix(kind, "-columns") && withCol < len(vas)/2 {
+				t.Errorf("only %d addresses have a column", withCol)
+			}
 			if inlined == 0 || named < len(vas)/4 {
 				t.Errorf("fixture too weak: %d named, %d inlined addresses", named, inlined)
 			}
