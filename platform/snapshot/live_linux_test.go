@@ -17,13 +17,18 @@ import (
 	"github.com/rawstack/rawstack/platform"
 )
 
-// fixtures are the builds of testdata/threads.c the live tests compare.
+// fixtures are the programs the live tests compare, each with the symbol
+// substrings of its blocking leaf, its recursive chain and the function
+// that starts the chain in each worker.
 var fixtures = []struct {
-	cc    string
-	flags []string
+	name, cc, src       string
+	flags               []string
+	leaf, chain, outer string
 }{
-	{"gcc", []string{"-O2", "-fomit-frame-pointer", "-pthread"}},
-	{"clang", []string{"-O2", "-fomit-frame-pointer", "-pthread"}},
+	{"c-gcc", "gcc", "threads.c", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "chain_", "worker"},
+	{"c-clang", "clang", "threads.c", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "chain_", "worker"},
+	{"cc-g++", "g++", "threads.cc", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "Stepper", "main"},
+	{"cc-clang++", "clang++", "threads.cc", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "Stepper", "main"},
 }
 
 // snapshotOrSkip snapshots pid, skipping the test where ptrace is not
@@ -184,8 +189,8 @@ func checkReleased(t *testing.T, pid int) {
 // eu-stack's, pc for pc.
 func TestProcessMatchesGDB(t *testing.T) {
 	for _, fx := range fixtures {
-		t.Run(fx.cc, func(t *testing.T) {
-			bin := buildC(t, fx.cc, "threads.c", fx.flags...)
+		t.Run(fx.name, func(t *testing.T) {
+			bin := buildC(t, fx.cc, fx.src, fx.flags...)
 			cmd := startFixture(t, bin, "5", "7")
 			pid := cmd.Process.Pid
 			snap := snapshotOrSkip(t, pid, nil)
@@ -209,7 +214,8 @@ func TestProcessMatchesGDB(t *testing.T) {
 				if th.Tid == pid {
 					continue
 				}
-				// Workers: leaf_block, then 7-9 chain_* frames, then worker.
+				// Workers: the leaf, then 8+ frames of the chain, then
+				// the function that started it.
 				var names []string
 				for _, pc := range th.PCs[1:] {
 					if m := snap.Module(pc); m == exe {
@@ -218,12 +224,12 @@ func TestProcessMatchesGDB(t *testing.T) {
 				}
 				chain := 0
 				for _, n := range names {
-					if strings.HasPrefix(n, "chain_") {
+					if strings.Contains(n, fx.chain) {
 						chain++
 					}
 				}
-				if len(names) < 3 || names[0] != "leaf_block" || names[len(names)-1] != "worker" || chain < 8 {
-					t.Errorf("tid %d: fixture frames %v, want leaf_block, 8+ chain_*, worker", th.Tid, names)
+				if len(names) < 3 || !strings.Contains(names[0], fx.leaf) || !strings.Contains(names[len(names)-1], fx.outer) || chain < 8 {
+					t.Errorf("tid %d: fixture frames %v, want %s, 8+ %s*, %s", th.Tid, names, fx.leaf, fx.chain, fx.outer)
 				}
 			}
 			got := snap.stacks()
