@@ -21,8 +21,8 @@ import (
 // substrings of its blocking leaf, its recursive chain and the function
 // that starts the chain in each worker.
 var fixtures = []struct {
-	name, cc, src       string
-	flags               []string
+	name, cc, src      string
+	flags              []string
 	leaf, chain, outer string
 }{
 	{"c-gcc", "gcc", "threads.c", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "chain_", "worker"},
