@@ -27,8 +27,9 @@ func TestAddr2linePE(t *testing.T) {
 	for _, c := range [][]string{
 		append(append([]string{}, cc...), src+"/prog.c", "-o", "prog.obj"),
 		append(append([]string{}, cc...), src+"/shapes.cpp", "-o", "shapes.obj"),
+		append(append([]string{}, cc...), src+"/interp.cpp", "-o", "interp.obj"),
 		append(append([]string{}, cc...), src+"/nocrt.cpp", "-o", "nocrt.obj"),
-		{"lld-link", "/debug", "/nodefaultlib", "/entry:main", "/subsystem:console", "prog.obj", "shapes.obj", "nocrt.obj", "/out:prog.exe", "/pdb:prog.pdb"},
+		{"lld-link", "/debug", "/nodefaultlib", "/entry:main", "/subsystem:console", "prog.obj", "shapes.obj", "interp.obj", "nocrt.obj", "/out:prog.exe", "/pdb:prog.pdb"},
 	} {
 		cmd := exec.Command(c[0], c[1:]...)
 		cmd.Dir = dir

@@ -66,7 +66,7 @@ func buildFixture(t testing.TB, kind string) *fixture {
 		}
 		cmds = [][]string{{"clang++", "--target=x86_64-w64-mingw32", "-O2", "-g", "-gcodeview", "-fuse-ld=lld",
 			"-Wl,--pdb=prog.pdb", "-L" + mingwLibDir, "-fno-exceptions", "-fno-rtti",
-			"-x", "c", "SRC/prog.c", "-x", "c++", "SRC/shapes.cpp", "-o", "prog.exe"}}
+			"-x", "c", "SRC/prog.c", "-x", "c++", "SRC/shapes.cpp", "SRC/interp.cpp", "-o", "prog.exe"}}
 	case "msvc", "msvc-columns":
 		cc := []string{"clang", "--target=x86_64-pc-windows-msvc", "-O2", "-g", "-gcodeview", "-fno-exceptions", "-fno-rtti", "-c"}
 		if kind == "msvc-columns" {
@@ -75,15 +75,16 @@ func buildFixture(t testing.TB, kind string) *fixture {
 		cmds = [][]string{
 			append(append([]string{}, cc...), "SRC/prog.c", "-o", "prog.obj"),
 			append(append([]string{}, cc...), "SRC/shapes.cpp", "-o", "shapes.obj"),
+			append(append([]string{}, cc...), "SRC/interp.cpp", "-o", "interp.obj"),
 			append(append([]string{}, cc...), "SRC/nocrt.cpp", "-o", "nocrt.obj"),
 			{"lld-link", "/debug", "/nodefaultlib", "/entry:main", "/subsystem:console",
-				"prog.obj", "shapes.obj", "nocrt.obj", "/out:prog.exe", "/pdb:prog.pdb"},
+				"prog.obj", "shapes.obj", "interp.obj", "nocrt.obj", "/out:prog.exe", "/pdb:prog.pdb"},
 		}
 	default:
 		t.Fatalf("unknown fixture kind %q", kind)
 	}
 	h := sha256.New()
-	for _, n := range []string{"prog.c", "util.h", "shapes.cpp", "shapes.h", "nocrt.cpp"} {
+	for _, n := range []string{"prog.c", "util.h", "shapes.cpp", "shapes.h", "interp.cpp", "nocrt.cpp"} {
 		b, err := os.ReadFile(filepath.Join(src, n))
 		if err != nil {
 			t.Fatal(err)

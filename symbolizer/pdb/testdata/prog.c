@@ -27,11 +27,12 @@ __attribute__((noinline)) int work(int n) {
 }
 
 int run_shapes(int n);
+int run_interp(int n);
 
 int main(int argc, char **argv) {
 	(void)argv;
 	int r = 0;
 	for (int i = 0; i < argc + 10; i++)
 		r += work(i);
-	return (r + run_shapes(argc)) & 1;
+	return (r + run_shapes(argc) + run_interp(argc)) & 1;
 }
