@@ -29,6 +29,7 @@ var fixtures = []struct {
 	{"c-clang", "clang", "threads.c", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "chain_", "worker"},
 	{"cc-g++", "g++", "threads.cc", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "Stepper", "main"},
 	{"cc-clang++", "clang++", "threads.cc", []string{"-O2", "-fomit-frame-pointer", "-pthread"}, "leaf_block", "Stepper", "main"},
+	{"rust", "rustc", "threads.rs", []string{"-O", "-C", "force-frame-pointers=no"}, "leaf_block", "chain_", "worker"},
 }
 
 // snapshotOrSkip snapshots pid, skipping the test where ptrace is not
@@ -228,7 +229,16 @@ func TestProcessMatchesGDB(t *testing.T) {
 						chain++
 					}
 				}
-				if len(names) < 3 || !strings.Contains(names[0], fx.leaf) || !strings.Contains(names[len(names)-1], fx.outer) || chain < 8 {
+				leaf, outer := -1, -1
+				for k, n := range names {
+					if leaf < 0 && strings.Contains(n, fx.leaf) {
+						leaf = k
+					}
+					if leaf >= 0 && strings.Contains(n, fx.outer) {
+						outer = k
+					}
+				}
+				if leaf < 0 || outer < leaf || chain < 8 {
 					t.Errorf("tid %d: fixture frames %v, want %s, 8+ %s*, %s", th.Tid, names, fx.leaf, fx.chain, fx.outer)
 				}
 			}
