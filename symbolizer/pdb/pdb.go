@@ -100,6 +100,9 @@ type File struct {
 	publics *publics
 	tpi     *typeStream
 	ipi     *typeStream
+
+	demangleCache sync.Map // linkage name → demangled name
+	inlineeCache  sync.Map // inlinee id → qualified name
 }
 
 type omapEntry struct{ from, to uint32 }

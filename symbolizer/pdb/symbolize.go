@@ -192,7 +192,7 @@ func (f *File) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fram
 	if m == nil && name == "" {
 		return dst, nil
 	}
-	outer := symbolizer.Frame{Function: Demangle(name)}
+	outer := symbolizer.Frame{Function: f.demangled(name)}
 	if m != nil {
 		if le, ok := m.lineAt(rva); ok {
 			outer.Line = int(le.line)
@@ -224,10 +224,12 @@ func (f *File) inlineFrames(m *modInfo, p *proc, rva uint32, dst []symbolizer.Fr
 	syms := m.syms[:m.symEnd]
 	type site struct {
 		id  uint32
-		ann []annotation
+		ann []byte // binary annotations
 	}
-	var chain []site
-	var buf []annotation
+	var chainBuf [8]site
+	chain := chainBuf[:0]
+	var annBuf [32]annotation
+	buf := annBuf[:0]
 	pos, end := p.recOff, p.end
 	if end > uint32(len(syms)) || end <= pos {
 		end = uint32(len(syms))
@@ -256,7 +258,7 @@ func (f *File) inlineFrames(m *modInfo, p *proc, rva uint32, dst []symbolizer.Fr
 			siteEnd := le32(d[4:])
 			buf = annotations(d[annOff:], buf[:0])
 			if inlineContains(buf, off) {
-				chain = append(chain, site{le32(d[8:]), append([]annotation(nil), buf...)})
+				chain = append(chain, site{le32(d[8:]), d[annOff:]})
 				if siteEnd > pos && siteEnd <= end {
 					end = siteEnd
 				}
@@ -280,11 +282,12 @@ func (f *File) inlineFrames(m *modInfo, p *proc, rva uint32, dst []symbolizer.Fr
 		if !ok {
 			break
 		}
-		lo, fileOff := inlineLineOffset(s.ann, off)
+		buf = annotations(s.ann, buf[:0])
+		lo, fileOff := inlineLineOffset(buf, off)
 		if fileOff == 0 {
 			fileOff = il.file
 		}
-		fr := symbolizer.Frame{Function: Demangle(f.inlineeName(s.id)), Line: int(int32(il.line) + lo)}
+		fr := symbolizer.Frame{Function: f.demangled(f.inlineeNameCached(s.id)), Line: int(int32(il.line) + lo)}
 		fr.File, _ = f.chksumFile(m, fileOff)
 		dst = append(dst, fr)
 	}
@@ -303,4 +306,28 @@ func Demangle(name string) string {
 		return name
 	}
 	return symbolizer.Demangle(name)
+}
+
+// demangled returns Demangle(name), cached: a profile symbolizes the same
+// functions over and over.
+func (f *File) demangled(name string) string {
+	if name == "" {
+		return ""
+	}
+	if v, ok := f.demangleCache.Load(name); ok {
+		return v.(string)
+	}
+	d := Demangle(name)
+	f.demangleCache.Store(name, d)
+	return d
+}
+
+// inlineeNameCached returns f.inlineeName(id), cached.
+func (f *File) inlineeNameCached(id uint32) string {
+	if v, ok := f.inlineeCache.Load(id); ok {
+		return v.(string)
+	}
+	n := f.inlineeName(id)
+	f.inlineeCache.Store(id, n)
+	return n
 }
