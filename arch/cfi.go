@@ -598,7 +598,7 @@ func (s *cfiState) rule() Rule {
 			r.Saved[i] = SavedLost
 		}
 		if r.Saved[i] != 0 {
-			r.NSaved = uint8(i + 1)
+			r.SavedSet |= 1 << uint(i)
 		}
 	}
 	return r

@@ -75,11 +75,11 @@ type Rule struct {
 	// saved at CFA + 8*Saved[i] (a slot at CFA+0, seen only in longjmp-like
 	// code, counts as lost).
 	Saved [MaxSaved]int8
-	// NSaved is 1 + the index of the last non-zero Saved entry.
-	NSaved uint8
-	CFAOff int32
-	RAOff  int32
-	FPOff  int32
+	// SavedSet has bit i set where Saved[i] is not 0.
+	SavedSet uint16
+	CFAOff   int32
+	RAOff    int32
+	FPOff    int32
 }
 
 // SavedLost marks a callee-saved register whose caller value the rule

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"sort"
 )
 
@@ -363,9 +364,13 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				ra &= 1<<48 - 1
 			}
 			// Callee-saved registers: restore those saved, forget those lost.
-			for i, reg := range saved[:min(len(saved), int(rule.NSaved))] {
+			for m := rule.SavedSet; m != 0; m &= m - 1 {
+				i := bits.TrailingZeros16(m)
+				if i >= len(saved) {
+					break
+				}
+				reg := saved[i]
 				switch o := rule.Saved[i]; o {
-				case 0:
 				case SavedLost:
 					r.Mask &^= 1 << uint(reg)
 					inMem &^= 1 << uint(reg)
