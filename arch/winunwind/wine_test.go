@@ -2,6 +2,7 @@ package winunwind
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/symbolizer/pe"
@@ -61,7 +63,11 @@ func runSelfUnwind(t *testing.T, compiler []string) (exe string, base, size uint
 			t.Fatalf("%s %v: %v\n%s", compiler[0], args, err, out)
 		}
 		prefix := filepath.Join(cacheRoot, "wineprefix")
-		cmd := exec.Command("wine", exe, outPath+".tmp")
+		// The first run boots the prefix (about a minute); a Wine that
+		// hangs must not hold the test run forever.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "wine", exe, outPath+".tmp")
 		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix, "WINEDEBUG=-all")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("wine %s: %v\n%s", exe, err, out)
