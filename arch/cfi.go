@@ -312,6 +312,7 @@ type sectionParser struct {
 	dataAddr uint64
 	eh       bool
 	cies     map[int]*cie
+	x        interp
 }
 
 func (b *builder) parse(file, sect string, data []byte, secAddr, dataAddr uint64, eh bool) error {
@@ -478,7 +479,7 @@ func (p *sectionParser) cie(off int) *cie {
 	c.initial = p.data[r.off:end]
 	c.init = initialState(p.b.arch)
 	c.init.signal = c.signal
-	var x interp
+	x := &p.x // reused: its remember-state stack is 2 KB
 	x.init(p, c, 0, ^uint64(0), r.off)
 	x.state = c.init
 	if err := x.run(c.initial, false); err != nil {
@@ -525,7 +526,7 @@ func (p *sectionParser) fde(idOff, body, end, ciePos int) error {
 		return nil
 	}
 	from := len(p.b.rows)
-	var x interp
+	x := &p.x // reused: its remember-state stack is 2 KB
 	x.init(p, c, begin, begin+size, r.off)
 	x.state = c.init
 	if err := x.run(p.data[r.off:end], true); err != nil {
@@ -619,7 +620,10 @@ type interp struct {
 
 func (x *interp) init(p *sectionParser, c *cie, begin, end uint64, base int) {
 	x.p, x.c, x.loc, x.end, x.base = p, c, begin, end, base
-	x.stack = x.stackStore[:0]
+	if x.stack == nil {
+		x.stack = x.stackStore[:0]
+	}
+	x.stack = x.stack[:0]
 	x.from = len(p.b.rows)
 }
 
