@@ -101,7 +101,9 @@ func parseGDBStacks(t *testing.T, out []byte) stacks {
 func euStacks(t *testing.T, pid int) stacks {
 	t.Helper()
 	needTool(t, "eu-stack")
-	out := runOracle(t, "eu-stack", "-p", strconv.Itoa(pid))
+	// eu-stack exits 1 when it cannot unwind some thread to its end (Go
+	// threads); what it printed still counts.
+	out := runOracleStatus(t, true, "eu-stack", "-p", strconv.Itoa(pid))
 	m := stacks{}
 	tid := -1
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -126,12 +128,23 @@ func euStacks(t *testing.T, pid int) stacks {
 
 func runOracle(t *testing.T, name string, args ...string) []byte {
 	t.Helper()
+	return runOracleStatus(t, false, name, args...)
+}
+
+// runOracleStatus runs an oracle; with partialOK a failure that still
+// printed something is not an error.
+func runOracleStatus(t *testing.T, partialOK bool, name string, args ...string) []byte {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	timer := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
 	defer timer.Stop()
 	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if err != nil && partialOK && errors.As(err, &ee) && len(out) > 0 {
+		return out
+	}
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s\n%s", name, strings.Join(args, " "), err, out, stderr.Bytes())
 	}

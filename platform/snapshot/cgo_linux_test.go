@@ -1,0 +1,95 @@
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildCgo builds testdata/cgo with the go command into a cached binary.
+func buildCgo(t *testing.T) string {
+	t.Helper()
+	goTool := needTool(t, "go")
+	needTool(t, "gcc")
+	src := filepath.Join("testdata", "cgo", "main.go")
+	code, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := exec.Command(goTool, "version").Output()
+	h := sha256.Sum256(append(code, v...))
+	dir := filepath.Join(os.TempDir(), "rawstack-snapshot-fixtures")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "cgo-"+hex.EncodeToString(h[:8]))
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	tmp := out + ".tmp" + hex.EncodeToString([]byte(t.Name()))[:8]
+	cmd := exec.Command(goTool, "build", "-o", tmp, src)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", src, err, b)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestProcessCgo snapshots a Go program whose locked threads block deep in
+// C code built -O2 -fomit-frame-pointer, and compares those threads with
+// gdb and eu-stack from the leaf up to runtime.asmcgocall, where the
+// stack switches to the goroutine's and every unwinder stops making sense.
+func TestProcessCgo(t *testing.T) {
+	bin := buildCgo(t)
+	cmd := startFixture(t, bin, "3", "7")
+	pid := cmd.Process.Pid
+	snap := snapshotOrSkip(t, pid, nil)
+	checkReleased(t, pid)
+	syms := loadSymtab(t, bin)
+	name := func(pc uint64, k int) string {
+		m := snap.Module(pc)
+		if m == nil || !m.HaveBias || m.Path != bin {
+			return ""
+		}
+		if k > 0 {
+			pc--
+		}
+		return syms.name(pc - m.Bias)
+	}
+	gdb, eu := gdbStacks(t, pid), euStacks(t, pid)
+	cthreads := 0
+	for _, th := range snap.Threads {
+		cut, leaf := -1, false
+		for k, pc := range th.PCs {
+			n := name(pc, k)
+			leaf = leaf || n == "leaf_block"
+			if strings.HasPrefix(n, "runtime.asmcgocall") {
+				cut = k + 1
+				break
+			}
+		}
+		if !leaf {
+			continue
+		}
+		cthreads++
+		if cut < 10 {
+			t.Errorf("tid %d: no runtime.asmcgocall after 9+ C frames:%s", th.Tid, hexPCs(th.PCs))
+			continue
+		}
+		for oracle, want := range map[string][]uint64{"gdb": gdb[th.Tid], "eu-stack": eu[th.Tid]} {
+			if len(want) < cut || hexPCs(want[:cut]) != hexPCs(th.PCs[:cut]) {
+				t.Errorf("%s: tid %d\n got:%s\nwant:%s", oracle, th.Tid, hexPCs(th.PCs[:cut]), hexPCs(want))
+			}
+		}
+	}
+	if cthreads != 3 {
+		t.Errorf("%d threads blocked in C, want 3", cthreads)
+	}
+}
