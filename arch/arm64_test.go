@@ -327,3 +327,33 @@ func TestARM64PointerAuth(t *testing.T) {
 		t.Errorf("signed return address: got %#x, want [%#x %#x]", got, pc, ra)
 	}
 }
+
+// TestUnwindARM64FramePointers walks an AAPCS64 frame-record chain (x29
+// points at {caller's x29, lr}) with no unwind tables: the innermost pc,
+// then each record's lr, until a record whose x29 is 0.
+func TestUnwindARM64FramePointers(t *testing.T) {
+	const sp = 0x7ffff0000000
+	st := &StackCopy{Addr: sp, Data: make([]byte, 0x400)}
+	want := []uint64{0x400100, 0x400204, 0x400308, 0x40040c, 0x400510}
+	rec := uint64(sp + 0x20)
+	for i := 1; i < len(want); i++ {
+		next := rec + 0x60
+		if i == len(want)-1 {
+			next = 0 // the outermost record
+		}
+		binary.LittleEndian.PutUint64(st.Data[rec-sp:], next)
+		binary.LittleEndian.PutUint64(st.Data[rec+8-sp:], want[i])
+		rec = next
+	}
+	var regs Regs
+	regs.Arch = ARM64
+	regs.Set(ARM64PC, want[0])
+	regs.Set(ARM64SP, sp)
+	regs.Set(ARM64FP, sp+0x20)
+	regs.Set(ARM64LR, 0xdead) // frame-pointer walks take the return address from the record
+	u := NewUnwinder(&Modules{})
+	got := u.Unwind(&regs, st, nil)
+	if !equalPCs(got, want) || u.Stop != StopOutermost || u.FPFrames != len(want)-1 {
+		t.Errorf("got %#x (stop %v, %d fp frames), want %#x", got, u.Stop, u.FPFrames, want)
+	}
+}
