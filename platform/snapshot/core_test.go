@@ -241,3 +241,16 @@ func TestParseMaps(t *testing.T) {
 		t.Error("malformed line accepted")
 	}
 }
+
+func TestCacheKeyPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/proc/123/root/usr/lib/libc.so.6": "/usr/lib/libc.so.6",
+		"/proc/self/root/usr/lib/x":        "/proc/self/root/usr/lib/x",
+		"/proc/12/map_files/1-2":           "/proc/12/map_files/1-2",
+		"/usr/bin/ls":                      "/usr/bin/ls",
+	} {
+		if got := cacheKeyPath(in); got != want {
+			t.Errorf("cacheKeyPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

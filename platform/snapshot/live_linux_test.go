@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -216,6 +217,15 @@ func TestProcessMatchesGDB(t *testing.T) {
 			exe := snap.Module(snap.Threads[1].PCs[1])
 			if exe == nil || !exe.HasCFI || exe.File == "" {
 				t.Fatalf("the fixture's module is %+v, want one with CFI", exe)
+			}
+			if f, err := elf.Open(bin); err != nil {
+				t.Fatal(err)
+			} else {
+				want := elfBuildID(f)
+				f.Close()
+				if len(want) == 0 || !bytes.Equal(exe.BuildID, want) {
+					t.Errorf("build id %x, want %x", exe.BuildID, want)
+				}
 			}
 			for _, th := range snap.Threads {
 				if th.Err != nil {

@@ -76,7 +76,7 @@ func (c *TableCache) file(path string) (*fileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := fileKey{path, st.Size(), st.ModTime().UnixNano()}
+	k := fileKey{cacheKeyPath(path), st.Size(), st.ModTime().UnixNano()}
 	c.mu.Lock()
 	fi := c.m[k]
 	c.mu.Unlock()
@@ -96,6 +96,20 @@ func (c *TableCache) file(path string) (*fileInfo, error) {
 	c.m[k] = fi
 	c.mu.Unlock()
 	return fi, nil
+}
+
+// cacheKeyPath drops a leading /proc/PID/root, so processes that share a
+// root share the cache entries of their libraries.
+func cacheKeyPath(p string) string {
+	rest, ok := strings.CutPrefix(p, "/proc/")
+	if !ok {
+		return p
+	}
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 || strings.Trim(rest[:i], "0123456789") != "" || !strings.HasPrefix(rest[i:], "/root/") {
+		return p
+	}
+	return rest[i+len("/root"):]
 }
 
 // image returns the information of an ELF image read from memory (the
