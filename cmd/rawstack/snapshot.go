@@ -312,8 +312,17 @@ func openSymtab(path string) (elfSymtab, error) {
 	}
 	var st elfSymtab
 	for _, s := range syms {
-		t := elf.ST_TYPE(s.Info)
-		if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || s.Section == elf.SHN_UNDEF || s.Value == 0 {
+		if s.Section == elf.SHN_UNDEF || int(s.Section) >= len(f.Sections) || s.Value == 0 {
+			continue
+		}
+		// Functions, and untyped symbols in code (the Go linker's).
+		switch elf.ST_TYPE(s.Info) {
+		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
+		case elf.STT_NOTYPE:
+			if f.Sections[s.Section].Flags&elf.SHF_EXECINSTR == 0 || s.Size == 0 {
+				continue
+			}
+		default:
 			continue
 		}
 		st = append(st, elfSym{s.Value, s.Size, s.Name, symRank(s)})

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform/snapshot"
+)
+
+// fakeSnapshot is a snapshot of a small C binary (not run): one thread
+// whose frames are inner's entry and a return address inside outer, then
+// a pc in no module.
+func fakeSnapshot(t *testing.T) *snapshot.Snapshot {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skipf("gcc not installed: %v", err)
+	}
+	exe := filepath.Join(t.TempDir(), "snapshot_syms")
+	if out, err := exec.Command("gcc", "-O2", "-o", exe, filepath.Join("testdata", "snapshot_syms.c")).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := map[string]uint64{}
+	for _, s := range syms {
+		addr[s.Name] = s.Value
+	}
+	// Mapped with a load bias of 0x10000 (the addresses are link-time).
+	const bias = 0x10000
+	return &snapshot.Snapshot{
+		Pid: 42, Name: "fake", Arch: arch.AMD64,
+		Modules: []snapshot.Module{{Start: bias, End: bias + 1<<24, Path: exe, File: exe, Bias: bias, HaveBias: true, Kind: format.ModuleELF, BuildID: []byte{1, 2, 3}}},
+		Threads: []snapshot.Thread{
+			{Tid: 42, Name: "main", PCs: []uint64{bias + addr["inner"], bias + addr["outer"] + 5, 0x10}, Stop: arch.StopBadMemory},
+			{Tid: 43, Err: io.ErrUnexpectedEOF},
+		},
+	}
+}
+
+func TestSnapshotPrint(t *testing.T) {
+	snap := fakeSnapshot(t)
+	var out bytes.Buffer
+	if err := printSnapshot(&out, snap, symtabNames); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"PID 42 - process\nTID 42:\n#0  0x",
+		" inner\n#1  0x",
+		" outer\n#2  0x0000000000000010\n",
+		"    (unwind stopped: bad memory)\nTID 43:\n  (unexpected EOF)\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	out.Reset()
+	printSnapshot(&out, snap, noNames)
+	if base := filepath.Base(snap.Modules[0].Path); !strings.Contains(out.String(), " "+base+"+0x") {
+		t.Errorf("--no-symbols output lacks module+offset:\n%s", out.String())
+	}
+}
+
+func TestSnapshotStream(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "snap.rawstack")
+	if err := writeSnapshot(fakeSnapshot(t), path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := format.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[format.Kind]int{}
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[ev.Kind]++
+	}
+	want := map[format.Kind]int{format.KindProcess: 1, format.KindThreadStart: 2, format.KindThreadName: 1, format.KindModuleLoad: 1, format.KindStack: 1, format.KindSample: 1}
+	if !reflect.DeepEqual(kinds, want) {
+		t.Errorf("events %v, want %v", kinds, want)
+	}
+}
+
+func TestSnapshotUsage(t *testing.T) {
+	for _, args := range [][]string{{"snapshot"}, {"snapshot", "-p", "1", "--core", "x"}, {"snapshot", "-p", "1", "extra"}} {
+		var out, errb bytes.Buffer
+		if rc := run(args, &out, &errb); rc != 2 {
+			t.Errorf("%q: rc %d, want 2 (%s)", args, rc, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if rc := run([]string{"snapshot", "--core", "/nonexistent/core.1"}, &out, &errb); rc != 1 || !strings.Contains(errb.String(), "/nonexistent/core.1") {
+		t.Errorf("missing core: rc %d, stderr %q", rc, errb.String())
+	}
+}
