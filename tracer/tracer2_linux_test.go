@@ -120,11 +120,15 @@ func TestHotJoin(t *testing.T) {
 	needPerf(t)
 	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	var a, b bytes.Buffer
-	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "1.2"), Streams: []io.Writer{&a}, ChunkSize: 4096})
+	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "0.8"), Streams: []io.Writer{&a}, ChunkSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); tr.Stats().Samples < 200; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no samples within 30 s")
+		}
+	}
 	if err := tr.AddStream(&b); err != nil {
 		t.Fatal(err)
 	}
