@@ -44,6 +44,7 @@ type Session struct {
 	sample platform.Sample
 
 	procs     map[uint32]*procState
+	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
 	forked    map[uint32]bool // during attach: threads reported by FORK records
 	nextMod   uint64
 	ids       map[idKey]elfIDs
@@ -403,7 +404,8 @@ func (s *Session) reportInitial(tids []int) {
 			k.Time, k.Pid = now, pid
 			s.nextMod++
 			k.ID = s.nextMod
-			s.h.ModuleLoad(&k) // not tracked per process: the kernel is never unmapped
+			s.kernelMod = &k
+			s.h.ModuleLoad(&k) // not in procState: the kernel is never unmapped
 		}
 	}
 	data, err := readSmall(dir+"/maps", 64<<20)
@@ -682,6 +684,12 @@ func (s *Session) handle(b []byte) {
 				for _, m := range parent.modules {
 					s.copyModule(t, r.Ppid, r.Pid, m)
 				}
+			}
+			if s.kernelMod != nil {
+				k := *s.kernelMod
+				s.nextMod++
+				k.Time, k.Pid, k.ID = t, r.Pid, s.nextMod
+				s.h.ModuleLoad(&k)
 			}
 			return
 		}
