@@ -45,7 +45,7 @@ type Session struct {
 
 	procs     map[uint32]*procState
 	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
-	forked    map[uint32]bool // during attach: threads reported by FORK records
+	forked    map[uint32]bool    // during attach: threads reported by FORK records
 	nextMod   uint64
 	ids       map[idKey]elfIDs
 	samples   atomic.Uint64
