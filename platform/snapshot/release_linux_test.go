@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +123,55 @@ func TestProcessReleasesOnError(t *testing.T) {
 	for tid, s := range threadStates(t, pid) {
 		if tid != last && s != "S tracer=0" && s != "R tracer=0" {
 			t.Errorf("after the failed snapshot tid %d is %q, want running or sleeping and untraced", tid, s)
+		}
+	}
+}
+
+// TestProcessStopped snapshots a process stopped by SIGSTOP: the stacks
+// are those of the running process, and the process stays stopped until
+// SIGCONT.
+func TestProcessStopped(t *testing.T) {
+	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	cmd := startFixture(t, bin, "3", "4")
+	pid := cmd.Process.Pid
+	running := snapshotOrSkip(t, pid, nil).stacks()
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Signal(syscall.SIGCONT)
+	waitState(t, pid, "T tracer=0")
+	stopped := snapshotOrSkip(t, pid, nil).stacks()
+	for tid, pcs := range running {
+		if hexPCs(stopped[tid]) != hexPCs(pcs) {
+			t.Errorf("tid %d stopped:%s\nrunning:%s", tid, hexPCs(stopped[tid]), hexPCs(pcs))
+		}
+	}
+	// Detached threads run for a moment to re-enter the group stop.
+	waitState(t, pid, "T tracer=0")
+	time.Sleep(50 * time.Millisecond)
+	for tid, s := range threadStates(t, pid) {
+		if s != "T tracer=0" {
+			t.Errorf("after the snapshot of the stopped process tid %d is %q, want T tracer=0", tid, s)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	waitState(t, pid, "S tracer=0")
+}
+
+// waitState waits until every thread of pid is in state (as threadStates
+// reports it).
+func waitState(t *testing.T, pid int, state string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		all := true
+		for _, s := range threadStates(t, pid) {
+			all = all && s == state
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("threads of %d not all %q: %v", pid, state, threadStates(t, pid))
 		}
 	}
 }
