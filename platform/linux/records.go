@@ -74,6 +74,9 @@ type record struct {
 
 	// PERF_RECORD_LOST / LOST_SAMPLES
 	Lost uint64
+
+	// PERF_RECORD_THROTTLE / UNTHROTTLE: the event id (Time is set too)
+	ID uint64
 }
 
 // decodeRecord decodes rec (one whole record, header included) into r,
@@ -94,7 +97,7 @@ func decodeRecord(rec []byte, r *record) error {
 	switch r.Type {
 	case recSample:
 		return decodeSample(b, r)
-	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples:
+	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples, recThrottle, recUnthrottle:
 	default:
 		return nil
 	}
@@ -146,6 +149,11 @@ func decodeRecord(rec []byte, r *record) error {
 			return fmt.Errorf("%w: lost: %d bytes", errRecord, len(b))
 		}
 		r.Lost = le.Uint64(b[8:])
+	case recThrottle, recUnthrottle:
+		if len(b) < 24 {
+			return fmt.Errorf("%w: throttle: %d bytes", errRecord, len(b))
+		}
+		r.Time, r.ID = le.Uint64(b), le.Uint64(b[8:])
 	case recLostSamples:
 		if len(b) < 8 {
 			return fmt.Errorf("%w: lost samples: %d bytes", errRecord, len(b))
@@ -225,7 +233,7 @@ func recordTime(rec []byte) uint64 {
 		if size >= 8+24 {
 			return binary.LittleEndian.Uint64(rec[8+16:])
 		}
-	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples:
+	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples, recThrottle, recUnthrottle:
 		if size >= 8+sampleIDSize {
 			return binary.LittleEndian.Uint64(rec[size-sampleIDSize+8:])
 		}

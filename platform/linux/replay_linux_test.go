@@ -66,7 +66,30 @@ func TestReplayTracking(t *testing.T) {
 	}
 }
 
+func throttleRecord(typ uint32, time, id uint64) []byte {
+	le := binary.LittleEndian
+	n := 8 + 24 + sampleIDSize
+	b := make([]byte, n)
+	le.PutUint32(b, typ)
+	le.PutUint16(b[6:], uint16(n))
+	le.PutUint64(b[8:], time)
+	le.PutUint64(b[16:], id)
+	return b
+}
+
+func TestReplayThrottle(t *testing.T) {
+	h := &countHandler{}
+	s := NewReplay(100, h)
+	s.cfg.Frequency = 1000
+	recs := append(throttleRecord(recThrottle, 1e9, 7), throttleRecord(recUnthrottle, 1.25e9, 7)...)
+	s.Replay(recs)
+	if h.lost != 250 {
+		t.Errorf("throttled for 250 ms at 1000 Hz: %d lost, want 250", h.lost)
+	}
+}
+
 func FuzzReplay(f *testing.F) {
+	f.Add(append(throttleRecord(recThrottle, 1e9, 7), throttleRecord(recUnthrottle, 1.25e9, 7)...))
 	f.Add(mmap2Record(100, 100, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out"))
 	f.Add(forkRecord(recFork, 200, 100, 200, 101))
 	f.Add(commRecord(200, 200, "child", true))

@@ -44,6 +44,7 @@ type Session struct {
 	sample platform.Sample
 
 	procs     map[uint32]*procState
+	throttled map[uint64]uint64  // event id → time throttling began
 	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
 	forked    map[uint32]bool    // during attach: threads reported by FORK records
 	nextMod   uint64
@@ -238,6 +239,7 @@ func (s *Session) attach() error {
 	if max := sysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && freq > max {
 		freq = max
 	}
+	s.cfg.Frequency = freq
 	tids, err := procTasks(s.pid)
 	if err != nil {
 		return fmt.Errorf("pid %d: listing threads: %w", s.pid, err)
@@ -710,6 +712,27 @@ func (s *Session) handle(b []byte) {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
 		}
+	case recThrottle:
+		if s.throttled == nil {
+			s.throttled = map[uint64]uint64{}
+		}
+		if len(s.throttled) < 1<<16 {
+			s.throttled[r.ID] = r.Time
+		}
+	case recUnthrottle:
+		// The kernel stopped sampling for a while; report the samples that
+		// the frequency says were due meanwhile.
+		since, ok := s.throttled[r.ID]
+		if !ok || r.Time < since {
+			return
+		}
+		delete(s.throttled, r.ID)
+		n := (r.Time - since) * uint64(s.cfg.Frequency) / 1e9
+		if n == 0 {
+			n = 1
+		}
+		s.lost.Add(n)
+		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: n, Reason: format.LostThrottled})
 	case recLost, recLostSamples:
 		s.lost.Add(r.Lost)
 		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: r.Lost, Reason: format.LostRingOverflow})
