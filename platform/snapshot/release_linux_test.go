@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -174,4 +175,68 @@ func waitState(t *testing.T, pid int, state string) {
 			t.Fatalf("threads of %d not all %q: %v", pid, state, threadStates(t, pid))
 		}
 	}
+}
+
+// TestProcessKeepsSignals sends a process queued real-time signals while
+// snapshotting it over and over: a signal that stops a seized thread
+// before the interrupt does must be delivered at detach, so the process
+// counts every one.
+func TestProcessKeepsSignals(t *testing.T) {
+	bin := buildC(t, "gcc", "sigcount.c", "-O2")
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	r := bufio.NewReader(out)
+	if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("fixture: %q %v", line, err)
+	}
+	pid := cmd.Process.Pid
+	snapshotOrSkip(t, pid, nil)
+	const signals = 300
+	rt := syscall.Signal(34) // SIGRTMIN as the kernel numbers it; glibc reserves 32 and 33
+	done := make(chan int)
+	go func() {
+		n := 0
+		for ; ; n++ {
+			select {
+			case <-done:
+				done <- n
+				return
+			default:
+			}
+			if _, err := Process(pid, nil); err != nil {
+				t.Error(err)
+				done <- n
+				<-done
+				return
+			}
+		}
+	}()
+	for i := 0; i < signals; i++ {
+		if err := cmd.Process.Signal(rt); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	done <- 0
+	snaps := <-done
+	time.Sleep(50 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if got := strings.TrimSpace(line); got != strconv.Itoa(signals) {
+		t.Errorf("the process counted %s signals, want %d (%d snapshots meanwhile)", got, signals, snaps)
+	}
+	t.Logf("%d snapshots while sending %d signals", snaps, signals)
 }
