@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -329,6 +330,46 @@ func (t *Tracer) AddStream(w io.Writer) error {
 	s.offer(t.snapshot(true))
 	t.streams = append(t.streams, s)
 	return nil
+}
+
+// RemoveStream detaches w, added by Start or AddStream: it receives the
+// events recorded so far, then no more. RemoveStream waits until they are
+// written and returns w's write error, if any. The stream it leaves is
+// complete and readable.
+func (t *Tracer) RemoveStream(w io.Writer) error {
+	t.mu.Lock()
+	var s *stream
+	for i, x := range t.streams {
+		if sameWriter(x.w, w) {
+			s = x
+			if !t.closed {
+				t.w.Flush()
+				t.streams = append(t.streams[:i:i], t.streams[i+1:]...)
+			}
+			break
+		}
+	}
+	closed := t.closed
+	if s != nil && !closed {
+		if s.resync && s.dropped > 0 {
+			s.ch <- t.lostChunk(s.dropped)
+		}
+		close(s.ch)
+	}
+	t.mu.Unlock()
+	if s == nil {
+		return errors.New("tracer: RemoveStream: not a stream of this tracer")
+	}
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// sameWriter compares writers without panicking on uncomparable types.
+func sameWriter(a, b io.Writer) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
 }
 
 // snapshot encodes (header and) the current state as whole chunks.

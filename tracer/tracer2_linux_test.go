@@ -428,3 +428,36 @@ func TestForkExec(t *testing.T) {
 		t.Errorf("child %d: %d of %d samples hold main→a→b→c", child, good, total)
 	}
 }
+
+func TestRemoveStream(t *testing.T) {
+	needPerf(t)
+	var a, b bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 999, Streams: []io.Writer{&a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Stop()
+	if err := tr.AddStream(&b); err != nil {
+		t.Fatal(err)
+	}
+	selfSpin(200 * time.Millisecond)
+	if err := tr.RemoveStream(&b); err != nil {
+		t.Fatal(err)
+	}
+	n := b.Len()
+	selfSpin(200 * time.Millisecond)
+	if err := tr.RemoveStream(&b); err == nil {
+		t.Error("removing a removed stream succeeded")
+	}
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != n {
+		t.Errorf("removed stream grew from %d to %d bytes", n, b.Len())
+	}
+	da, db := readTrace(t, a.Bytes()), readTrace(t, b.Bytes())
+	t.Logf("stream A %d samples, removed stream B %d", len(da.samples), len(db.samples))
+	if len(db.samples) < 50 || len(da.samples) < len(db.samples)+50 {
+		t.Errorf("stream A %d samples, removed stream B %d", len(da.samples), len(db.samples))
+	}
+}
