@@ -18,8 +18,9 @@ import (
 // arch skips them without interpreting them); the wanted ones keep their
 // offsets, so pc-relative pointers decode unchanged.
 
-// lazyMinSize is the .eh_frame size above which a file is loaded lazily.
-const lazyMinSize = 32 << 10
+// lazyMinSize is the .eh_frame size above which a file is loaded lazily
+// (ld.so's 13 KiB already takes a millisecond to parse whole).
+const lazyMinSize = 4 << 10
 
 type lazyEH struct {
 	sections arch.Sections // the whole .eh_frame, unmodified
