@@ -17,11 +17,15 @@
 package elfsrc
 
 import (
+	"bytes"
+	"compress/zlib"
 	"debug/dwarf"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/rawstack/rawstack/symbolizer"
@@ -138,8 +142,36 @@ func (s *Source) Close() error {
 // HasDWARF reports whether the source found debug information entries.
 func (s *Source) HasDWARF() bool { return s.d != nil }
 
+// maxDebugSection caps the decompressed size of a .zdebug section.
+const maxDebugSection = 1 << 32
+
 func sectionData(f *elf.File, name string) ([]byte, error) {
 	sec := f.Section(name)
+	if sec == nil && strings.HasPrefix(name, ".debug_") {
+		// GNU-style compressed section: "ZLIB", 8-byte big-endian size, zlib data.
+		if z := f.Section(".zdebug_" + name[len(".debug_"):]); z != nil && z.Type != elf.SHT_NOBITS {
+			raw, err := z.Data()
+			if err != nil {
+				return nil, err
+			}
+			if len(raw) < 12 || string(raw[:4]) != "ZLIB" {
+				return raw, nil
+			}
+			size := binary.BigEndian.Uint64(raw[4:])
+			if size > maxDebugSection {
+				return nil, fmt.Errorf("section %s: decompressed size %d too large", z.Name, size)
+			}
+			zr, err := zlib.NewReader(bytes.NewReader(raw[12:]))
+			if err != nil {
+				return nil, fmt.Errorf("section %s: %w", z.Name, err)
+			}
+			out, err := io.ReadAll(io.LimitReader(zr, int64(size)))
+			if err != nil {
+				return nil, fmt.Errorf("section %s: %w", z.Name, err)
+			}
+			return out, nil
+		}
+	}
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
 		return nil, nil
 	}
@@ -166,7 +198,11 @@ func (s *Source) initDWARF(f *elf.File) error {
 	if s.lines.Str, err = sectionData(f, ".debug_str"); err != nil {
 		return err
 	}
-	return s.indexUnits()
+	info, err := sectionData(f, ".debug_info")
+	if err != nil {
+		return err
+	}
+	return s.indexUnits(info, f.ByteOrder)
 }
 
 // unit is one compile unit; its tables are built on first use.
@@ -182,26 +218,48 @@ type unit struct {
 	tree  *inlineTree
 }
 
-func (s *Source) indexUnits() error {
+func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 	r := s.d.Reader()
 	var all []cuRange
-	last := dwarf.Offset(0)
-	for n := 0; ; n++ {
-		e, err := r.Next()
-		if err != nil {
-			return err
+	// Walk the unit headers ourselves and read only each unit's first
+	// DIE: skipping a unit's children with debug/dwarf decodes them (or,
+	// on damaged input, can loop).
+	for off := uint64(0); off+11 <= uint64(len(info)); {
+		length := uint64(order.Uint32(info[off:]))
+		hdr := uint64(4)
+		offSize := uint64(4)
+		if length == 0xffffffff {
+			if off+12 > uint64(len(info)) {
+				break
+			}
+			length = order.Uint64(info[off+4:])
+			hdr, offSize = 12, 8
 		}
-		if e == nil {
+		next := off + hdr + length
+		if length < 7 || next > uint64(len(info)) || next < off {
 			break
 		}
-		// A damaged sibling link can send the reader backwards: stop
-		// rather than loop.
-		if n > 0 && e.Offset <= last {
-			return fmt.Errorf("debug_info offset %#x: entries do not advance", e.Offset)
+		vers := order.Uint16(info[off+hdr:])
+		dieOff := off + hdr + 2 + offSize + 1 // v2–4: abbrev offset, address size
+		if vers >= 5 {
+			dieOff = off + hdr + 2 + 2 + offSize // unit type, address size, abbrev offset
+			switch info[off+hdr+2] {
+			case 2, 6: // type, split type unit
+				dieOff += 8 + offSize
+			case 4, 5: // skeleton, split compile unit
+				dieOff += 8
+			}
 		}
-		last = e.Offset
-		if e.Tag != dwarf.TagCompileUnit && e.Tag != dwarf.TagPartialUnit {
-			r.SkipChildren()
+		off = next
+		if dieOff >= next {
+			continue
+		}
+		r.Seek(dwarf.Offset(dieOff))
+		e, err := r.Next()
+		if err != nil || e == nil {
+			continue
+		}
+		if e.Tag != dwarf.TagCompileUnit && e.Tag != dwarf.TagPartialUnit && e.Tag != dwarf.TagSkeletonUnit {
 			continue
 		}
 		u := &unit{off: e.Offset, stmt: -1, addrSize: r.AddressSize()}
@@ -217,7 +275,6 @@ func (s *Source) indexUnits() error {
 				}
 			}
 		}
-		r.SkipChildren()
 	}
 	s.cuRanges = mergeRanges(all)
 	return nil

@@ -22,6 +22,7 @@ type corpus struct {
 	script string
 	bin    string // product to symbolize
 	debug  string // separate debug file, if any
+	oracle string // what llvm-symbolizer reads, if not bin
 }
 
 func corpora() []corpus {
@@ -33,6 +34,11 @@ func corpora() []corpus {
 		{name: "gcc-O2-dwarf4", srcs: c, tools: []string{"gcc"}, script: "gcc -O2 -g -gdwarf-4 -o prog prog.c", bin: "prog"},
 		{name: "clang-O2", srcs: c, tools: []string{"clang"}, script: "clang -O2 -g -o prog prog.c", bin: "prog"},
 		{name: "gcc-O2-zlib", srcs: c, tools: []string{"gcc"}, script: "gcc -O2 -g -gz=zlib -o prog prog.c", bin: "prog"},
+		{name: "gcc-O2-zlib-gnu", srcs: c, tools: []string{"gcc"}, script: "gcc -O2 -g -gz=zlib-gnu -o prog prog.c", bin: "prog"},
+		// llvm-symbolizer 14 cannot read zstd sections: it reads the
+		// uncompressed twin.
+		{name: "gcc-O2-zstd", srcs: c, tools: []string{"gcc", "objcopy"}, script: "gcc -O2 -g -o prog prog.c && objcopy --compress-debug-sections=zstd prog prog.zstd",
+			bin: "prog.zstd", oracle: "prog"},
 		{name: "gcc-O2-split", srcs: c, tools: []string{"gcc", "objcopy"}, script: "gcc -O2 -g -o prog prog.c && objcopy --only-keep-debug prog prog.debug && objcopy --strip-all --add-gnu-debuglink=prog.debug prog prog.stripped",
 			bin: "prog.stripped", debug: "prog.debug"},
 		{name: "g++-O2", srcs: cc, tools: []string{"g++"}, script: "g++ -O2 -g -o stl stl.cc", bin: "stl"},
@@ -141,14 +147,18 @@ func TestOracleLLVMSymbolizer(t *testing.T) {
 			if c.debug != "" {
 				opts.DebugFile = filepath.Join(dir, c.debug)
 			}
-			checkOracle(t, bin, opts, 4000)
+			oracle := bin
+			if c.oracle != "" {
+				oracle = filepath.Join(dir, c.oracle)
+			}
+			checkOracle(t, bin, oracle, opts, 4000)
 		})
 	}
 }
 
-func checkOracle(t *testing.T, bin string, opts *Options, max int) {
+func checkOracle(t *testing.T, bin, oracle string, opts *Options, max int) {
 	addrs := textAddrs(t, bin, max)
-	theirs := llvmBlocks(t, bin, addrs)
+	theirs := llvmBlocks(t, oracle, addrs)
 	src, err := Open(bin, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +301,7 @@ func TestOracleGo(t *testing.T) {
 	dir := fixture.Build(t, []string{"testdata/goprog/main.go"}, []string{"go"},
 		"printf 'module goprog\\ngo 1.22\\n' > go.mod && CGO_ENABLED=0 go build -trimpath=false -o full . && CGO_ENABLED=0 go build -ldflags='-s -w' -o stripped .")
 	t.Run("dwarf", func(t *testing.T) {
-		checkOracle(t, filepath.Join(dir, "full"), &Options{}, 4000)
+		checkOracle(t, filepath.Join(dir, "full"), filepath.Join(dir, "full"), &Options{}, 4000)
 	})
 	t.Run("stripped-pclntab", func(t *testing.T) {
 		full, stripped := filepath.Join(dir, "full"), filepath.Join(dir, "stripped")

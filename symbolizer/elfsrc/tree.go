@@ -62,11 +62,13 @@ func buildTree(d *dwarf.Data, cuOff dwarf.Offset) (*inlineTree, error) {
 		if e == nil {
 			break
 		}
-		if e.Offset <= last {
+		if e.Tag != 0 && e.Offset <= last {
 			t.finish()
 			return t, fmt.Errorf("debug_info offset %#x: entries do not advance", e.Offset)
 		}
-		last = e.Offset
+		if e.Tag != 0 {
+			last = e.Offset
+		}
 		if e.Tag == 0 {
 			stack = stack[:len(stack)-1]
 			continue
