@@ -46,6 +46,7 @@ type Session struct {
 	procs     map[uint32]*procState
 	throttled map[uint64]uint64  // event id → time throttling began
 	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
+	maxStack  int                // call chains this long were cut by the kernel
 	forked    map[uint32]bool    // during attach: threads reported by FORK records
 	nextMod   uint64
 	ids       map[idKey]elfIDs
@@ -138,12 +139,17 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	if cfg.Frequency <= 0 {
 		cfg.Frequency = 99
 	}
+	maxStack := sysctlInt("kernel.perf_event_max_stack", 127)
+	if maxStack <= 0 || maxStack > maxCallchain {
+		maxStack = maxCallchain
+	}
 	return &Session{
-		cfg:   cfg,
-		h:     h,
-		procs: map[uint32]*procState{},
-		ids:   map[idKey]elfIDs{},
-		rec:   record{PCs: make([]uint64, 0, maxCallchain)},
+		maxStack: maxStack,
+		cfg:      cfg,
+		h:        h,
+		procs:    map[uint32]*procState{},
+		ids:      map[idKey]elfIDs{},
+		rec:      record{PCs: make([]uint64, 0, maxCallchain)},
 	}
 }
 
@@ -644,7 +650,7 @@ func (s *Session) handle(b []byte) {
 		if r.Kernel {
 			sm.Flags |= format.SampleKernel
 		}
-		if len(r.PCs) >= maxCallchain {
+		if len(r.PCs) >= s.maxStack {
 			sm.Flags |= format.SampleTruncated
 		}
 		sm.PCs = r.PCs
