@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -102,5 +103,51 @@ func TestCoreMatchesGDB(t *testing.T) {
 	}
 	if m := snap.Module(snap.Threads[1].PCs[1]); m == nil || m.File != orig || len(m.BuildID) == 0 {
 		t.Errorf("with Exe the executable's module is %+v, want file %s with a build id", m, orig)
+	}
+}
+
+// TestKernelCore has the kernel dump the fixture's core (core_pattern
+// "core", RLIMIT_CORE raised in the shell that starts it) and compares its
+// stacks with a live snapshot taken just before and with gdb on the core.
+// A kernel core, unlike gcore's, has a PT_LOAD for every mapping and the
+// first page of each ELF file.
+func TestKernelCore(t *testing.T) {
+	pat, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	if err != nil || strings.TrimSpace(string(pat)) != "core" {
+		t.Skipf("kernel.core_pattern is %q, not the plain \"core\" this test needs", strings.TrimSpace(string(pat)))
+	}
+	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", "ulimit -c unlimited && exec \"$0\" 3 5", bin)
+	cmd.Dir = dir
+	cmd = startCmd(t, cmd)
+	pid := cmd.Process.Pid
+	live := snapshotOrSkip(t, pid, nil)
+	cmd.Process.Signal(syscall.SIGABRT)
+	cmd.Wait()
+	core := filepath.Join(dir, "core")
+	if _, err := os.Stat(core); err != nil {
+		if _, err2 := os.Stat(core + "." + strconv.Itoa(pid)); err2 != nil {
+			t.Skipf("the kernel wrote no core (%v): RLIMIT_CORE may be capped", err)
+		}
+		core += "." + strconv.Itoa(pid)
+	}
+	snap, err := Core(core, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := live.stacks()
+	got := snap.stacks()
+	oracle := gdbCoreStacks(t, bin, core)
+	for tid, w := range want {
+		if hexPCs(got[tid]) != hexPCs(w) {
+			t.Errorf("tid %d: kernel core\n got:%s\nlive:%s", tid, hexPCs(got[tid]), hexPCs(w))
+		}
+		if hexPCs(oracle[tid]) != hexPCs(w) {
+			t.Errorf("tid %d: gdb on the kernel core\n gdb:%s\nlive:%s", tid, hexPCs(oracle[tid]), hexPCs(w))
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("kernel core has %d threads, live %d", len(got), len(want))
 	}
 }

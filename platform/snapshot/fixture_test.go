@@ -62,7 +62,14 @@ func needTool(t testing.TB, name string) string {
 // kills it when the test ends.
 func startFixture(t testing.TB, bin string, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return startCmd(t, exec.Command(bin, args...))
+}
+
+// startCmd starts cmd, waits for it to print "ready" and for its threads
+// to settle, and kills it when the test ends.
+func startCmd(t testing.TB, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	bin := cmd.Path
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
