@@ -73,8 +73,8 @@ func TestInlineSite2(t *testing.T) {
 	syms = append(append(append(append(syms, procRec...), site...), end...), rec(sEnd)...)
 
 	f := &File{name: "synthetic.pdb", namesOK: true, names: []byte("\x00a.h\x00")}
-	f.ipi = &typeStream{b: ipiRec, first: 0x1000, offsets: []uint32{0}}
-	f.tpi = &typeStream{}
+	f.ipi = &typeStream{cache: map[uint32][]byte{0x1000: ipiRec[2:]}}
+	f.tpi = &typeStream{cache: map[uint32][]byte{}}
 	m := &modInfo{syms: syms, symEnd: uint32(len(syms)),
 		chksums:  map[uint32]uint32{0: 1},
 		inlinees: map[uint32]inlineeLine{0x1000: {file: 0, line: 10}}}

@@ -152,3 +152,38 @@ func (m *msf) stream(i int) ([]byte, error) {
 	}
 	return m.readBlocks(m.blocks[i], m.sizes[i])
 }
+
+// streamReader reads parts of one stream without reading all of it.
+type streamReader struct {
+	m      *msf
+	index  int
+	size   int64
+	blocks []uint32
+}
+
+func (m *msf) open(i int) (*streamReader, error) {
+	if i < 0 || i >= len(m.sizes) {
+		return nil, &FormatError{File: m.name, Stream: i, Msg: fmt.Sprintf("stream %d does not exist (%d streams)", i, len(m.sizes))}
+	}
+	return &streamReader{m: m, index: i, size: int64(m.sizes[i]), blocks: m.blocks[i]}, nil
+}
+
+// ReadAt reads len(p) bytes at offset off of the stream.
+func (s *streamReader) ReadAt(p []byte, off int64) error {
+	if off < 0 || off > s.size || int64(len(p)) > s.size-off {
+		return &FormatError{File: s.m.name, Stream: s.index, Offset: off, Msg: fmt.Sprintf("read of %d bytes past the end of the stream (%d bytes)", len(p), s.size)}
+	}
+	bs := int64(s.m.blockSize)
+	for len(p) > 0 {
+		b := s.blocks[off/bs]
+		in := off % bs
+		n := min(int64(len(p)), bs-in)
+		fo := int64(b)*bs + in
+		if k, err := s.m.r.ReadAt(p[:n], fo); int64(k) < n {
+			return &FormatError{File: s.m.name, Stream: s.index, Offset: off, Msg: fmt.Sprintf("reading block %d: %v", b, err)}
+		}
+		p = p[n:]
+		off += n
+	}
+	return nil
+}

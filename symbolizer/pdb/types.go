@@ -1,7 +1,9 @@
 package pdb
 
 import (
+	"fmt"
 	"sort"
+	"sync"
 )
 
 // Type and id record kinds used for names.
@@ -16,14 +18,25 @@ const (
 	lfStringID  = 0x1605
 )
 
-// typeStream is the TPI or IPI stream with an index of record offsets,
-// built on first use by one pass over the records.
+// typeStream is the TPI or IPI stream. Records are read on demand: the
+// stream's hash stream holds an index of (type index, offset) pairs every
+// few kilobytes, so finding a record reads at most one stretch of records
+// rather than the whole stream, which can be hundreds of megabytes.
 type typeStream struct {
-	b       []byte
-	stream  int
-	first   uint32   // first type index (0x1000)
-	offsets []uint32 // record offsets, by index - first
+	sr       *streamReader
+	first    uint32 // first type index (0x1000)
+	end      uint32 // one past the last type index
+	recStart uint32 // offset of the first record
+	recEnd   uint32 // end of the records
+	index    []typeIndexOffset
+	mu       sync.Mutex
+	cache    map[uint32][]byte // record (kind + data) by type index
 }
+
+type typeIndexOffset struct{ ti, off uint32 }
+
+// maxTypeIndexPairs caps the index read from the hash stream.
+const maxTypeIndexPairs = 1 << 22
 
 func (f *File) types(stream int) (*typeStream, error) {
 	f.mu.Lock()
@@ -35,62 +48,86 @@ func (f *File) types(stream int) (*typeStream, error) {
 	if *pt != nil {
 		return *pt, nil
 	}
-	t := &typeStream{stream: stream}
+	t := &typeStream{cache: map[uint32][]byte{}}
 	*pt = t
 	if stream >= f.msf.numStreams() {
 		return t, nil
 	}
-	b, err := f.msf.stream(stream)
-	if err != nil {
+	sr, err := f.msf.open(stream)
+	if err != nil || sr.size < 56 {
 		return t, err
 	}
-	if len(b) == 0 {
-		return t, nil
+	var h [56]byte
+	if err := sr.ReadAt(h[:], 0); err != nil {
+		return t, err
 	}
-	r := newReader(b, f.name, stream)
-	r.u32() // version
-	hdrSize := r.u32()
-	t.first = r.u32()
-	end := r.u32()
-	recBytes := r.u32()
-	if r.err != nil {
-		return t, r.err
+	hdrSize := le32(h[4:])
+	first, end := le32(h[8:]), le32(h[12:])
+	recBytes := le32(h[16:])
+	hashStream := le16(h[20:])
+	idxOff, idxLen := le32(h[40:]), le32(h[44:])
+	if hdrSize < 56 || uint64(hdrSize)+uint64(recBytes) > uint64(sr.size) || end < first {
+		return t, &FormatError{File: f.name, Stream: stream, Msg: fmt.Sprintf("type stream header (size %d, %d record bytes) does not fit the stream of %d bytes", hdrSize, recBytes, sr.size)}
 	}
-	if hdrSize < 56 || uint64(hdrSize)+uint64(recBytes) > uint64(len(b)) || end < t.first {
-		r.errorf("type stream header (size %d, %d record bytes) does not fit the stream of %d bytes", hdrSize, recBytes, len(b))
-		return t, r.err
-	}
-	n := end - t.first
-	if n > recBytes/4 {
-		r.errorf("%d type records cannot fit in %d bytes", n, recBytes)
-		return t, r.err
-	}
-	t.b = b
-	t.offsets = make([]uint32, 0, n)
-	off := hdrSize
-	limit := hdrSize + recBytes
-	for off+4 <= limit && uint32(len(t.offsets)) < n {
-		l := uint32(le16(b[off:]))
-		if l < 2 || off+2+l > limit {
-			r.off = int(off)
-			r.errorf("bad type record length %d", l)
-			return t, r.err
+	t.sr, t.first, t.end, t.recStart, t.recEnd = sr, first, end, hdrSize, hdrSize+recBytes
+	// The index of offsets, when the hash stream has a valid one.
+	if hs, err := f.msf.open(int(hashStream)); err == nil && hashStream != 0xFFFF && idxLen%8 == 0 &&
+		uint64(idxOff)+uint64(idxLen) <= uint64(hs.size) && idxLen/8 <= maxTypeIndexPairs {
+		b := make([]byte, idxLen)
+		if hs.ReadAt(b, int64(idxOff)) == nil {
+			for i := 0; i+8 <= len(b); i += 8 {
+				e := typeIndexOffset{le32(b[i:]), le32(b[i+4:])}
+				if e.ti < first || e.ti >= end || uint64(e.off)+uint64(hdrSize) >= uint64(t.recEnd) ||
+					len(t.index) > 0 && (e.ti <= t.index[len(t.index)-1].ti || e.off <= t.index[len(t.index)-1].off) {
+					t.index = nil // not usable: scan from the start instead
+					break
+				}
+				t.index = append(t.index, e)
+			}
 		}
-		t.offsets = append(t.offsets, off)
-		off += 2 + l
 	}
 	return t, nil
 }
 
+// maxTypeScan caps how many records one lookup walks past.
+const maxTypeScan = 1 << 20
+
 // record returns the kind and data of type index ti.
 func (t *typeStream) record(ti uint32) (uint16, []byte, bool) {
-	if ti < t.first || ti-t.first >= uint32(len(t.offsets)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r, ok := t.cache[ti]; ok {
+		return le16(r), r[2:], true
+	}
+	if t.sr == nil || ti < t.first || ti >= t.end {
 		return 0, nil, false
 	}
-	off := t.offsets[ti-t.first]
-	l := uint32(le16(t.b[off:]))
-	rec := t.b[off+2 : off+2+l]
-	return le16(rec), rec[2:], true
+	cur, off := t.first, t.recStart
+	i := sort.Search(len(t.index), func(i int) bool { return t.index[i].ti > ti }) - 1
+	if i >= 0 {
+		cur, off = t.index[i].ti, t.recStart+t.index[i].off
+	}
+	var h [4]byte
+	for n := 0; n < maxTypeScan; n++ {
+		if off+4 > t.recEnd || t.sr.ReadAt(h[:], int64(off)) != nil {
+			return 0, nil, false
+		}
+		l := uint32(le16(h[:]))
+		if l < 2 || off+2+l > t.recEnd {
+			return 0, nil, false
+		}
+		if cur == ti {
+			r := make([]byte, l)
+			if t.sr.ReadAt(r, int64(off)+2) != nil {
+				return 0, nil, false
+			}
+			t.cache[ti] = r
+			return le16(r), r[2:], true
+		}
+		cur++
+		off += 2 + l
+	}
+	return 0, nil, false
 }
 
 // numericLeafLen returns the length of the numeric leaf at the start of p.
