@@ -461,3 +461,34 @@ func TestRemoveStream(t *testing.T) {
 		t.Errorf("stream A %d samples, removed stream B %d", len(da.samples), len(db.samples))
 	}
 }
+
+func TestTruncatedFlag(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "deep", []string{"deep.c"}, "-O2", "-fno-omit-frame-pointer")
+	max := 127
+	if b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_stack"); err == nil {
+		fmt.Sscan(string(b), &max)
+	}
+	if max >= 1000 {
+		t.Skipf("kernel.perf_event_max_stack=%d: the fixture's 1000 frames fit", max)
+	}
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 499, Command: exec.Command(bin, "0.3", "1000"), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	d := readTrace(t, out.Bytes())
+	trunc := 0
+	for _, s := range d.samples {
+		if s.Flags&format.SampleTruncated != 0 {
+			trunc++
+		}
+	}
+	t.Logf("%d of %d samples truncated (perf_event_max_stack=%d)", trunc, len(d.samples), max)
+	if len(d.samples) < 50 || trunc < len(d.samples)*8/10 {
+		t.Errorf("%d of %d samples flagged truncated, want ≥ 80%%", trunc, len(d.samples))
+	}
+}
