@@ -201,6 +201,8 @@ func probe() error {
 				reason = fmt.Sprintf("kernel.perf_event_paranoid=%d forbids unprivileged use; set it to 2 or lower, or grant CAP_PERFMON", p)
 			} else if err == sys.ENOSYS || err == sys.ENOENT {
 				reason = "perf_event_open is unavailable (seccomp or kernel config): " + err.Error()
+			} else if err == sys.EPERM || err == sys.EACCES {
+				reason = "perf_event_open denied although kernel.perf_event_paranoid allows it: a seccomp profile (containers) or an LSM forbids it: " + err.Error()
 			}
 			probeErr = &platform.NotSupportedError{Feature: "perf_event_open", Reason: reason}
 			return
@@ -252,6 +254,9 @@ func (s *Session) attach() error {
 	}
 	cpus := onlineCPUs()
 	pages := s.cfg.RingPages
+	for pages&(pages-1) != 0 {
+		pages &= pages - 1 // round down to a power of two
+	}
 	if pages <= 0 {
 		pages = 128
 		if !privileged {
