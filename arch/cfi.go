@@ -92,6 +92,16 @@ type Sections struct {
 	// DebugFrame is the .debug_frame section, used where .eh_frame has no
 	// entry for an address.
 	DebugFrame []byte
+	// Stubs are rules for code without CFI whose frame shape is known
+	// (PLT stubs: aarch64 linkers emit no CFI for .plt), used only where
+	// no FDE covers an address. NewTableELF fills them in.
+	Stubs []Stub
+}
+
+// Stub is a rule for the addresses [Start, End).
+type Stub struct {
+	Start, End uint64
+	Rule       Rule
 }
 
 // maxSection caps the size of an unwind section this package reads.
@@ -119,11 +129,42 @@ func NewTable(s Sections) (*Table, error) {
 			errs = append(errs, err)
 		}
 	}
+	b.addStubs(s.Stubs)
 	t := b.finish()
 	if len(errs) > 0 {
 		return t, errs[0]
 	}
 	return t, nil
+}
+
+// addStubs adds the parts of each stub no FDE covers.
+func (b *builder) addStubs(stubs []Stub) {
+	if len(stubs) == 0 {
+		return
+	}
+	covered := append([]fdeRows(nil), b.fdes...)
+	sort.Slice(covered, func(i, j int) bool { return covered[i].start < covered[j].start })
+	for _, st := range stubs {
+		if st.Rule.CFA == CFANone || st.End <= st.Start {
+			continue
+		}
+		id := b.ruleID(st.Rule)
+		add := func(lo, hi uint64) {
+			if lo < hi {
+				b.fdes = append(b.fdes, fdeRows{start: lo, end: hi, from: len(b.rows), to: len(b.rows) + 1})
+				b.rows = append(b.rows, row{loc: lo, id: id})
+			}
+		}
+		lo := st.Start
+		for _, f := range covered {
+			if f.end <= lo || f.start >= st.End {
+				continue
+			}
+			add(lo, min(f.start, st.End))
+			lo = max(lo, f.end)
+		}
+		add(lo, st.End)
+	}
 }
 
 // ErrNoUnwindInfo says a module has neither .eh_frame nor .debug_frame.
@@ -177,6 +218,7 @@ func NewTableELF(f *elf.File, path string) (*Table, error) {
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
 		return nil, fmt.Errorf("%w in %s", ErrNoUnwindInfo, path)
 	}
+	s.Stubs = pltStubs(f, s.Arch)
 	return NewTable(s)
 }
 

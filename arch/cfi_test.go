@@ -116,6 +116,9 @@ func regNum(a Arch, name string) int {
 	if name == "sp" {
 		return ARM64SP
 	}
+	if name == "pc" {
+		return ARM64PC
+	}
 	if strings.HasPrefix(name, "x") {
 		if n, err := strconv.Atoi(name[1:]); err == nil {
 			return n

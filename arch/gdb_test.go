@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ type gdbStop struct {
 	names  []string
 	regs   Regs
 	maps   []gdbMap
+	texts  []gdbMap // remote (qemu) stops: each objfile's .text start and path
 	stack  StackCopy
 }
 
@@ -38,12 +40,46 @@ func gdbDump(t *testing.T, bin, breaks string, steps int) []gdbStop {
 func gdbDumpTB(t testing.TB, bin, breaks string, steps, hits int) []gdbStop {
 	t.Helper()
 	needTool(t, "gdb")
+	return runGDB(t, "gdb", AMD64, bin, breaks, steps, hits)
+}
+
+// gdbDumpARM64 runs an aarch64 program under qemu-user with its gdbstub
+// and records stops like gdbDump, with gdb-multiarch as the oracle.
+func gdbDumpARM64(t *testing.T, bin, breaks string, steps int) []gdbStop {
+	t.Helper()
+	needTool(t, "gdb-multiarch")
+	qemu := needTool(t, "qemu-aarch64")
+	const sysroot = "/usr/aarch64-linux-gnu"
+	if _, err := os.Stat(filepath.Join(sysroot, "lib", "libc.so.6")); err != nil {
+		t.Skipf("no aarch64 libc under %s: %v", sysroot, err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	q := exec.Command(qemu, "-L", sysroot, "-g", strconv.Itoa(port), bin)
+	if err := q.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		q.Process.Kill()
+		q.Wait()
+	}()
+	t.Setenv("DUMP_REMOTE", fmt.Sprintf("127.0.0.1:%d", port))
+	t.Setenv("DUMP_SYSROOT", sysroot)
+	return runGDB(t, "gdb-multiarch", ARM64, bin, breaks, steps, 0)
+}
+
+func runGDB(t testing.TB, gdbTool string, a Arch, bin, breaks string, steps, hits int) []gdbStop {
+	t.Helper()
 	dir := t.TempDir()
 	script, err := filepath.Abs(filepath.Join("testdata", "gdbdump.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("gdb", "-batch", "-nx", "-x", script, bin)
+	cmd := exec.Command(gdbTool, "-batch", "-nx", "-x", script, bin)
 	cmd.Env = append(os.Environ(), "DUMP_OUT="+dir, "DUMP_BREAKS="+breaks, "DUMP_STEPS="+strconv.Itoa(steps))
 	if hits > 0 {
 		cmd.Env = append(cmd.Env, "DUMP_HITS="+strconv.Itoa(hits))
@@ -89,17 +125,19 @@ func gdbDumpTB(t testing.TB, bin, breaks string, steps, hits int) []gdbStop {
 		}
 		switch fl[0] {
 		case "stop":
-			stops = append(stops, gdbStop{regs: Regs{Arch: AMD64}})
+			stops = append(stops, gdbStop{regs: Regs{Arch: a}})
 			cur = &stops[len(stops)-1]
 		case "frame":
 			cur.frames = append(cur.frames, hex(1))
 			cur.names = append(cur.names, fl[2])
 		case "reg":
-			n := regNum(AMD64, fl[1])
+			n := regNum(a, fl[1])
 			if n < 0 {
 				t.Fatalf("unknown register %q", fl[1])
 			}
 			cur.regs.Set(n, hex(2))
+		case "text":
+			cur.texts = append(cur.texts, gdbMap{start: hex(1), path: fl[2]})
 		case "map":
 			cur.maps = append(cur.maps, gdbMap{hex(1), hex(2), hex(3), fl[4]})
 		case "stack":
@@ -366,5 +404,72 @@ func TestUnwindSignalFrames(t *testing.T) {
 				t.Logf("stop %d: %d frames through the signal frame (#%d) match gdb", i, len(pcs), sig)
 			}
 		})
+	}
+}
+
+// modulesFromTexts builds the modules of a remote stop from each objfile's
+// runtime .text address: the bias is that minus .text's link address, and
+// the module spans the file's PT_LOAD segments.
+func (tc tableCache) modulesFromTexts(t testing.TB, texts []gdbMap) *Modules {
+	t.Helper()
+	ms := &Modules{}
+	for _, x := range texts {
+		f, err := elf.Open(x.path)
+		if err != nil {
+			t.Fatalf("%s: %v", x.path, err)
+		}
+		text := f.Section(".text")
+		if text == nil {
+			t.Fatalf("%s: no .text", x.path)
+		}
+		bias := x.start - text.Addr
+		lo, hi := ^uint64(0), uint64(0)
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD {
+				lo, hi = min(lo, p.Vaddr), max(hi, p.Vaddr+p.Memsz)
+			}
+		}
+		f.Close()
+		tab, ok := tc[x.path]
+		if !ok {
+			if tab, err = OpenTable(x.path); err != nil {
+				t.Fatalf("OpenTable(%s): %v", x.path, err)
+			}
+			tc[x.path] = tab
+		}
+		ms.Add(Module{Start: lo + bias, End: hi + bias, Bias: bias, Table: tab})
+	}
+	return ms
+}
+
+// TestUnwindARM64Recorded runs the aarch64 build of deep.c under
+// qemu-user, stops at every instruction from with_alloca's entry on
+// (prologue, an x29-based frame, calls into the aarch64 libc and back) and
+// compares each unwind of the recorded registers and stack with gdb's
+// (gdb-multiarch) backtrace.
+func TestUnwindARM64Recorded(t *testing.T) {
+	bin := buildC(t, "aarch64-linux-gnu-gcc", "deep.c", "-O2", "-fomit-frame-pointer")
+	stops := gdbDumpARM64(t, bin, "with_alloca", 120)
+	tc := tableCache{}
+	u := NewUnwinder(nil)
+	var pcs []uint64
+	checked, deepest := 0, 0
+	for i, s := range stops {
+		if len(s.frames) == 0 || s.stack.Data == nil || len(s.texts) == 0 {
+			t.Fatalf("stop %d: incomplete dump", i)
+		}
+		u.Modules = tc.modulesFromTexts(t, s.texts)
+		pcs = u.Unwind(&s.regs, &s.stack, pcs[:0])
+		if !equalPCs(pcs, s.frames) || u.Stop != StopOutermost {
+			t.Errorf("stop %d at %#x (%s): %d frames (stop: %v), gdb %d\nours:%s\ngdb:%s",
+				i, s.regs.PC(), s.names[0], len(pcs), u.Stop, len(s.frames), formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+			continue
+		}
+		checked++
+		deepest = max(deepest, len(pcs))
+	}
+	t.Logf("%d arm64 stops match gdb frame for frame (deepest %d frames)", checked, deepest)
+	if checked < 100 {
+		t.Errorf("only %d stops checked", checked)
 	}
 }
