@@ -5,6 +5,8 @@ import (
 	"flag"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -29,12 +31,16 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	inlines := fs.Bool("inlines", true, "print one function and location per inlined frame (llvm-symbolizer's default)")
 	noInlines := fs.Bool("no-inlines", false, "print only the innermost frame")
 	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF")
+	workers := fs.Int("j", runtime.NumCPU(), "compile units parsed in parallel")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
 	if *obj == "" {
 		return &usageError{"--obj is required"}
 	}
+	// A batch run builds tables once and keeps them: collect garbage
+	// rarely.
+	debug.SetGCPercent(400)
 	src, err := elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
 	if err != nil {
 		return err
@@ -49,12 +55,27 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	// Read the whole batch first so the compile units it needs are
+	// parsed on all cores, then answer in input order.
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var lines []string
+	var addrs []uint64
 	for sc.Scan() {
-		p.line(sc.Text())
+		l := sc.Text()
+		lines = append(lines, l)
+		if a, err := strconv.ParseUint(strings.TrimSpace(l), 0, 64); err == nil {
+			addrs = append(addrs, a)
+		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	src.Prefetch(addrs, *workers)
+	for _, l := range lines {
+		p.line(l)
+	}
+	return nil
 }
 
 type a2lPrinter struct {

@@ -184,24 +184,61 @@ func (s *Source) initDWARF(f *elf.File) error {
 			return nil
 		}
 	}
-	d, err := f.DWARF()
+	if f.Type == elf.ET_REL {
+		// Relocatable objects need their relocations applied, which
+		// debug/elf does.
+		d, err := f.DWARF()
+		if err != nil {
+			return err
+		}
+		s.d = d
+		var err2 error
+		if s.lines.Line, err2 = sectionData(f, ".debug_line"); err2 != nil {
+			return err2
+		}
+		s.lines.LineStr, _ = sectionData(f, ".debug_line_str")
+		s.lines.Str, _ = sectionData(f, ".debug_str")
+		info, err := sectionData(f, ".debug_info")
+		if err != nil {
+			return err
+		}
+		return s.indexUnits(info, f.ByteOrder)
+	}
+	// Decompress only the sections symbolization reads (not location
+	// lists, frames or names), each once, on parallel goroutines: for
+	// compressed debug files decompression is most of the start-up time.
+	names := [...]string{".debug_abbrev", ".debug_info", ".debug_line", ".debug_str", ".debug_ranges",
+		".debug_line_str", ".debug_addr", ".debug_str_offsets", ".debug_rnglists", ".debug_aranges"}
+	var data [len(names)][]byte
+	var errs [len(names)]error
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data[i], errs[i] = sectionData(f, n)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("section %s: %w", names[i], err)
+		}
+	}
+	d, err := dwarf.New(data[0], data[9], nil, data[1], data[2], nil, data[4], data[3])
 	if err != nil {
 		return err
+	}
+	for i := 5; i <= 8; i++ {
+		if data[i] != nil {
+			if err := d.AddSection(names[i], data[i]); err != nil {
+				return err
+			}
+		}
 	}
 	s.d = d
-	if s.lines.Line, err = sectionData(f, ".debug_line"); err != nil {
-		return err
-	}
-	if s.lines.LineStr, err = sectionData(f, ".debug_line_str"); err != nil {
-		return err
-	}
-	if s.lines.Str, err = sectionData(f, ".debug_str"); err != nil {
-		return err
-	}
-	info, err := sectionData(f, ".debug_info")
-	if err != nil {
-		return err
-	}
+	s.lines = dwarfline.Sections{Line: data[2], LineStr: data[5], Str: data[3]}
+	info := data[1]
 	return s.indexUnits(info, f.ByteOrder)
 }
 
@@ -464,4 +501,40 @@ func (s *Source) demangle(name string) string {
 	d := symbolizer.Demangle(name)
 	s.demangled.Store(name, d)
 	return d
+}
+
+// Prefetch builds the tables of the compile units holding addrs on
+// workers goroutines, so a batch of addresses uses every core; later
+// Symbolize calls then only look up.
+func (s *Source) Prefetch(addrs []uint64, workers int) {
+	if s.d == nil {
+		return
+	}
+	seen := map[*unit]bool{}
+	var units []*unit
+	for _, a := range addrs {
+		if u := s.unitFor(a); u != nil && !seen[u] {
+			seen[u] = true
+			units = append(units, u)
+		}
+	}
+	if workers < 1 {
+		workers = 1
+	}
+	ch := make(chan *unit)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range ch {
+				s.load(u)
+			}
+		}()
+	}
+	for _, u := range units {
+		ch <- u
+	}
+	close(ch)
+	wg.Wait()
 }
