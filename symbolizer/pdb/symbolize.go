@@ -183,9 +183,8 @@ func (f *File) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fram
 	// The procedure's name, or the public symbol's (a linkage name) when
 	// it starts at the same address or there is no procedure.
 	var name string
-	prva, pname, havePub := pubs.at(rva)
-	if havePub && (p == nil || p.rva == prva) {
-		name = pname
+	if pi := pubs.at(rva); pi >= 0 && (p == nil || p.rva == pubs.rvas[pi]) {
+		name = pubs.name(pi)
 	} else if p != nil {
 		name = p.name
 	}

@@ -109,7 +109,7 @@ func TestTablesAgainstPDBUtil(t *testing.T) {
 			}
 			var got, want []string
 			for i := range pubs.rvas {
-				got = append(got, fmt.Sprintf("%s@%#x", pubs.names[i], pubs.rvas[i]))
+				got = append(got, fmt.Sprintf("%s@%#x", pubs.name(i), pubs.rvas[i]))
 			}
 			for _, m := range regexp.MustCompile("S_PUB32 \\[size = \\d+\\] `([^`]*)`\\s+flags = [^\n]*addr = (\\d+):(\\d+)").FindAllStringSubmatch(pdbutil(t, "dump", "-publics", fx.pdb), -1) {
 				rva, ok := f.sectRVA(uint16(atoi(t, m[2], 10)), uint32(atoi(t, m[3], 10)))

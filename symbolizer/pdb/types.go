@@ -232,10 +232,14 @@ func (f *File) inlineeName(id uint32) string {
 	return q + ipi.idName(id)
 }
 
-// publics is the address-sorted table of S_PUB32 records.
+// publics is the address-sorted table of S_PUB32 records. Only addresses
+// and record offsets stay in memory; a name is read from the symbol record
+// stream when an address first resolves to it.
 type publics struct {
 	rvas  []uint32
-	names []string
+	offs  []uint32 // record offsets in the symbol record stream
+	sr    *streamReader
+	names sync.Map // index → name
 }
 
 func (f *File) publicSymbols() (*publics, error) {
@@ -253,6 +257,11 @@ func (f *File) publicSymbols() (*publics, error) {
 	if err != nil {
 		return p, err
 	}
+	if p.sr, err = f.msf.open(f.symRecStream); err != nil {
+		return p, err
+	}
+	// One sequential read of the records, dropped after the addresses
+	// are taken out.
 	recs, err := f.msf.stream(f.symRecStream)
 	if err != nil {
 		return p, err
@@ -265,11 +274,6 @@ func (f *File) publicSymbols() (*publics, error) {
 	am := r.bytes(int(min(addrMap, uint32(r.remaining()+1))))
 	if r.err != nil {
 		return p, r.err
-	}
-	type pub struct {
-		sect uint16
-		off  uint32
-		name string
 	}
 	// The address map is sorted by section and offset already.
 	for i := 0; i+4 <= len(am); i += 4 {
@@ -287,7 +291,7 @@ func (f *File) publicSymbols() (*publics, error) {
 			continue
 		}
 		p.rvas = append(p.rvas, rva)
-		p.names = append(p.names, cstr(d[10:]))
+		p.offs = append(p.offs, o)
 	}
 	if !sort.SliceIsSorted(p.rvas, func(i, j int) bool { return p.rvas[i] < p.rvas[j] }) {
 		idx := make([]int, len(p.rvas))
@@ -296,20 +300,36 @@ func (f *File) publicSymbols() (*publics, error) {
 		}
 		sort.SliceStable(idx, func(i, j int) bool { return p.rvas[idx[i]] < p.rvas[idx[j]] })
 		rv := make([]uint32, len(idx))
-		nm := make([]string, len(idx))
+		of := make([]uint32, len(idx))
 		for k, i := range idx {
-			rv[k], nm[k] = p.rvas[i], p.names[i]
+			rv[k], of[k] = p.rvas[i], p.offs[i]
 		}
-		p.rvas, p.names = rv, nm
+		p.rvas, p.offs = rv, of
 	}
 	return p, nil
 }
 
-// at returns the last public symbol at or before rva.
-func (p *publics) at(rva uint32) (uint32, string, bool) {
-	i := sort.Search(len(p.rvas), func(i int) bool { return p.rvas[i] > rva }) - 1
-	if i < 0 {
-		return 0, "", false
+// name returns the name of public i.
+func (p *publics) name(i int) string {
+	if v, ok := p.names.Load(i); ok {
+		return v.(string)
 	}
-	return p.rvas[i], p.names[i], true
+	var h [2]byte
+	o := int64(p.offs[i])
+	if p.sr.ReadAt(h[:], o) != nil {
+		return ""
+	}
+	l := int(le16(h[:]))
+	rec := make([]byte, l)
+	if l < 12 || p.sr.ReadAt(rec, o+2) != nil {
+		return ""
+	}
+	n := cstr(rec[12:]) // kind, flags, offset, segment, then the name
+	p.names.Store(i, n)
+	return n
+}
+
+// at returns the index of the last public symbol at or before rva, or -1.
+func (p *publics) at(rva uint32) int {
+	return sort.Search(len(p.rvas), func(i int) bool { return p.rvas[i] > rva }) - 1
 }
