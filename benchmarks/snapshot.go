@@ -85,6 +85,7 @@ func runSnapshot(cfg *config) ([]row, error) {
 		skip string
 	}
 	tools := []*tool{
+		{name: "rawstack-help", args: []string{cli, "help"}},
 		{name: "rawstack-nosym", args: []string{cli, "snapshot", "-p", pid, "--no-symbols"}},
 		{name: "rawstack", args: []string{cli, "snapshot", "-p", pid}},
 		{name: "eu-stack", args: []string{"eu-stack", "-p", pid}},
@@ -95,7 +96,7 @@ func runSnapshot(cfg *config) ([]row, error) {
 			t.skip = t.args[0] + " not installed"
 		}
 	}
-	var warm, stopped []float64
+	var cold, warm, stopped []float64
 	for i := 0; i < runs; i++ {
 		for _, t := range tools {
 			if t.skip != "" || t.name == "gdb" && i >= 3 { // gdb takes seconds: 3 runs
@@ -112,6 +113,11 @@ func runSnapshot(cfg *config) ([]row, error) {
 			t.out = out
 		}
 		start := time.Now()
+		if _, err := snapshot.Process(target.Process.Pid, nil); err != nil {
+			return nil, err
+		}
+		cold = append(cold, ms(time.Since(start)))
+		start = time.Now()
 		s, err := snapshot.Process(target.Process.Pid, &snapshot.Options{Tables: cache})
 		if err != nil {
 			return nil, err
@@ -138,6 +144,8 @@ func runSnapshot(cfg *config) ([]row, error) {
 		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "eu-stack -p", PeerVal: medianOf(eu.ms), Better: "lower",
 			Note: strings.TrimSuffix("target ≥ 10× faster than eu-stack; "+strings.TrimSpace(note(raw)+" "+note(eu)), "; ")},
 		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "gdb thread apply all bt", PeerVal: medianOf(gdb.ms), Better: "lower", Note: note(gdb)},
+		{Scenario: "snapshot", Metric: "ms process start, rawstack help", Rawstack: medianOf(byName["rawstack-help"].ms), Better: "lower", Note: "the floor under the end-to-end figures"},
+		{Scenario: "snapshot", Metric: "ms library call, cold tables", Rawstack: medianOf(cold), Better: "lower", Note: "snapshot.Process, nothing cached"},
 		{Scenario: "snapshot", Metric: "ms library call, warm tables", Rawstack: medianOf(warm), Better: "lower", Note: "snapshot.Process with a TableCache"},
 		{Scenario: "snapshot", Metric: "ms threads stopped", Rawstack: medianOf(stopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, library call"},
 	}
