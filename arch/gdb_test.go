@@ -45,7 +45,7 @@ func gdbDumpTB(t testing.TB, bin, breaks string, steps, hits int) []gdbStop {
 
 // gdbDumpARM64 runs an aarch64 program under qemu-user with its gdbstub
 // and records stops like gdbDump, with gdb-multiarch as the oracle.
-func gdbDumpARM64(t *testing.T, bin, breaks string, steps int) []gdbStop {
+func gdbDumpARM64(t *testing.T, bin, breaks string, steps int, qemuArgs ...string) []gdbStop {
 	t.Helper()
 	needTool(t, "gdb-multiarch")
 	qemu := needTool(t, "qemu-aarch64")
@@ -59,7 +59,7 @@ func gdbDumpARM64(t *testing.T, bin, breaks string, steps int) []gdbStop {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	q := exec.Command(qemu, "-L", sysroot, "-g", strconv.Itoa(port), bin)
+	q := exec.Command(qemu, append(append([]string{"-L", sysroot, "-g", strconv.Itoa(port)}, qemuArgs...), bin)...)
 	if err := q.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -448,8 +448,27 @@ func (tc tableCache) modulesFromTexts(t testing.TB, texts []gdbMap) *Modules {
 // compares each unwind of the recorded registers and stack with gdb's
 // (gdb-multiarch) backtrace.
 func TestUnwindARM64Recorded(t *testing.T) {
-	bin := buildC(t, "aarch64-linux-gnu-gcc", "deep.c", "-O2", "-fomit-frame-pointer")
-	stops := gdbDumpARM64(t, bin, "with_alloca", 120)
+	for _, c := range []struct {
+		name  string
+		flags []string
+		qemu  []string
+	}{
+		{"O2-omitfp", []string{"-O2", "-fomit-frame-pointer"}, nil},
+		// Return addresses signed with pointer authentication (qemu's
+		// "max" CPU implements it): the saved lr carries a PAC.
+		{"pac", []string{"-O2", "-mbranch-protection=standard"}, []string{"-cpu", "max"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testARM64Recorded(t, c.flags, c.qemu) })
+	}
+}
+
+// deepCallers is deep.c's chain above the qsort comparator, outermost last.
+var deepCallers = []string{"cmp", "via_qsort", "recurse", "recurse", "recurse", "recurse", "recurse", "big_frame", "no_frame", "main", "_start"}
+
+func testARM64Recorded(t *testing.T, flags, qemuArgs []string) {
+	pac := len(qemuArgs) > 0
+	bin := buildC(t, "aarch64-linux-gnu-gcc", "deep.c", flags...)
+	stops := gdbDumpARM64(t, bin, "with_alloca", 120, qemuArgs...)
 	tc := tableCache{}
 	u := NewUnwinder(nil)
 	var pcs []uint64
@@ -460,6 +479,25 @@ func TestUnwindARM64Recorded(t *testing.T) {
 		}
 		u.Modules = tc.modulesFromTexts(t, s.texts)
 		pcs = u.Unwind(&s.regs, &s.stack, pcs[:0])
+		if pac {
+			// gdb cannot strip the PAC through qemu's gdbstub, so its
+			// backtrace stops at the first signed return address. Check
+			// gdb's frames with the PAC cut off, then that the rest of the
+			// walk goes through deep.c's known callers to _start.
+			n := len(s.frames)
+			for j := range s.frames {
+				s.frames[j] &= 1<<48 - 1
+			}
+			names := funcNames(t, bin, s.texts, pcs)
+			k := len(names) - len(deepCallers)
+			if len(pcs) < n || !equalPCs(pcs[:n], s.frames) || u.Stop != StopOutermost || k < 0 || strings.Join(names[k:], " ") != strings.Join(deepCallers, " ") {
+				t.Errorf("stop %d at %#x: stop %v; ours:%s\nnames %v\ngdb (PAC stripped):%s", i, s.regs.PC(), u.Stop, formatFrames(pcs, nil), names, formatFrames(s.frames, s.names))
+				continue
+			}
+			checked++
+			deepest = max(deepest, len(pcs))
+			continue
+		}
 		if !equalPCs(pcs, s.frames) || u.Stop != StopOutermost {
 			t.Errorf("stop %d at %#x (%s): %d frames (stop: %v), gdb %d\nours:%s\ngdb:%s",
 				i, s.regs.PC(), s.names[0], len(pcs), u.Stop, len(s.frames), formatFrames(pcs, nil), formatFrames(s.frames, s.names))
@@ -468,8 +506,47 @@ func TestUnwindARM64Recorded(t *testing.T) {
 		checked++
 		deepest = max(deepest, len(pcs))
 	}
-	t.Logf("%d arm64 stops match gdb frame for frame (deepest %d frames)", checked, deepest)
+	t.Logf("%d arm64 stops match gdb (pac: gdb's frames with the PAC cut, then deep.c's callers to _start; deepest %d frames)", checked, deepest)
 	if checked < 100 {
 		t.Errorf("only %d stops checked", checked)
 	}
+}
+
+// funcNames returns the names of the functions of bin that the frames in
+// pcs (leaf first; return addresses after the first) fall in, in order,
+// skipping frames outside bin; texts gives bin's .text runtime address.
+func funcNames(t *testing.T, bin string, texts []gdbMap, pcs []uint64) []string {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bias uint64
+	found := false
+	for _, x := range texts {
+		if x.path == bin {
+			bias, found = x.start-f.Section(".text").Addr, true
+		}
+	}
+	if !found {
+		t.Fatalf("gdb listed no .text for %s", bin)
+	}
+	var names []string
+	for i, pc := range pcs {
+		if i > 0 {
+			pc--
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value+bias <= pc && pc < s.Value+bias+s.Size {
+				names = append(names, s.Name)
+				break
+			}
+		}
+	}
+	return names
 }
