@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,4 +173,12 @@ func (s *symtab) name(addr uint64) string {
 		return sy.Name
 	}
 	return ""
+}
+
+func hexPCs(pcs []uint64) string {
+	var b strings.Builder
+	for _, pc := range pcs {
+		fmt.Fprintf(&b, " %#x", pc)
+	}
+	return b.String()
 }

@@ -152,14 +152,6 @@ func runOracleStatus(t *testing.T, partialOK bool, name string, args ...string) 
 	return out
 }
 
-func hexPCs(pcs []uint64) string {
-	var b strings.Builder
-	for _, pc := range pcs {
-		fmt.Fprintf(&b, " %#x", pc)
-	}
-	return b.String()
-}
-
 // threadStates returns the state letter of every thread of pid
 // (/proc/PID/task/TID/stat) and the TracerPid of each.
 func threadStates(t *testing.T, pid int) map[int]string {

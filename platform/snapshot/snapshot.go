@@ -12,6 +12,11 @@
 // PT_LOAD segments and, where the core omitted them, from the files its
 // NT_FILE note names.
 //
+// Unwind tables are read lazily: for a library with the usual
+// .eh_frame_hdr search table only the FDEs the stacks need are parsed
+// (libc has thousands), so a cold snapshot costs little more than a warm
+// one. A [TableCache] shared between snapshots keeps what was read.
+//
 // A snapshot holds absolute addresses and modules; it does not symbolize.
 // [Snapshot.Write] turns it into an event stream.
 //
