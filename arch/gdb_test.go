@@ -550,3 +550,33 @@ func funcNames(t *testing.T, bin string, texts []gdbMap, pcs []uint64) []string 
 	}
 	return names
 }
+
+// TestPerfSampleFlow feeds a recorded stop through the path the perf back
+// end takes: registers as a PERF_SAMPLE_REGS_USER block sampled with
+// PerfRegsAMD64, the stack as an 8 KiB PERF_SAMPLE_STACK_USER copy from
+// sp, unwound with Regs.SetPerf and a StackCopy.
+func TestPerfSampleFlow(t *testing.T) {
+	bin := buildC(t, "gcc", "deep.c", "-O2", "-fomit-frame-pointer")
+	s := gdbDump(t, bin, "marker", 0)[0]
+	var block []uint64
+	for p := 0; p < 64; p++ {
+		if PerfRegsAMD64&(1<<p) != 0 {
+			block = append(block, s.regs.R[PerfToDWARF(AMD64, p)])
+		}
+	}
+	var regs Regs
+	if err := regs.SetPerf(AMD64, PerfRegsAMD64, block); err != nil {
+		t.Fatal(err)
+	}
+	data := s.stack.Data[:min(len(s.stack.Data), 8192)]
+	u := NewUnwinder(tableCache{}.modulesFor(t, s.maps, nil))
+	pcs := u.Unwind(&regs, &StackCopy{Addr: regs.SP(), Data: data}, nil)
+	if len(data) == len(s.stack.Data) {
+		if !equalPCs(pcs, s.frames) {
+			t.Fatalf("ours:%s\ngdb:%s", formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+		}
+	} else if len(pcs) == 0 || !equalPCs(pcs, s.frames[:len(pcs)]) || u.Stop != StopBadMemory {
+		t.Fatalf("8 KiB copy of a %d-byte stack: stop %v\nours:%s\ngdb:%s", len(s.stack.Data), u.Stop, formatFrames(pcs, nil), formatFrames(s.frames, s.names))
+	}
+	t.Logf("%d frames from a %d-byte stack copy, stop: %v", len(pcs), len(data), u.Stop)
+}
