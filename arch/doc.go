@@ -37,6 +37,12 @@
 //	regs.SetPerf(arch.AMD64, arch.PerfRegsAMD64, sample.UserRegs)
 //	pcs = u.Unwind(&regs, &arch.StackCopy{Addr: regs.SP(), Data: sample.StackUser}, pcs[:0])
 //
+// The walk handles the x86-64 PLT expression, stack-realigning functions
+// (CFA = *(rbp-8)), signal trampolines (glibc's __restore_rt: registers in
+// the sigcontext, the interrupted pc looked up as is), aarch64 pointer
+// authentication (signed return addresses are stripped) and PLT stubs
+// that have no CFI (NewTableELF adds rules for them).
+//
 // u.Stop then says why the walk ended: [StopOutermost] when the unwind
 // info marks the outermost frame, [StopBadMemory] when it ran off the
 // stack copy, [StopNoProgress] on a loop, and so on.
