@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"flag"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
@@ -72,8 +74,35 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	src.Prefetch(addrs, *workers)
-	for _, l := range lines {
-		p.line(l)
+	// Symbolize chunks of the batch on all cores (demangling is the
+	// other big cost), then print them in input order.
+	const chunk = 512
+	outs := make([][]byte, (len(lines)+chunk-1)/chunk)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < max(*workers, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf bytes.Buffer
+			q := &a2lPrinter{src: src, w: bufio.NewWriter(&buf), inlines: p.inlines}
+			for c := range next {
+				buf.Reset()
+				for _, l := range lines[c*chunk : min((c+1)*chunk, len(lines))] {
+					q.line(l)
+				}
+				q.w.Flush()
+				outs[c] = append([]byte(nil), buf.Bytes()...)
+			}
+		}()
+	}
+	for c := range outs {
+		next <- c
+	}
+	close(next)
+	wg.Wait()
+	for _, o := range outs {
+		out.Write(o)
 	}
 	return nil
 }

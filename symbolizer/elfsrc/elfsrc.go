@@ -75,7 +75,13 @@ func Open(path string, opts *Options) (*Source, error) {
 	}
 	s := &Source{path: path, closer: f, f: f}
 	s.noDemangle = opts != nil && opts.NoDemangle
-	s.syms = loadSymtab(f)
+	// The symbol table loads while the debug sections decompress.
+	symsDone := make(chan struct{})
+	go func() {
+		s.syms = loadSymtab(f)
+		close(symsDone)
+	}()
+	defer func() { <-symsDone }()
 	dbg := f
 	var dbgCloser io.Closer
 	if opts != nil && opts.DebugFile != "" {

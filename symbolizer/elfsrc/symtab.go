@@ -1,7 +1,9 @@
 package elfsrc
 
 import (
+	"cmp"
 	"debug/elf"
+	"slices"
 	"sort"
 )
 
@@ -49,11 +51,11 @@ func loadSymtab(f *elf.File) symtab {
 		}
 		out = append(out, sym)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].addr != out[j].addr {
-			return out[i].addr < out[j].addr
+	slices.SortStableFunc(out, func(a, b symbol) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
 		}
-		return out[i].size < out[j].size
+		return cmp.Compare(a.size, b.size)
 	})
 	j := 0
 	for i := 0; i < len(out); i++ {
