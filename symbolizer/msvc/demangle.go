@@ -36,7 +36,7 @@ const maxDepth = 64
 
 // Demangle demangles a decorated name.
 func Demangle(name string, flags Flags) (string, error) {
-	p := &parser{s: name}
+	p := &parser{s: name, flags: flags}
 	out, err := p.symbol(flags)
 	if err != nil {
 		return "", err
@@ -50,6 +50,7 @@ type parser struct {
 	names  []string // name back-references
 	params []typ    // parameter type back-references
 	depth  int
+	flags  Flags // the caller's; LLVM applies them inside template arguments too
 }
 
 // failure unwinds the parser on malformed input.
@@ -312,15 +313,33 @@ func (p *parser) templateArg() (string, bool) {
 	case p.consume("$0"):
 		return strconv.FormatInt(p.number(), 10), true
 	case p.consume("$1"):
-		sub := &parser{s: p.s[p.pos:], depth: p.depth}
-		inner := sub.symbolBody(0)
+		sub := &parser{s: p.s[p.pos:], depth: p.depth, flags: p.flags}
+		inner := sub.symbolBody(p.flags)
 		p.pos += sub.pos
 		return "&" + inner, true
 	case p.peek() == '?' && p.pos+1 < len(p.s) && (p.s[p.pos+1] >= '0' && p.s[p.pos+1] <= '9'):
 		p.pos++
 		return fmt.Sprintf("`template-parameter-%d'", p.number()), true
 	}
-	return typeString(p.typ(true)), true
+	t := p.typ(true)
+	if f, ok := t.(*funcType); ok {
+		// A function type argument ("std::function<void __cdecl(int)>")
+		// drops its return type and calling convention under the flags.
+		var b strings.Builder
+		if p.flags&NoReturnType == 0 && f.ret != nil {
+			f.ret.pre(&b)
+			b.WriteByte(' ')
+		}
+		if p.flags&NoCallingConvention == 0 {
+			b.WriteString(f.cc)
+		}
+		f.postParams(&b)
+		if p.flags&NoReturnType == 0 && f.ret != nil {
+			f.ret.post(&b)
+		}
+		return b.String(), true
+	}
+	return typeString(t), true
 }
 
 // number parses an encoded number: '?' for negative, a digit for 1-10,
@@ -393,6 +412,8 @@ func (p *parser) operator() (string, special) {
 				return "operator co_await", special{}
 			case 'M':
 				return "operator<=>", special{}
+			case 'K':
+				return `operator ""` + p.fragment(), special{}
 			}
 			p.fail("unsupported special name")
 		}
@@ -533,6 +554,8 @@ func (p *parser) typ(cvPrefix bool) typ {
 			return t
 		case p.consume("$T"):
 			return &primType{name: "std::nullptr_t"}
+		case p.consume("$B"):
+			return p.typ(false) // an array type as a template argument
 		case p.consume("$A6"):
 			return p.funcType(false)
 		}
@@ -637,6 +660,7 @@ func (p *parser) function(name string, sp special, flags Flags) string {
 	f := &funcType{}
 	member := false
 	thunk := int64(-1)
+	vtordisp := ""
 	switch {
 	case c == 'Y' || c == 'Z':
 	case c >= 'A' && c <= 'X':
@@ -652,6 +676,18 @@ func (p *parser) function(name string, sp special, flags Flags) string {
 			member, f.virtual = true, true
 			thunk = p.number()
 		}
+	case c == '$':
+		// Virtual thunks with a vtordisp: $0-$5 (private, protected,
+		// public; near and far), then the vtordisp and the adjustment.
+		d := p.next()
+		if d < '0' || d > '5' {
+			p.fail("unsupported thunk kind $%c", d)
+		}
+		f.access = []string{"private: ", "protected: ", "public: "}[(d-'0')/2]
+		member, f.virtual = true, true
+		// The numbers are 32-bit: "PPPPPPPM@" is -4.
+		vd, adj := int32(uint32(p.number())), int32(uint32(p.number()))
+		vtordisp = fmt.Sprintf("`vtordisp{%d, %d}'", vd, adj)
 	default:
 		p.pos--
 		p.fail("unsupported function class %q", c)
@@ -679,10 +715,13 @@ func (p *parser) function(name string, sp special, flags Flags) string {
 		name += " " + typeString(f.ret)
 	}
 	if thunk >= 0 {
-		name += fmt.Sprintf("`adjustor{%d}' ", thunk)
+		name += fmt.Sprintf("`adjustor{%d}'", thunk)
+	}
+	if vtordisp != "" {
+		name += vtordisp
 	}
 	var b strings.Builder
-	if thunk >= 0 {
+	if thunk >= 0 || vtordisp != "" {
 		b.WriteString("[thunk]: ")
 	}
 	if flags&NoAccessSpecifier == 0 {

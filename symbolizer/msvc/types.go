@@ -98,12 +98,15 @@ func (t *ptrType) pre(b *strings.Builder) {
 			b.WriteByte('(')
 		}
 	}
+	if t.quals&qUnaligned != 0 {
+		b.WriteString("__unaligned ")
+	}
 	if t.class != "" {
 		b.WriteString(t.class)
 		b.WriteString("::")
 	}
 	b.WriteString(t.op)
-	writeQuals(b, t.quals, false)
+	writeQuals(b, t.quals&^qUnaligned, false)
 }
 
 func (t *ptrType) post(b *strings.Builder) {
