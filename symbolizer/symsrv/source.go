@@ -58,7 +58,9 @@ func newExportSource(img *pe.File, exps []pe.Export) *exportSource {
 	}
 	var ents []ent
 	for _, e := range exps {
-		if e.Forwarder != "" || e.Name == "" {
+		// Exports by ordinal only have no name but still end the
+		// function before them, as in llvm-symbolizer.
+		if e.Forwarder != "" || e.RVA == 0 {
 			continue
 		}
 		for _, sec := range img.PE.Sections {
