@@ -208,6 +208,13 @@ func findInStore(store string, k Key, try func(string) bool) (string, bool) {
 	if p := storePath(store, k, k.Name); try(p) {
 		return p, true
 	}
+	// Stores made on Windows are case-insensitive; on other systems try
+	// the lower-case layout too (symstore's usual spelling).
+	if lk := (Key{Name: strings.ToLower(k.Name), ID: k.ID, GUID: k.GUID, Age: k.Age}); lk.Name != k.Name {
+		if p, ok := findInStore(store, lk, try); ok {
+			return p, true
+		}
+	}
 	if cp := storePath(store, k, compressedName(k.Name)); fileExists(cp) {
 		out := storePath(store, k, k.Name)
 		if err := expandCab(cp, out); err == nil && try(out) {

@@ -183,6 +183,18 @@ func TestLocateLocal(t *testing.T) {
 		}
 		samePDB(t, p, b.pdb)
 	})
+	t.Run("lower-case store", func(t *testing.T) {
+		exe, cv := isolated(t, b)
+		cv2 := *cv
+		cv2.Path = filepath.Join(filepath.Dir(cv.Path), "Prog.PDB")
+		store := t.TempDir()
+		copyFile(t, b.pdb, filepath.Join(store, "prog.pdb", cv.DebugID(), "prog.pdb"))
+		p, err := Locate(ctx, exe, &cv2, &Options{SymbolPath: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		samePDB(t, p, b.pdb)
+	})
 	t.Run("file.ptr", func(t *testing.T) {
 		exe, cv := isolated(t, b)
 		store := t.TempDir()
