@@ -18,7 +18,11 @@ import (
 // chains live in one PT_LOAD segment, and PRPSINFO, AUXV and FILE notes.
 // Thread 101's stack is pc 0x401000 → 0x402000 → 0x403000; thread 102's
 // is pc 0x401100 → 0x402100.
-func synthCore() []byte {
+func synthCore() []byte { return synthCoreArch(arch.AMD64) }
+
+// synthCoreArch builds synthCore's core for amd64 or arm64 (same stacks:
+// the frame records of both arches are [saved fp, return address]).
+func synthCoreArch(a arch.Arch) []byte {
 	le := binary.LittleEndian
 	const stackBase = 0x7ff000
 	stack := make([]byte, 0x1000)
@@ -52,12 +56,16 @@ func synthCore() []byte {
 	copy(ps[prpsinfoArgs:], "synth -x")
 	note("CORE", ntPRPSINFO, ps)
 	status := func(tid int, rip, rsp, rbp uint64) {
-		d := make([]byte, prstatusRegs+gregsAMD64*8+8)
+		n, pcAt, spAt, fpAt := gregsAMD64, 16, 19, 4
+		if a == arch.ARM64 {
+			n, pcAt, spAt, fpAt = gregsARM64, 32, 31, 29
+		}
+		d := make([]byte, prstatusRegs+n*8+8)
 		le.PutUint32(d[prstatusPid:], uint32(tid))
 		g := d[prstatusRegs:]
-		le.PutUint64(g[16*8:], rip)
-		le.PutUint64(g[19*8:], rsp)
-		le.PutUint64(g[4*8:], rbp)
+		le.PutUint64(g[pcAt*8:], rip)
+		le.PutUint64(g[spAt*8:], rsp)
+		le.PutUint64(g[fpAt*8:], rbp)
 		note("CORE", ntPRSTATUS, d)
 	}
 	status(101, 0x401000, stackBase+0x80, stackBase+0x100)
@@ -79,7 +87,11 @@ func synthCore() []byte {
 	out := make([]byte, loadOff+uint64(len(stack)))
 	copy(out, "\x7fELF\x02\x01\x01")
 	le.PutUint16(out[16:], uint16(elf.ET_CORE))
-	le.PutUint16(out[18:], uint16(elf.EM_X86_64))
+	machine := elf.EM_X86_64
+	if a == arch.ARM64 {
+		machine = elf.EM_AARCH64
+	}
+	le.PutUint16(out[18:], uint16(machine))
 	le.PutUint32(out[20:], 1)
 	le.PutUint64(out[32:], ehsize)
 	le.PutUint16(out[52:], ehsize)
@@ -100,6 +112,24 @@ func synthCore() []byte {
 	copy(out[noteOff:], notes.Bytes())
 	copy(out[loadOff:], stack)
 	return out
+}
+
+func TestSynthCoreARM64(t *testing.T) {
+	data := synthCoreArch(arch.ARM64)
+	c, err := NewCore(bytes.NewReader(data), int64(len(data)), "synth-arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Arch != arch.ARM64 || len(c.Threads) != 2 || c.Threads[0].Regs.FP() != 0x7ff100 {
+		t.Fatalf("arch %v, threads %+v", c.Arch, c.Threads)
+	}
+	snap, err := c.Snapshot(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hexPCs(snap.Threads[0].PCs); got != " 0x401000 0x402000 0x403000" {
+		t.Errorf("arm64 tid 101: %s (%v)", got, snap.Threads[0].Stop)
+	}
 }
 
 func TestSynthCore(t *testing.T) {
@@ -198,6 +228,7 @@ func TestCoreErrors(t *testing.T) {
 // seeded with the synthetic core and the cores in testdata/fuzz.
 func FuzzCore(f *testing.F) {
 	f.Add(synthCore())
+	f.Add(synthCoreArch(arch.ARM64))
 	seeds, _ := filepath.Glob(filepath.Join("testdata", "*.core"))
 	for _, s := range seeds {
 		if b, err := os.ReadFile(s); err == nil {
