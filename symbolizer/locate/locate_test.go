@@ -160,7 +160,6 @@ func TestDebuginfodVerifiesAndTimesOut(t *testing.T) {
 	_, dbg, _, id := split(t)
 	wrong, _ := os.ReadFile(dbg)
 	slow := make(chan struct{})
-	defer close(slow)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.HasPrefix(r.URL.Path, "/slow/"):
@@ -175,6 +174,7 @@ func TestDebuginfodVerifiesAndTimesOut(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
+	defer close(slow) // runs first: releases the slow handler so Close returns
 	other := append([]byte{}, id...)
 	other[1] ^= 0x55
 	c := &Client{URLs: []string{srv.URL}, CacheDir: t.TempDir(), Timeout: 2 * time.Second}
