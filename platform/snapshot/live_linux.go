@@ -101,6 +101,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	defer st.release()
 	start := time.Now()
 	if err := st.stopAll(); err != nil {
+		st.release() // before waiting for the modules
 		<-done
 		return nil, err
 	}
