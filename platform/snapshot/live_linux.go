@@ -28,9 +28,13 @@ const readAhead = 2
 const maxSeizeRounds = 8
 
 // Process snapshots the stacks of every thread of the live process pid.
-// Each thread is stopped with PTRACE_SEIZE + PTRACE_INTERRUPT only while
-// its registers and stack are read, and detached on every path, errors and
-// panics included.
+// The threads are stopped with PTRACE_SEIZE + PTRACE_INTERRUPT (no
+// SIGSTOP is sent) while their registers are read and their stacks
+// unwound, then detached, on every path, errors and panics included; a
+// signal that arrived meanwhile is delivered at detach, and a process that
+// was stopped stays stopped. Snapshot.Stopped says how long it took.
+// Threads that exit meanwhile are left out; new ones are looked for until
+// the thread list is stable.
 func Process(pid int, opts *Options) (*Snapshot, error) {
 	if hostArch == arch.ArchUnknown {
 		return nil, &platform.NotSupportedError{Feature: "snapshot", Reason: "unsupported architecture " + runtime.GOARCH}
