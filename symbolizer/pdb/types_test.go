@@ -2,6 +2,8 @@ package pdb
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -70,7 +72,19 @@ func buildManyTypes(t *testing.T) *fixture {
 		fmt.Fprintf(&b, "{ S%d x{}; s += x.get(); }\n", i)
 	}
 	b.WriteString("return s; }\n")
-	dir := t.TempDir()
+	sum := sha256.Sum256([]byte(b.String()))
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "rawstack-test", "pdb", "many-"+hex.EncodeToString(sum[:8]))
+	fx := &fixture{name: "many-types", exe: filepath.Join(dir, "many.exe"), pdb: filepath.Join(dir, "many.pdb")}
+	if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {
+		return fx
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	src := filepath.Join(dir, "many.cpp")
 	if err := os.WriteFile(src, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
@@ -85,5 +99,8 @@ func buildManyTypes(t *testing.T) *fixture {
 			t.Fatalf("%v: %v\n%s", c, err, out)
 		}
 	}
-	return &fixture{name: "many-types", exe: filepath.Join(dir, "many.exe"), pdb: filepath.Join(dir, "many.pdb")}
+	if err := os.WriteFile(filepath.Join(dir, "ok"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fx
 }
