@@ -45,6 +45,7 @@ type Source struct {
 
 	d         *dwarf.Data
 	lines     dwarfline.Sections
+	secs      dwarfSecs // sections the fast DIE reader uses
 	cus       []*unit
 	demangled sync.Map // mangled name → demangled name
 	// cuRanges maps addresses to units, sorted by lo, non-overlapping.
@@ -208,6 +209,15 @@ func (s *Source) initDWARF(f *elf.File) error {
 		if err != nil {
 			return err
 		}
+		// The fast DIE reader reads section bytes as they are: string
+		// offsets of an unlinked object are unrelocated (names may be
+		// wrong); linked files, the symbolizer's input, are exact.
+		s.secs = dwarfSecs{info: info, str: s.lines.Str, lineStr: s.lines.LineStr, order: f.ByteOrder}
+		s.secs.abbrev, _ = sectionData(f, ".debug_abbrev")
+		s.secs.ranges, _ = sectionData(f, ".debug_ranges")
+		s.secs.rnglists, _ = sectionData(f, ".debug_rnglists")
+		s.secs.addr, _ = sectionData(f, ".debug_addr")
+		s.secs.strOffsets, _ = sectionData(f, ".debug_str_offsets")
 		return s.indexUnits(info, f.ByteOrder)
 	}
 	// Decompress only the sections symbolization reads (not location
@@ -244,6 +254,8 @@ func (s *Source) initDWARF(f *elf.File) error {
 	}
 	s.d = d
 	s.lines = dwarfline.Sections{Line: data[2], LineStr: data[5], Str: data[3]}
+	s.secs = dwarfSecs{info: data[1], abbrev: data[0], str: data[3], lineStr: data[5], strOffsets: data[7],
+		addr: data[6], ranges: data[4], rnglists: data[8], order: f.ByteOrder}
 	info := data[1]
 	return s.indexUnits(info, f.ByteOrder)
 }
@@ -254,6 +266,7 @@ type unit struct {
 	compDir  string
 	stmt     int64 // DW_AT_stmt_list, -1 if none
 	addrSize int
+	hdr      unitHdr
 
 	once  sync.Once
 	err   error
@@ -283,8 +296,14 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 			break
 		}
 		vers := order.Uint16(info[off+hdr:])
+		start := off
 		dieOff := off + hdr + 2 + offSize + 1 // v2–4: abbrev offset, address size
+		abbrevOff := readOff(info[off+hdr+2:], offSize, order)
 		if vers >= 5 {
+			if off+hdr+4+offSize > uint64(len(info)) {
+				break
+			}
+			abbrevOff = readOff(info[off+hdr+4:], offSize, order)
 			dieOff = off + hdr + 2 + 2 + offSize // unit type, address size, abbrev offset
 			switch info[off+hdr+2] {
 			case 2, 6: // type, split type unit
@@ -306,6 +325,19 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 			continue
 		}
 		u := &unit{off: e.Offset, stmt: -1, addrSize: r.AddressSize()}
+		u.hdr = unitHdr{start: start, end: next, die: dieOff, version: vers, addrSize: r.AddressSize(), offSize: int(offSize), abbrevOff: abbrevOff}
+		if v, ok := e.Val(dwarf.AttrStrOffsetsBase).(int64); ok {
+			u.hdr.strOffBase = uint64(v)
+		}
+		if v, ok := e.Val(dwarf.AttrAddrBase).(int64); ok {
+			u.hdr.addrBase = uint64(v)
+		}
+		if v, ok := e.Val(dwarf.AttrRnglistsBase).(int64); ok {
+			u.hdr.rnglistsBase = uint64(v)
+		}
+		if v, ok := e.Val(dwarf.AttrLowpc).(uint64); ok {
+			u.hdr.base = v
+		}
 		u.compDir, _ = e.Val(dwarf.AttrCompDir).(string)
 		if v, ok := e.Val(dwarf.AttrStmtList).(int64); ok {
 			u.stmt = v
@@ -321,6 +353,19 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 	}
 	s.cuRanges = mergeRanges(all)
 	return nil
+}
+
+func readOff(b []byte, size uint64, order binary.ByteOrder) uint64 {
+	if size == 8 {
+		if len(b) < 8 {
+			return 0
+		}
+		return order.Uint64(b)
+	}
+	if len(b) < 4 {
+		return 0
+	}
+	return uint64(order.Uint32(b))
 }
 
 // mergeRanges turns possibly overlapping unit ranges into a sorted,
@@ -399,7 +444,7 @@ func (s *Source) load(u *unit) error {
 				u.err = err
 			}
 		}
-		tree, err := buildTree(s.d, u.off)
+		tree, err := buildTree(&s.secs, &u.hdr)
 		u.tree = tree
 		if err != nil && u.err == nil {
 			u.err = err

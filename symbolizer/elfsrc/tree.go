@@ -39,55 +39,112 @@ type topRange struct {
 	node   int32
 }
 
-func buildTree(d *dwarf.Data, cuOff dwarf.Offset) (*inlineTree, error) {
+// buildTree reads the subroutine tree of the unit described by h.
+func buildTree(sec *dwarfSecs, h *unitHdr) (*inlineTree, error) {
 	t := &inlineTree{names: map[dwarf.Offset]nameInfo{}, cache: map[dwarf.Offset]string{}}
-	r := d.Reader()
-	r.Seek(cuOff)
-	cu, err := r.Next()
-	if err != nil || cu == nil {
+	tab, err := parseAbbrevs(sec.abbrev, h.abbrevOff)
+	if err != nil {
 		return t, err
 	}
-	if !cu.Children {
-		return t, nil
+	tab.computeFixed(h)
+	if h.end > uint64(len(sec.info)) || h.die >= h.end {
+		return t, fmt.Errorf("debug_info unit at %#x: bad bounds", h.start)
 	}
+	d := &dieBuf{b: sec.info[:h.end], off: int(h.die), bo: sec.order}
+	cu := tab.get(d.uleb())
+	if cu == nil {
+		return t, fmt.Errorf("debug_info offset %#x: unknown abbreviation", h.die)
+	}
+	for _, sp := range cu.attrs {
+		d.skipForm(sp.form, h)
+	}
+	if !cu.children || d.err != nil {
+		return t, d.err
+	}
+	var rs [][2]uint64
 	// stack[i] is the nearest enclosing node at depth i (-1 for none).
 	stack := []int32{-1}
-	last := cu.Offset
-	for len(stack) > 0 {
-		e, err := r.Next()
-		if err != nil {
-			t.finish()
-			return t, err
-		}
-		if e == nil {
-			break
-		}
-		if e.Tag != 0 && e.Offset <= last {
-			t.finish()
-			return t, fmt.Errorf("debug_info offset %#x: entries do not advance", e.Offset)
-		}
-		if e.Tag != 0 {
-			last = e.Offset
-		}
-		if e.Tag == 0 {
+	for len(stack) > 0 && d.off < len(d.b) && d.err == nil {
+		off := dwarf.Offset(d.off)
+		code := d.uleb()
+		if code == 0 {
 			stack = stack[:len(stack)-1]
 			continue
 		}
+		a := tab.get(code)
+		if a == nil {
+			t.finish()
+			return t, fmt.Errorf("debug_info offset %#x: unknown abbreviation %d", off, code)
+		}
 		encl := stack[len(stack)-1]
 		cur := encl
-		switch e.Tag {
-		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine:
-			ni := nameInfo{}
-			ni.linkage, _ = e.Val(dwarf.AttrLinkageName).(string)
-			if ni.linkage == "" {
-				ni.linkage, _ = e.Val(attrMIPSLinkageName).(string)
+		if a.tag == tagSubprogram || a.tag == tagInlined {
+			var ni nameInfo
+			var low, high uint64
+			var hasLow, hasHigh, highOff bool
+			var nd node
+			rs = rs[:0]
+			for _, sp := range a.attrs {
+				switch sp.attr {
+				case atLowPC:
+					v := sec.readValue(d, sp, h)
+					low, hasLow = v.u, v.ok
+				case atHighPC:
+					v := sec.readValue(d, sp, h)
+					high, hasHigh = v.u, v.ok
+					switch sp.form {
+					case formAddr, formAddrx, formAddrx1, formAddrx2, formAddrx3, formAddrx4, formGNUAddrIndex:
+					default:
+						highOff = true
+					}
+				case atRanges:
+					v := sec.readValue(d, sp, h)
+					if v.ok {
+						rs = sec.rangesAt(v.u, sp.form == formRnglistx, h, rs)
+					}
+				case atName, atLinkageName, atMIPSLinkage:
+					v := sec.readValue(d, sp, h)
+					if v.isStr {
+						if sp.attr == atName {
+							ni.name = string(v.s)
+						} else {
+							ni.linkage = string(v.s)
+						}
+					}
+				case atAbstractOrig, atSpecification:
+					v := sec.readValue(d, sp, h)
+					if v.ok {
+						ref := v.u
+						if sp.form != formRefAddr {
+							ref += h.start
+						}
+						if sp.attr == atAbstractOrig {
+							ni.origin = dwarf.Offset(ref)
+						} else {
+							ni.spec = dwarf.Offset(ref)
+						}
+					}
+				case atCallFile:
+					nd.callFile = sec.readValue(d, sp, h).u
+				case atCallLine:
+					nd.callLine = sec.readValue(d, sp, h).u
+				case atCallColumn:
+					nd.callCol = sec.readValue(d, sp, h).u
+				default:
+					d.skipForm(sp.form, h)
+				}
 			}
-			ni.name, _ = e.Val(dwarf.AttrName).(string)
-			ni.origin, _ = e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
-			ni.spec, _ = e.Val(dwarf.AttrSpecification).(dwarf.Offset)
-			t.names[e.Offset] = ni
-			rs, _ := d.Ranges(e)
-			nd := node{off: e.Offset, parent: encl, sub: e.Tag == dwarf.TagSubprogram}
+			if hasLow && hasHigh {
+				if highOff {
+					high += low
+				}
+				rs = append(rs, [2]uint64{low, high})
+			}
+			t.names[off] = ni
+			nd.off, nd.parent, nd.sub = off, encl, a.tag == tagSubprogram
+			if a.tag != tagInlined {
+				nd.callFile, nd.callLine, nd.callCol = 0, 0, 0
+			}
 			nd.rlo = int32(len(t.ranges))
 			for _, rg := range rs {
 				if rg[0] < rg[1] {
@@ -95,11 +152,6 @@ func buildTree(d *dwarf.Data, cuOff dwarf.Offset) (*inlineTree, error) {
 				}
 			}
 			nd.rhi = int32(len(t.ranges))
-			if e.Tag == dwarf.TagInlinedSubroutine {
-				nd.callFile, _ = asUint(e.Val(dwarf.AttrCallFile))
-				nd.callLine, _ = asUint(e.Val(dwarf.AttrCallLine))
-				nd.callCol, _ = asUint(e.Val(dwarf.AttrCallColumn))
-			}
 			if nd.rhi > nd.rlo || encl >= 0 {
 				idx := int32(len(t.nodes))
 				t.nodes = append(t.nodes, nd)
@@ -112,13 +164,19 @@ func buildTree(d *dwarf.Data, cuOff dwarf.Offset) (*inlineTree, error) {
 				}
 				cur = idx
 			}
+		} else if a.fixed >= 0 {
+			d.skip(uint64(a.fixed))
+		} else {
+			for _, sp := range a.attrs {
+				d.skipForm(sp.form, h)
+			}
 		}
-		if e.Children {
+		if a.children {
 			stack = append(stack, cur)
 		}
 	}
 	t.finish()
-	return t, nil
+	return t, d.err
 }
 
 func asUint(v any) (uint64, bool) {
