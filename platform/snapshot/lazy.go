@@ -14,9 +14,8 @@ import (
 // the usual sorted search table, the table handed to arch holds only the
 // FDEs the stacks have needed so far: unwindThreads finds each stack's
 // first pc whose FDE is missing, adds it and unwinds again. Unneeded FDEs
-// are masked in a copy of .eh_frame (their CIE pointer is made invalid, so
-// arch skips them without interpreting them); the wanted ones keep their
-// offsets, so pc-relative pointers decode unchanged.
+// are left out of the section arch parses (see [lazyEH.table]); the wanted
+// ones keep their offsets, so pc-relative pointers decode unchanged.
 
 // lazyMinSize is the .eh_frame size above which a file is loaded lazily
 // (ld.so's 13 KiB already takes a millisecond to parse whole).
@@ -28,8 +27,6 @@ type lazyEH struct {
 	// offsets of their FDEs in .eh_frame, sorted by pc.
 	pcs    []uint64
 	fdeOff []uint32
-	// idOffs are the offsets of every 32-bit FDE's CIE pointer.
-	idOffs []uint32
 	wanted map[uint32]bool // FDE offsets in the current table
 }
 
@@ -94,30 +91,6 @@ func newLazyEH(f *elf.File, a arch.Arch, path string) *lazyEH {
 		}
 		l.pcs[i], l.fdeOff[i] = pc, uint32(fde-eh.Addr)
 	}
-	for o := 0; o+8 <= len(ehData); {
-		n := le.Uint32(ehData[o:])
-		if n == 0 {
-			break
-		}
-		if n == 0xffffffff { // 64-bit entry: left as it is
-			if o+12 > len(ehData) {
-				break
-			}
-			n64 := le.Uint64(ehData[o+4:])
-			if n64 > uint64(len(ehData)-o-12) {
-				break
-			}
-			o += 12 + int(n64)
-			continue
-		}
-		if uint64(n) > uint64(len(ehData)-o-4) {
-			break
-		}
-		if le.Uint32(ehData[o+4:]) != 0 {
-			l.idOffs = append(l.idOffs, uint32(o+4))
-		}
-		o += 4 + int(n)
-	}
 	return l
 }
 
@@ -131,17 +104,61 @@ func (l *lazyEH) fdeFor(pc uint64) (uint32, bool) {
 	return l.fdeOff[i-1], true
 }
 
-// table builds the table of the wanted FDEs.
+// table builds the table of the wanted FDEs. It lays them and their CIEs
+// out at their original offsets in a section of the original size and
+// covers each gap between them with one entry whose CIE pointer is
+// invalid, which arch skips: the parse costs what the wanted FDEs cost,
+// whatever the size of .eh_frame.
 func (l *lazyEH) table() *arch.Table {
-	data := make([]byte, len(l.sections.EHFrame))
-	copy(data, l.sections.EHFrame)
-	for _, o := range l.idOffs {
-		if !l.wanted[o-4] {
-			binary.LittleEndian.PutUint32(data[o:], 0xffffffff)
+	le := binary.LittleEndian
+	eh := l.sections.EHFrame
+	type span struct{ off, end int }
+	entry := func(off int) (span, bool) {
+		if off < 0 || off+8 > len(eh) {
+			return span{}, false
+		}
+		n := le.Uint32(eh[off:])
+		if n == 0 || n == 0xffffffff || uint64(n) > uint64(len(eh)-off-4) {
+			return span{}, false // 64-bit entries are not kept
+		}
+		return span{off, off + 4 + int(n)}, true
+	}
+	var spans []span
+	for off := range l.wanted {
+		fde, ok := entry(int(off))
+		if !ok {
+			continue
+		}
+		cie, ok := entry(fde.off + 4 - int(le.Uint32(eh[fde.off+4:])))
+		if !ok || cie.end > fde.off {
+			continue
+		}
+		spans = append(spans, fde, cie)
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
+	data := make([]byte, len(eh))
+	pos := 0
+	gap := func(end int) {
+		if end-pos >= 8 {
+			le.PutUint32(data[pos:], uint32(end-pos-4))
+			le.PutUint32(data[pos+4:], 0xffffffff)
+		} else {
+			copy(data[pos:end], eh[pos:end])
 		}
 	}
+	for _, sp := range spans {
+		if sp.off < pos {
+			continue // a CIE shared by several FDEs
+		}
+		gap(sp.off)
+		copy(data[sp.off:sp.end], eh[sp.off:sp.end])
+		pos = sp.end
+	}
+	if len(eh)-pos >= 8 {
+		gap(len(eh))
+	} // else: zeros, a terminator
 	s := l.sections
 	s.EHFrame = data
-	t, _ := arch.NewTable(s) // the masked FDEs are reported as errors
+	t, _ := arch.NewTable(s) // the gap entries are reported as errors
 	return t
 }
