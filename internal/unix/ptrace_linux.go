@@ -106,6 +106,3 @@ const (
 	EFAULT = unix.EFAULT
 	EIO    = unix.EIO
 )
-
-// Kill sends sig to pid.
-func Kill(pid, sig int) error { return unix.Kill(pid, unix.Signal(sig)) }
