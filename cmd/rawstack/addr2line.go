@@ -41,8 +41,9 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"--obj is required"}
 	}
 	// A batch run builds tables once and keeps them: collect garbage
-	// rarely.
-	debug.SetGCPercent(400)
+	// only if the heap grows past 2 GiB.
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(2 << 30)
 	src, err := elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
 	if err != nil {
 		return err

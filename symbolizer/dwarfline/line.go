@@ -330,6 +330,8 @@ func Parse(secs Sections, off uint64, addrSize int, order binary.ByteOrder) (*Ta
 		return nil, b.err
 	}
 	b.off = progStart
+	// About one row per 3 bytes of program in compiler output.
+	t.Rows = make([]Row, 0, (len(b.data)-progStart)/3+1)
 	if err := t.run(b, addrSize, minInst, lineBase, lineRange, opBase, &stdLens); err != nil {
 		return t, err
 	}

@@ -17,6 +17,11 @@ type node struct {
 	callFile, callLine, callCol uint64
 }
 
+type offName struct {
+	off dwarf.Offset
+	nameInfo
+}
+
 // nameInfo holds the attributes llvm-symbolizer names a subroutine from.
 type nameInfo struct {
 	linkage, name string
@@ -30,7 +35,11 @@ type inlineTree struct {
 	top    []topRange // sorted by lo; later DIEs win at equal lo
 
 	mu    sync.Mutex
-	names map[dwarf.Offset]nameInfo
+	// names holds the subroutine DIEs of the unit in offset order (the
+	// order they are read in), searched by bisection; extra holds DIEs
+	// of other units looked up later.
+	names []offName
+	extra map[dwarf.Offset]nameInfo
 	cache map[dwarf.Offset]string
 }
 
@@ -41,7 +50,7 @@ type topRange struct {
 
 // buildTree reads the subroutine tree of the unit described by h.
 func buildTree(sec *dwarfSecs, h *unitHdr) (*inlineTree, error) {
-	t := &inlineTree{names: map[dwarf.Offset]nameInfo{}, cache: map[dwarf.Offset]string{}}
+	t := &inlineTree{extra: map[dwarf.Offset]nameInfo{}, cache: map[dwarf.Offset]string{}}
 	tab, err := parseAbbrevs(sec.abbrev, h.abbrevOff)
 	if err != nil {
 		return t, err
@@ -140,7 +149,7 @@ func buildTree(sec *dwarfSecs, h *unitHdr) (*inlineTree, error) {
 				}
 				rs = append(rs, [2]uint64{low, high})
 			}
-			t.names[off] = ni
+			t.names = append(t.names, offName{off, ni})
 			nd.off, nd.parent, nd.sub = off, encl, a.tag == tagSubprogram
 			if a.tag != tagInlined {
 				nd.callFile, nd.callLine, nd.callCol = 0, 0, 0
@@ -268,13 +277,16 @@ func (t *inlineTree) name(d *dwarf.Data, off dwarf.Offset) string {
 	for len(work) > 0 && linkage == "" {
 		o := work[len(work)-1]
 		work = work[:len(work)-1]
-		ni, ok := t.names[o]
+		ni, ok := t.lookupName(o)
+		if !ok {
+			ni, ok = t.extra[o]
+		}
 		if !ok {
 			ni, ok = readNameInfo(d, o)
 			if !ok {
 				continue
 			}
-			t.names[o] = ni
+			t.extra[o] = ni
 		}
 		if ni.linkage != "" {
 			linkage = ni.linkage
@@ -320,3 +332,11 @@ func readNameInfo(d *dwarf.Data, off dwarf.Offset) (nameInfo, bool) {
 
 // attrMIPSLinkageName is DW_AT_MIPS_linkage_name, which older GCCs emit.
 const attrMIPSLinkageName dwarf.Attr = 0x2007
+
+func (t *inlineTree) lookupName(o dwarf.Offset) (nameInfo, bool) {
+	i := sort.Search(len(t.names), func(i int) bool { return t.names[i].off >= o })
+	if i < len(t.names) && t.names[i].off == o {
+		return t.names[i].nameInfo, true
+	}
+	return nameInfo{}, false
+}
