@@ -31,6 +31,7 @@
 package snapshot
 
 import (
+	"encoding/binary"
 	"sort"
 	"time"
 
@@ -129,8 +130,9 @@ func (o *Options) tables() *TableCache {
 
 // Write writes s to w as a self-contained event stream fragment: Process,
 // ThreadStart and ThreadName per thread, ModuleLoad per module (ids 1..n),
-// and one Stack (ids 1..n) and Sample per thread with a stack. A sample
-// whose unwind did not reach the outermost frame is flagged truncated.
+// one Stack per distinct stack (ids 1..n) and one Sample per thread with a
+// stack. A sample whose unwind did not reach the outermost frame is
+// flagged truncated.
 func (s *Snapshot) Write(w *format.Writer) error {
 	pid := uint32(s.Pid)
 	w.WriteProcess(format.Process{Time: s.Time, Pid: pid, Name: s.Name, Cmdline: s.Cmdline})
@@ -148,13 +150,23 @@ func (s *Snapshot) Write(w *format.Writer) error {
 			Kind: m.Kind, Path: m.Path, BuildID: m.BuildID,
 		})
 	}
-	stack := uint64(0)
+	// Threads parked in the same place share one interned Stack.
+	ids := map[string]uint64{}
+	var key []byte
 	for _, t := range s.Threads {
 		if len(t.PCs) == 0 {
 			continue
 		}
-		stack++
-		w.WriteStack(stack, t.PCs)
+		key = key[:0]
+		for _, pc := range t.PCs {
+			key = binary.LittleEndian.AppendUint64(key, pc)
+		}
+		stack, ok := ids[string(key)]
+		if !ok {
+			stack = uint64(len(ids) + 1)
+			ids[string(key)] = stack
+			w.WriteStack(stack, t.PCs)
+		}
 		var flags format.SampleFlags
 		if t.Stop != arch.StopOutermost {
 			flags |= format.SampleTruncated
