@@ -65,7 +65,9 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	// Modules are read before anything stops: file I/O and table parsing
 	// do not need the target stopped.
 	cache := opts.tables()
-	pre := newPageCache(readAhead, liveFill(pid, maps))
+	preMem := newLiveMem(pid, maps)
+	defer preMem.close()
+	pre := newPageCache(readAhead, preMem.fill)
 	root := dir + "/root"
 	open := func(m *mapping) string {
 		if strings.HasSuffix(m.Path, " (deleted)") {
@@ -125,7 +127,9 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 		snap.Threads = append(snap.Threads, t)
 	}
-	mem := newPageCache(readAhead, liveFill(pid, maps))
+	lm := newLiveMem(pid, maps)
+	defer lm.close()
+	mem := newPageCache(readAhead, lm.fill)
 	// One process_vm_readv fetches the top of every stack.
 	sps := make([]uint64, 0, len(snap.Threads))
 	for _, t := range snap.Threads {
@@ -133,7 +137,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			sps = append(sps, t.Regs.SP())
 		}
 	}
-	prefetch(pid, maps, mem, sps)
+	prefetch(lm, mem, sps)
 	l := <-done
 	snap.Modules = l.mods
 	unwindThreads(snap.Threads, l.set, mem, opts.maxFrames())
@@ -170,43 +174,95 @@ func tracerPid(dir string) int {
 	return 0
 }
 
-// liveFill reads pages of pid with process_vm_readv, one remote iovec per
-// page so a read that reaches an unmapped page still returns the pages
-// before it, and never past the end of the mapping holding addr.
-func liveFill(pid int, maps []mapping) func(addr uint64, buf []byte) int {
-	iov := make([]unix.RemoteIovec, 0, readAhead)
-	return func(addr uint64, buf []byte) int {
-		limit := addr + pageSize
-		for i := range maps {
-			if maps[i].Start <= addr && addr < maps[i].End {
-				limit = maps[i].End
-				break
-			}
-		}
-		iov = iov[:0]
-		for a := addr; a < limit && len(iov)*pageSize < len(buf); a += pageSize {
-			iov = append(iov, unix.RemoteIovec{Base: uintptr(a), Len: pageSize})
-		}
-		n, err := unix.ProcessVMRead(pid, buf[:len(iov)*pageSize], iov)
-		if err != nil {
-			return 0
-		}
-		return n
+// liveMem reads a live process's memory: with process_vm_readv, or, where
+// that call is missing or refused (old kernels, some sandboxes), with
+// pread on /proc/PID/mem, which a tracer may read.
+type liveMem struct {
+	pid     int
+	maps    []mapping
+	procMem bool // use /proc/PID/mem
+	f       *os.File
+	iov     []unix.RemoteIovec
+}
+
+// forceProcMem makes tests take the /proc/PID/mem path.
+var forceProcMem = false
+
+func newLiveMem(pid int, maps []mapping) *liveMem {
+	return &liveMem{pid: pid, maps: maps, procMem: forceProcMem}
+}
+
+func (m *liveMem) close() {
+	if m.f != nil {
+		m.f.Close()
 	}
 }
 
+// fill reads pages at addr into buf (as pageCache wants), one remote
+// iovec per page so a read that reaches an unmapped page still returns
+// the pages before it, and never past the end of the mapping holding
+// addr.
+func (m *liveMem) fill(addr uint64, buf []byte) int {
+	limit := addr + pageSize
+	for i := range m.maps {
+		if m.maps[i].Start <= addr && addr < m.maps[i].End {
+			limit = m.maps[i].End
+			break
+		}
+	}
+	m.iov = m.iov[:0]
+	for a := addr; a < limit && len(m.iov)*pageSize < len(buf); a += pageSize {
+		m.iov = append(m.iov, unix.RemoteIovec{Base: uintptr(a), Len: pageSize})
+	}
+	return m.read(buf[:len(m.iov)*pageSize], m.iov)
+}
+
+// read reads the pages of iov into buf and returns the bytes read before
+// the first page that failed.
+func (m *liveMem) read(buf []byte, iov []unix.RemoteIovec) int {
+	if !m.procMem {
+		n, err := unix.ProcessVMRead(m.pid, buf, iov)
+		if err == nil {
+			return n
+		}
+		if err != unix.ENOSYS && err != unix.EPERM {
+			return 0
+		}
+		m.procMem = true
+	}
+	if m.f == nil {
+		f, err := os.Open("/proc/" + strconv.Itoa(m.pid) + "/mem")
+		if err != nil {
+			return 0
+		}
+		m.f = f
+	}
+	n := 0
+	for _, v := range iov {
+		if v.Base > 1<<63-1 {
+			break
+		}
+		k, _ := m.f.ReadAt(buf[n:n+int(v.Len)], int64(v.Base))
+		n += k
+		if k < int(v.Len) {
+			break
+		}
+	}
+	return n
+}
+
 // prefetch reads readAhead pages at each of addrs into mem with as few
-// process_vm_readv calls as the kernel's iovec limit allows.
-func prefetch(pid int, maps []mapping, mem *pageCache, addrs []uint64) {
+// reads as the kernel's iovec limit allows.
+func prefetch(lm *liveMem, mem *pageCache, addrs []uint64) {
 	const maxIov = 1024 // IOV_MAX
 	var iov []unix.RemoteIovec
 	seen := map[uint64]bool{}
 	for _, a := range addrs {
 		pg := a &^ (pageSize - 1)
 		var end uint64
-		for i := range maps {
-			if maps[i].Start <= pg && pg < maps[i].End {
-				end = maps[i].End
+		for i := range lm.maps {
+			if lm.maps[i].Start <= pg && pg < lm.maps[i].End {
+				end = lm.maps[i].End
 				break
 			}
 		}
@@ -220,11 +276,7 @@ func prefetch(pid int, maps []mapping, mem *pageCache, addrs []uint64) {
 	buf := make([]byte, len(iov)*pageSize)
 	for len(iov) > 0 {
 		n := min(len(iov), maxIov)
-		got, err := unix.ProcessVMRead(pid, buf[:n*pageSize], iov[:n])
-		if err != nil {
-			got = 0
-		}
-		pages := got / pageSize
+		pages := lm.read(buf[:n*pageSize], iov[:n]) / pageSize
 		for i := 0; i < pages; i++ {
 			mem.pages[uint64(iov[i].Base)] = buf[i*pageSize : (i+1)*pageSize : (i+1)*pageSize]
 		}

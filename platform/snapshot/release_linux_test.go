@@ -240,3 +240,25 @@ func TestProcessKeepsSignals(t *testing.T) {
 	}
 	t.Logf("%d snapshots while sending %d signals", snaps, signals)
 }
+
+// TestProcessProcMem reads stacks through /proc/PID/mem, the fallback for
+// kernels or sandboxes without process_vm_readv, and expects the stacks
+// process_vm_readv gives.
+func TestProcessProcMem(t *testing.T) {
+	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	cmd := startFixture(t, bin, "4", "6")
+	pid := cmd.Process.Pid
+	want := snapshotOrSkip(t, pid, nil).stacks()
+	forceProcMem = true
+	defer func() { forceProcMem = false }()
+	got := snapshotOrSkip(t, pid, nil).stacks()
+	checkReleased(t, pid)
+	if len(got) != len(want) {
+		t.Fatalf("%d threads, want %d", len(got), len(want))
+	}
+	for tid, w := range want {
+		if hexPCs(got[tid]) != hexPCs(w) || tid != pid && len(w) < 10 {
+			t.Errorf("tid %d through /proc/PID/mem:%s\nprocess_vm_readv:%s", tid, hexPCs(got[tid]), hexPCs(w))
+		}
+	}
+}
