@@ -21,6 +21,14 @@ func Demangle(name string) string {
 	}
 	out := demangle.Filter(name, demangle.LLVMStyle, demangle.NoRust)
 	if out == name {
+		// The demangle package rejects a suffix after a name with no
+		// parameter types ("_ZN…17h…E.llvm.1234", Rust and LTO); LLVM
+		// prints it as a clone suffix.
+		if i := strings.IndexByte(name, '.'); i > 0 && strings.HasPrefix(name, "_Z") {
+			if base := demangle.Filter(name[:i], demangle.LLVMStyle, demangle.NoRust); base != name[:i] {
+				return spaceTemplateClose(operatorTemplate(base)) + " (" + name[i:] + ")"
+			}
+		}
 		return name
 	}
 	if strings.HasPrefix(name, "_R") {
