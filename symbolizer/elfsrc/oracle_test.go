@@ -2,9 +2,9 @@ package elfsrc
 
 import (
 	"bytes"
-	"os"
 	"debug/elf"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"

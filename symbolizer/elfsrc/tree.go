@@ -34,7 +34,7 @@ type inlineTree struct {
 	ranges [][2]uint64
 	top    []topRange // sorted by lo; later DIEs win at equal lo
 
-	mu    sync.Mutex
+	mu sync.Mutex
 	// names holds the subroutine DIEs of the unit in offset order (the
 	// order they are read in), searched by bisection; extra holds DIEs
 	// of other units looked up later.
