@@ -324,6 +324,26 @@ func symbolizeFile(locs []*Location, opts *Options, progress func(int)) {
 	if o != nil && o.Source != nil {
 		defer o.Source.Close()
 	}
+	if o != nil && o.Source != nil {
+		// Let a source that can build its tables in parallel do so for
+		// the whole batch first.
+		if pf, ok := o.Source.(interface{ Prefetch([]uint64, int) }); ok {
+			addrs := make([]uint64, 0, len(locs))
+			for _, l := range locs {
+				if rel, ok := l.Module.Relative(l.Abs, o.Segments); ok {
+					if l.Caller && rel > 0 {
+						rel--
+					}
+					addrs = append(addrs, rel)
+				}
+			}
+			w := opts.Workers
+			if w <= 0 {
+				w = 2
+			}
+			pf.Prefetch(addrs, w)
+		}
+	}
 	type ak struct {
 		addr   uint64
 		caller bool
