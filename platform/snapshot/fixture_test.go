@@ -22,14 +22,14 @@ import (
 // test when cc is not installed.
 func buildC(t testing.TB, cc, src string, flags ...string) string {
 	t.Helper()
-	needTool(t, cc)
+	ccPath := needTool(t, cc)
 	code, err := os.ReadFile(filepath.Join("testdata", src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := sha256.New()
 	h.Write(code)
-	h.Write([]byte(cc + "\x00" + strings.Join(flags, "\x00")))
+	h.Write([]byte(ccPath + "\x00" + strings.Join(flags, "\x00")))
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	dir := filepath.Join(os.TempDir(), "rawstack-snapshot-fixtures")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

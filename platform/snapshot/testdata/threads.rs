@@ -3,12 +3,18 @@
 // when all are parked main prints "ready" and joins them.
 //
 //	threads_rs [NTHREADS [DEPTH]]
-use std::hint::black_box;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 static ARRIVED: AtomicUsize = AtomicUsize::new(0);
+
+// black_box keeps x in memory and opaque to the optimizer
+// (std::hint::black_box needs Rust 1.66; Debian 12 has 1.63).
+#[inline(always)]
+fn black_box<T: Copy>(x: T) -> T {
+    unsafe { std::ptr::read_volatile(&x) }
+}
 
 #[inline(never)]
 fn leaf_block(salt: u64) -> u64 {
@@ -16,7 +22,7 @@ fn leaf_block(salt: u64) -> u64 {
     ARRIVED.fetch_add(1, Ordering::SeqCst);
     loop {
         thread::park();
-        black_box(&pad);
+        black_box(pad[0]);
     }
 }
 
