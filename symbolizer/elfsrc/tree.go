@@ -1,8 +1,10 @@
 package elfsrc
 
 import (
+	"cmp"
 	"debug/dwarf"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -13,7 +15,6 @@ type node struct {
 	parent                      int32
 	sub                         bool  // DW_TAG_subprogram
 	rlo, rhi                    int32 // ranges[rlo:rhi]
-	children                    []int32
 	callFile, callLine, callCol uint64
 }
 
@@ -32,7 +33,8 @@ type nameInfo struct {
 type inlineTree struct {
 	nodes  []node
 	ranges [][2]uint64
-	top    []topRange // sorted by lo; later DIEs win at equal lo
+	top    []topRange // all subroutine ranges, sorted by lo
+	maxHi  []uint64   // maxHi[i] is the largest hi of top[:i+1]
 
 	mu sync.Mutex
 	// names holds the subroutine DIEs of the unit in offset order (the
@@ -161,18 +163,17 @@ func buildTree(sec *dwarfSecs, h *unitHdr) (*inlineTree, error) {
 				}
 			}
 			nd.rhi = int32(len(t.ranges))
-			if nd.rhi > nd.rlo || encl >= 0 {
-				idx := int32(len(t.nodes))
-				t.nodes = append(t.nodes, nd)
-				if encl >= 0 {
-					t.nodes[encl].children = append(t.nodes[encl].children, idx)
-				} else {
-					for _, rg := range t.ranges[nd.rlo:nd.rhi] {
-						t.top = append(t.top, topRange{rg[0], rg[1], idx})
-					}
-				}
-				cur = idx
+			// Every subroutine is a node, so chains walk through
+			// those without ranges; every range goes in the address
+			// index, nested or not (a lambda's operator() is a
+			// subprogram nested in its function's DIE, outside the
+			// function's ranges).
+			idx := int32(len(t.nodes))
+			t.nodes = append(t.nodes, nd)
+			for _, rg := range t.ranges[nd.rlo:nd.rhi] {
+				t.top = append(t.top, topRange{rg[0], rg[1], idx})
 			}
+			cur = idx
 		} else if a.fixed >= 0 {
 			d.skip(uint64(a.fixed))
 		} else {
@@ -199,16 +200,13 @@ func asUint(v any) (uint64, bool) {
 }
 
 func (t *inlineTree) finish() {
-	sort.SliceStable(t.top, func(i, j int) bool { return t.top[i].lo < t.top[j].lo })
-	j := 0
-	for i := range t.top {
-		if i+1 < len(t.top) && t.top[i+1].lo == t.top[i].lo {
-			continue
-		}
-		t.top[j] = t.top[i]
-		j++
+	slices.SortStableFunc(t.top, func(a, b topRange) int { return cmp.Compare(a.lo, b.lo) })
+	t.maxHi = make([]uint64, len(t.top))
+	var m uint64
+	for i, r := range t.top {
+		m = max(m, r.hi)
+		t.maxHi[i] = m
 	}
-	t.top = t.top[:j]
 }
 
 func (t *inlineTree) contains(n int32, addr uint64) bool {
@@ -225,30 +223,15 @@ func (t *inlineTree) contains(n int32, addr uint64) bool {
 // up to and including the innermost DW_TAG_subprogram, and returns how
 // many it wrote.
 func (t *inlineTree) chain(addr uint64, out []int32) int {
-	i := sort.Search(len(t.top), func(i int) bool { return t.top[i].lo > addr })
-	if i == 0 {
-		return 0
-	}
-	tr := t.top[i-1]
-	if addr >= tr.hi {
-		return 0
-	}
-	// Descend to the innermost node; among overlapping siblings the last
-	// one wins, as in LLVM's address-to-DIE map.
-	cur := tr.node
-	for {
-		next := int32(-1)
-		ch := t.nodes[cur].children
-		for k := len(ch) - 1; k >= 0; k-- {
-			if t.contains(ch[k], addr) {
-				next = ch[k]
-				break
-			}
+	// The innermost subroutine is the one read last (DIEs are read in
+	// pre-order, children after parents) among those whose ranges hold
+	// addr: what LLVM's address-to-DIE map yields for nested ranges.
+	i := sort.Search(len(t.top), func(i int) bool { return t.top[i].lo > addr }) - 1
+	cur := int32(-1)
+	for j := i; j >= 0 && t.maxHi[j] > addr; j-- {
+		if r := t.top[j]; addr < r.hi && r.node > cur {
+			cur = r.node
 		}
-		if next < 0 {
-			break
-		}
-		cur = next
 	}
 	n := 0
 	for cur >= 0 && n < len(out) {
