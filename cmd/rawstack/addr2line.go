@@ -19,7 +19,7 @@ import (
 func init() {
 	register(&command{
 		name:  "addr2line",
-		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [ADDR...]",
+		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-dir DIR] [ADDR...]",
 		short: "symbolize addresses of a binary, printing what llvm-symbolizer prints",
 		run:   runAddr2line,
 	})
@@ -34,6 +34,8 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	noInlines := fs.Bool("no-inlines", false, "print only the innermost frame")
 	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF")
 	workers := fs.Int("j", runtime.NumCPU(), "compile units parsed in parallel")
+	var debugDirs multiFlag
+	fs.Var(&debugDirs, "debug-dir", "PE: directory searched for PDBs (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -44,7 +46,13 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	// only if the heap grows past 2 GiB.
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(2 << 30)
-	src, err := elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
+	var src symbolizer.Source
+	var err error
+	if isPEImage(*obj) {
+		src, err = openPESource(*obj, debugDirs)
+	} else {
+		src, err = elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
+	}
 	if err != nil {
 		return err
 	}
@@ -74,7 +82,9 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	src.Prefetch(addrs, *workers)
+	if pf, ok := src.(interface{ Prefetch([]uint64, int) }); ok {
+		pf.Prefetch(addrs, *workers)
+	}
 	// Symbolize chunks of the batch on all cores (demangling is the
 	// other big cost), then print them in input order.
 	const chunk = 512
