@@ -492,3 +492,56 @@ func TestTruncatedFlag(t *testing.T) {
 		t.Errorf("%d of %d samples flagged truncated, want ≥ 80%%", trunc, len(d.samples))
 	}
 }
+
+// TestRustChain records a Rust program built with frame pointers and
+// checks its samples hold main → spin_a → spin_b → spin_c.
+func TestRustChain(t *testing.T) {
+	needPerf(t)
+	bin := buildRust(t, "chainrs", "chain.rs")
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "0.5"), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(tr.Pid())
+	d := readTrace(t, out.Bytes())
+	st := openSymtab(t, bin)
+	want := []string{"spin_c", "spin_b", "spin_a", "_ZN5chain4main"}
+	total, good := 0, 0
+	for _, s := range d.samples {
+		if s.Pid != pid {
+			continue
+		}
+		total++
+		pcs := d.stacks[s.Stack]
+	next:
+		for i := range pcs {
+			for j, w := range want {
+				if i+j >= len(pcs) {
+					break next
+				}
+				pc := pcs[i+j]
+				if i+j > 0 {
+					pc--
+				}
+				if !strings.HasPrefix(st.lookup(d, pid, bin, pc), w) {
+					continue next
+				}
+			}
+			good++
+			break
+		}
+	}
+	if testing.Verbose() && len(d.samples) > 0 {
+		for _, pc := range d.stacks[d.samples[len(d.samples)/2].Stack] {
+			t.Logf("%#x %s", pc, st.lookup(d, pid, bin, pc-1))
+		}
+	}
+	t.Logf("%d of %d samples hold main→spin_a→spin_b→spin_c", good, total)
+	if total < 100 || float64(good) < 0.9*float64(total) {
+		t.Errorf("%d of %d samples hold main→spin_a→spin_b→spin_c, want ≥ 90%%", good, total)
+	}
+}
