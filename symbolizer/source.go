@@ -1,5 +1,29 @@
 // Package symbolizer turns the raw addresses of a rawstack stream into
 // functions, files and lines, offline and on any machine.
+//
+// [Build] reads a stream once: it keeps a time-aware [ModuleDB] (a range
+// of addresses may hold one module, be unloaded and hold another),
+// normalizes every distinct stack to module-relative addresses
+// ([Module.Relative], as format/SPEC.md defines them), aggregates samples
+// by stack, and then symbolizes each distinct address of each module file
+// once, independent modules in parallel. Addresses with no module or no
+// debug information stay in the profile as "module+0xoff" or "0xaddr".
+//
+// Symbol sources implement [Source] and register an [OpenFunc] per module
+// kind; import them for their side effect:
+//
+//	import _ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF: symtab, DWARF 2–5, Go pclntab
+//
+//	r, err := format.Open("trace.rawstack")
+//	if err != nil { ... }
+//	defer r.Close()
+//	p, err := symbolizer.Build(r, &symbolizer.Options{PathMap: []symbolizer.PathMap{{Old: "/build", New: "/src"}}})
+//	if err != nil { ... }
+//	err = pprof.Write(w, p) // or folded.Write, text.Write (symbolizer/export/...)
+//
+// Frames follow llvm-symbolizer's conventions (innermost inlined frame
+// first, names demangled, [AppendLLVM] prints its text format), and the
+// tests hold the answers to llvm-symbolizer's on real binaries.
 package symbolizer
 
 // Frame is one symbolized frame. For an address inside inlined code a

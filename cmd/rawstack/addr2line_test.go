@@ -91,7 +91,10 @@ func compareLines(t *testing.T, got, want string) {
 
 // writeTrace maps bin into a process as the loader would and records
 // samples in nearest (called from main).
-func writeTrace(t *testing.T, bin string) string {
+func writeTrace(t *testing.T, bin string) string { return writeTraceAs(t, bin, bin) }
+
+// writeTraceAs records bin as if it had been at recorded on the host.
+func writeTraceAs(t *testing.T, bin, recorded string) string {
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +120,7 @@ func writeTrace(t *testing.T, bin string) string {
 		if p.Type == elf.PT_LOAD {
 			start := p.Vaddr &^ 0xfff
 			w.WriteModuleLoad(&format.ModuleLoad{Time: 1, Pid: 9, ID: id, Base: bias + start, Size: (p.Vaddr + p.Memsz - start + 0xfff) &^ 0xfff,
-				FileOffset: p.Off &^ 0xfff, Kind: format.ModuleELF, Path: bin})
+				FileOffset: p.Off &^ 0xfff, Kind: format.ModuleELF, Path: recorded})
 			id++
 		}
 	}
@@ -174,5 +177,24 @@ func TestReportAndConvert(t *testing.T) {
 	}
 	if code := run([]string{"convert", trace, "--to", "svg"}, &out, &errb); code != 2 {
 		t.Errorf("convert --to svg: exit %d, want usage error 2", code)
+	}
+}
+
+func TestReportPathMap(t *testing.T) {
+	bin := buildProg(t)
+	trace := writeTraceAs(t, bin, "/build/host/out/prog")
+	var out, errb bytes.Buffer
+	if code := run([]string{"report", trace, "--no-debuginfod"}, &out, &errb); code != 0 {
+		t.Fatalf("report: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "prog+0x") || strings.Contains(out.String(), "nearest") {
+		t.Errorf("without the file, locations should stay prog+0xoff:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run([]string{"report", trace, "--no-debuginfod", "--path-map", "/build/host/out=" + filepath.Dir(bin)}, &out, &errb); code != 0 {
+		t.Fatalf("report --path-map: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "nearest") {
+		t.Errorf("--path-map did not find the binary:\n%s", out.String())
 	}
 }
