@@ -271,6 +271,9 @@ type unit struct {
 	once  sync.Once
 	err   error
 	lines *dwarfline.Table
+
+	namesMu sync.Mutex
+	names   map[uint64]fileName // joined file names by index
 	tree  *inlineTree
 }
 
@@ -503,7 +506,7 @@ func (s *Source) frames(u *unit, addr uint64, dst []symbolizer.Frame) []symboliz
 	if n == 0 {
 		if u.lines != nil {
 			if row, ok := u.lines.Lookup(addr); ok {
-				if name, ok := u.lines.FileName(uint64(row.File), u.compDir); ok {
+				if name, ok := u.fileName(uint64(row.File)); ok {
 					dst = append(dst, symbolizer.Frame{File: name, Line: int(row.Line), Column: int(row.Column)})
 				}
 			}
@@ -519,13 +522,13 @@ func (s *Source) frames(u *unit, addr uint64, dst []symbolizer.Frame) []symboliz
 		if u.lines != nil {
 			if i == 0 {
 				if row, ok := u.lines.Lookup(addr); ok {
-					if name, ok := u.lines.FileName(uint64(row.File), u.compDir); ok {
+					if name, ok := u.fileName(uint64(row.File)); ok {
 						fr.File = name
 						fr.Line, fr.Column = int(row.Line), int(row.Column)
 					}
 				}
 			} else {
-				fr.File, _ = u.lines.FileName(callFile, u.compDir)
+				fr.File, _ = u.fileName(callFile)
 				fr.Line, fr.Column = int(callLine), int(callCol)
 			}
 		} else if i > 0 {
@@ -588,4 +591,25 @@ func (s *Source) Prefetch(addrs []uint64, workers int) {
 	}
 	close(ch)
 	wg.Wait()
+}
+
+type fileName struct {
+	name string
+	ok   bool
+}
+
+// fileName returns the joined path of file i of the unit's line table,
+// joining each once.
+func (u *unit) fileName(i uint64) (string, bool) {
+	u.namesMu.Lock()
+	defer u.namesMu.Unlock()
+	if f, ok := u.names[i]; ok {
+		return f.name, f.ok
+	}
+	name, ok := u.lines.FileName(i, u.compDir)
+	if u.names == nil {
+		u.names = map[uint64]fileName{}
+	}
+	u.names[i] = fileName{name, ok}
+	return name, ok
 }
