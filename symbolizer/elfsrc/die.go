@@ -522,3 +522,21 @@ func (s *dwarfSecs) rangesAt(v uint64, rnglistx bool, h *unitHdr, dst [][2]uint6
 	}
 	return dst
 }
+
+// abbrevs returns the abbreviation table at off, parsed once per Source.
+func (s *Source) abbrevs(off uint64) (*abbrevTable, error) {
+	s.abbrevMu.Lock()
+	defer s.abbrevMu.Unlock()
+	if t, ok := s.abbrevCache[off]; ok {
+		return t, nil
+	}
+	t, err := parseAbbrevs(s.secs.abbrev, off)
+	if err != nil {
+		return nil, err
+	}
+	if s.abbrevCache == nil {
+		s.abbrevCache = map[uint64]*abbrevTable{}
+	}
+	s.abbrevCache[off] = t
+	return t, nil
+}

@@ -43,11 +43,13 @@ type Source struct {
 	noDemangle bool
 	gopcln     *gopclntab.Table // Go runtime tables, used without DWARF
 
-	d         *dwarf.Data
-	lines     dwarfline.Sections
-	secs      dwarfSecs // sections the fast DIE reader uses
-	cus       []*unit
-	demangled sync.Map // mangled name → demangled name
+	hasDWARF    bool // the file has debug information entries
+	abbrevMu    sync.Mutex
+	abbrevCache map[uint64]*abbrevTable
+	lines       dwarfline.Sections
+	secs        dwarfSecs // sections the fast DIE reader uses
+	cus         []*unit
+	demangled   sync.Map // mangled name → demangled name
 	// cuRanges maps addresses to units, sorted by lo, non-overlapping.
 	cuRanges []cuRange
 }
@@ -103,7 +105,7 @@ func Open(path string, opts *Options) (*Source, error) {
 	if dbgCloser != nil {
 		s.closer = multiCloser{f, dbgCloser}
 	}
-	if s.d == nil {
+	if !s.hasDWARF {
 		s.initGo(f)
 	}
 	return s, nil
@@ -120,7 +122,7 @@ func NewFile(r io.ReaderAt, name string) (*Source, error) {
 	if err := s.initDWARF(f); err != nil {
 		return nil, fmt.Errorf("elfsrc: %s: %w", name, err)
 	}
-	if s.d == nil {
+	if !s.hasDWARF {
 		s.initGo(f)
 	}
 	return s, nil
@@ -147,7 +149,7 @@ func (s *Source) Close() error {
 }
 
 // HasDWARF reports whether the source found debug information entries.
-func (s *Source) HasDWARF() bool { return s.d != nil }
+func (s *Source) HasDWARF() bool { return s.hasDWARF }
 
 // maxDebugSection caps the decompressed size of a .zdebug section.
 const maxDebugSection = 1 << 32
@@ -191,35 +193,6 @@ func (s *Source) initDWARF(f *elf.File) error {
 			return nil
 		}
 	}
-	if f.Type == elf.ET_REL {
-		// Relocatable objects need their relocations applied, which
-		// debug/elf does.
-		d, err := f.DWARF()
-		if err != nil {
-			return err
-		}
-		s.d = d
-		var err2 error
-		if s.lines.Line, err2 = sectionData(f, ".debug_line"); err2 != nil {
-			return err2
-		}
-		s.lines.LineStr, _ = sectionData(f, ".debug_line_str")
-		s.lines.Str, _ = sectionData(f, ".debug_str")
-		info, err := sectionData(f, ".debug_info")
-		if err != nil {
-			return err
-		}
-		// The fast DIE reader reads section bytes as they are: string
-		// offsets of an unlinked object are unrelocated (names may be
-		// wrong); linked files, the symbolizer's input, are exact.
-		s.secs = dwarfSecs{info: info, str: s.lines.Str, lineStr: s.lines.LineStr, order: f.ByteOrder}
-		s.secs.abbrev, _ = sectionData(f, ".debug_abbrev")
-		s.secs.ranges, _ = sectionData(f, ".debug_ranges")
-		s.secs.rnglists, _ = sectionData(f, ".debug_rnglists")
-		s.secs.addr, _ = sectionData(f, ".debug_addr")
-		s.secs.strOffsets, _ = sectionData(f, ".debug_str_offsets")
-		return s.indexUnits(info, f.ByteOrder)
-	}
 	// Decompress only the sections symbolization reads (not location
 	// lists, frames or names), each once, on parallel goroutines: for
 	// compressed debug files decompression is most of the start-up time.
@@ -241,18 +214,10 @@ func (s *Source) initDWARF(f *elf.File) error {
 			return fmt.Errorf("section %s: %w", names[i], err)
 		}
 	}
-	d, err := dwarf.New(data[0], data[9], nil, data[1], data[2], nil, data[4], data[3])
-	if err != nil {
-		return err
-	}
-	for i := 5; i <= 8; i++ {
-		if data[i] != nil {
-			if err := d.AddSection(names[i], data[i]); err != nil {
-				return err
-			}
-		}
-	}
-	s.d = d
+	// Unlinked objects (ET_REL) are read as they are: their string
+	// offsets are unrelocated, so names may be wrong; linked files, the
+	// symbolizer's input, are exact.
+	s.hasDWARF = true
 	s.lines = dwarfline.Sections{Line: data[2], LineStr: data[5], Str: data[3]}
 	s.secs = dwarfSecs{info: data[1], abbrev: data[0], str: data[3], lineStr: data[5], strOffsets: data[7],
 		addr: data[6], ranges: data[4], rnglists: data[8], order: f.ByteOrder}
@@ -274,15 +239,13 @@ type unit struct {
 
 	namesMu sync.Mutex
 	names   map[uint64]fileName // joined file names by index
-	tree  *inlineTree
+	tree    *inlineTree
 }
 
 func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
-	r := s.d.Reader()
 	var all []cuRange
-	// Walk the unit headers ourselves and read only each unit's first
-	// DIE: skipping a unit's children with debug/dwarf decodes them (or,
-	// on damaged input, can loop).
+	tabs := map[uint64]*abbrevTable{}
+	// Walk the unit headers and read only each unit's first DIE.
 	for off := uint64(0); off+11 <= uint64(len(info)); {
 		length := uint64(order.Uint32(info[off:]))
 		hdr := uint64(4)
@@ -302,10 +265,12 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 		start := off
 		dieOff := off + hdr + 2 + offSize + 1 // v2–4: abbrev offset, address size
 		abbrevOff := readOff(info[off+hdr+2:], offSize, order)
+		addrSize := int(info[off+hdr+2+offSize])
 		if vers >= 5 {
 			if off+hdr+4+offSize > uint64(len(info)) {
 				break
 			}
+			addrSize = int(info[off+hdr+3])
 			abbrevOff = readOff(info[off+hdr+4:], offSize, order)
 			dieOff = off + hdr + 2 + 2 + offSize // unit type, address size, abbrev offset
 			switch info[off+hdr+2] {
@@ -316,46 +281,124 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 			}
 		}
 		off = next
-		if dieOff >= next {
+		if dieOff >= next || vers < 2 || vers > 5 || (addrSize != 4 && addrSize != 8) {
 			continue
 		}
-		r.Seek(dwarf.Offset(dieOff))
-		e, err := r.Next()
-		if err != nil || e == nil {
+		u := &unit{off: dwarf.Offset(dieOff), stmt: -1, addrSize: addrSize}
+		u.hdr = unitHdr{start: start, end: next, die: dieOff, version: vers, addrSize: addrSize, offSize: int(offSize), abbrevOff: abbrevOff}
+		tab := tabs[abbrevOff]
+		if tab == nil {
+			var err error
+			if tab, err = parseAbbrevs(s.secs.abbrev, abbrevOff); err != nil {
+				continue
+			}
+			tabs[abbrevOff] = tab
+		}
+		rs, ok := s.readUnitDIE(u, tab)
+		if !ok {
 			continue
-		}
-		if e.Tag != dwarf.TagCompileUnit && e.Tag != dwarf.TagPartialUnit && e.Tag != dwarf.TagSkeletonUnit {
-			continue
-		}
-		u := &unit{off: e.Offset, stmt: -1, addrSize: r.AddressSize()}
-		u.hdr = unitHdr{start: start, end: next, die: dieOff, version: vers, addrSize: r.AddressSize(), offSize: int(offSize), abbrevOff: abbrevOff}
-		if v, ok := e.Val(dwarf.AttrStrOffsetsBase).(int64); ok {
-			u.hdr.strOffBase = uint64(v)
-		}
-		if v, ok := e.Val(dwarf.AttrAddrBase).(int64); ok {
-			u.hdr.addrBase = uint64(v)
-		}
-		if v, ok := e.Val(dwarf.AttrRnglistsBase).(int64); ok {
-			u.hdr.rnglistsBase = uint64(v)
-		}
-		if v, ok := e.Val(dwarf.AttrLowpc).(uint64); ok {
-			u.hdr.base = v
-		}
-		u.compDir, _ = e.Val(dwarf.AttrCompDir).(string)
-		if v, ok := e.Val(dwarf.AttrStmtList).(int64); ok {
-			u.stmt = v
 		}
 		s.cus = append(s.cus, u)
-		if rs, err := s.d.Ranges(e); err == nil {
-			for _, rg := range rs {
-				if rg[0] < rg[1] {
-					all = append(all, cuRange{rg[0], rg[1], u})
-				}
+		for _, rg := range rs {
+			if rg[0] < rg[1] {
+				all = append(all, cuRange{rg[0], rg[1], u})
 			}
 		}
 	}
 	s.cuRanges = mergeRanges(all)
 	return nil
+}
+
+const (
+	tagCompileUnit  = 0x11
+	tagPartialUnit  = 0x3c
+	tagSkeletonUnit = 0x4a
+
+	atStmtList       = 0x10
+	atCompDir        = 0x1b
+	atStrOffsetsBase = 0x72
+	atAddrBase       = 0x73
+	atRnglistsBase   = 0x74
+)
+
+// readUnitDIE reads the attributes of a unit's DIE into u and returns the
+// unit's address ranges. The bases (str_offsets, addr, rnglists) are read
+// in a first pass, since strx and addrx values depend on them.
+func (s *Source) readUnitDIE(u *unit, tab *abbrevTable) ([][2]uint64, bool) {
+	h := &u.hdr
+	d := &dieBuf{b: s.secs.info[:h.end], off: int(h.die), bo: s.secs.order}
+	a := tab.get(d.uleb())
+	if a == nil || (a.tag != tagCompileUnit && a.tag != tagPartialUnit && a.tag != tagSkeletonUnit) {
+		return nil, false
+	}
+	attrStart := d.off
+	for _, sp := range a.attrs {
+		switch sp.attr {
+		case atStrOffsetsBase, atAddrBase, atRnglistsBase:
+			v := s.secs.readValue(d, sp, h)
+			switch sp.attr {
+			case atStrOffsetsBase:
+				h.strOffBase = v.u
+			case atAddrBase:
+				h.addrBase = v.u
+			default:
+				h.rnglistsBase = v.u
+			}
+		default:
+			d.skipForm(sp.form, h)
+		}
+	}
+	if d.err != nil {
+		return nil, false
+	}
+	d.off = attrStart
+	var low, high, ranges uint64
+	var hasLow, hasHigh, highOff, hasRanges, rnglistx bool
+	for _, sp := range a.attrs {
+		switch sp.attr {
+		case atLowPC:
+			v := s.secs.readValue(d, sp, h)
+			low, hasLow = v.u, v.ok
+		case atHighPC:
+			v := s.secs.readValue(d, sp, h)
+			high, hasHigh = v.u, v.ok
+			switch sp.form {
+			case formAddr, formAddrx, formAddrx1, formAddrx2, formAddrx3, formAddrx4, formGNUAddrIndex:
+			default:
+				highOff = true
+			}
+		case atRanges:
+			v := s.secs.readValue(d, sp, h)
+			ranges, hasRanges, rnglistx = v.u, v.ok, sp.form == formRnglistx
+		case atCompDir:
+			if v := s.secs.readValue(d, sp, h); v.isStr {
+				u.compDir = string(v.s)
+			}
+		case atStmtList:
+			if v := s.secs.readValue(d, sp, h); v.ok {
+				u.stmt = int64(v.u)
+			}
+		default:
+			d.skipForm(sp.form, h)
+		}
+	}
+	if d.err != nil {
+		return nil, false
+	}
+	if hasLow {
+		h.base = low
+	}
+	var rs [][2]uint64
+	if hasLow && hasHigh {
+		if highOff {
+			high += low
+		}
+		rs = append(rs, [2]uint64{low, high})
+	}
+	if hasRanges {
+		rs = s.secs.rangesAt(ranges, rnglistx, h, rs)
+	}
+	return rs, true
 }
 
 func readOff(b []byte, size uint64, order binary.ByteOrder) uint64 {
@@ -466,7 +509,7 @@ func (s *Source) load(u *unit) error {
 func (s *Source) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Frame, error) {
 	start := len(dst)
 	var err error
-	if s.d != nil {
+	if s.hasDWARF {
 		if u := s.unitFor(addr); u != nil {
 			err = s.load(u)
 			dst = s.frames(u, addr, dst)
@@ -518,7 +561,7 @@ func (s *Source) frames(u *unit, addr uint64, dst []symbolizer.Frame) []symboliz
 	for i := 0; i < n; i++ {
 		nd := &t.nodes[chain[i]]
 		var fr symbolizer.Frame
-		fr.Function = t.name(s.d, nd.off)
+		fr.Function = t.name(s, nd.off)
 		if u.lines != nil {
 			if i == 0 {
 				if row, ok := u.lines.Lookup(addr); ok {
@@ -561,7 +604,7 @@ func (s *Source) demangle(name string) string {
 // workers goroutines, so a batch of addresses uses every core; later
 // Symbolize calls then only look up.
 func (s *Source) Prefetch(addrs []uint64, workers int) {
-	if s.d == nil {
+	if !s.hasDWARF {
 		return
 	}
 	seen := map[*unit]bool{}

@@ -248,11 +248,11 @@ func (t *inlineTree) chain(addr uint64, out []int32) int {
 
 // name returns the linkage name (else the name) of the subroutine at off,
 // following DW_AT_abstract_origin and DW_AT_specification.
-func (t *inlineTree) name(d *dwarf.Data, off dwarf.Offset) string {
+func (t *inlineTree) name(s *Source, off dwarf.Offset) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s, ok := t.cache[off]; ok {
-		return s
+	if name, ok := t.cache[off]; ok {
+		return name
 	}
 	linkage, short := "", ""
 	seen := map[dwarf.Offset]bool{off: true}
@@ -265,7 +265,7 @@ func (t *inlineTree) name(d *dwarf.Data, off dwarf.Offset) string {
 			ni, ok = t.extra[o]
 		}
 		if !ok {
-			ni, ok = readNameInfo(d, o)
+			ni, ok = s.readNameInfo(o)
 			if !ok {
 				continue
 			}
@@ -287,30 +287,59 @@ func (t *inlineTree) name(d *dwarf.Data, off dwarf.Offset) string {
 			work = append(work, ni.spec)
 		}
 	}
-	s := linkage
-	if s == "" {
-		s = short
+	name := linkage
+	if name == "" {
+		name = short
 	}
-	t.cache[off] = s
-	return s
+	t.cache[off] = name
+	return name
 }
 
-func readNameInfo(d *dwarf.Data, off dwarf.Offset) (nameInfo, bool) {
-	r := d.Reader()
-	r.Seek(off)
-	e, err := r.Next()
-	if err != nil || e == nil || e.Offset != off {
+// readNameInfo reads the naming attributes of the DIE at off, which may
+// lie in another unit (DW_FORM_ref_addr, LTO).
+func (s *Source) readNameInfo(off dwarf.Offset) (nameInfo, bool) {
+	i := sort.Search(len(s.cus), func(i int) bool { return s.cus[i].hdr.end > uint64(off) })
+	if i == len(s.cus) || uint64(off) < s.cus[i].hdr.die {
+		return nameInfo{}, false
+	}
+	h := &s.cus[i].hdr
+	tab, err := s.abbrevs(h.abbrevOff)
+	if err != nil {
+		return nameInfo{}, false
+	}
+	d := &dieBuf{b: s.secs.info[:h.end], off: int(off), bo: s.secs.order}
+	a := tab.get(d.uleb())
+	if a == nil {
 		return nameInfo{}, false
 	}
 	var ni nameInfo
-	ni.linkage, _ = e.Val(dwarf.AttrLinkageName).(string)
-	if ni.linkage == "" {
-		ni.linkage, _ = e.Val(attrMIPSLinkageName).(string)
+	for _, sp := range a.attrs {
+		switch sp.attr {
+		case atName, atLinkageName, atMIPSLinkage:
+			if v := s.secs.readValue(d, sp, h); v.isStr {
+				if sp.attr == atName {
+					ni.name = string(v.s)
+				} else {
+					ni.linkage = string(v.s)
+				}
+			}
+		case atAbstractOrig, atSpecification:
+			if v := s.secs.readValue(d, sp, h); v.ok {
+				ref := v.u
+				if sp.form != formRefAddr {
+					ref += h.start
+				}
+				if sp.attr == atAbstractOrig {
+					ni.origin = dwarf.Offset(ref)
+				} else {
+					ni.spec = dwarf.Offset(ref)
+				}
+			}
+		default:
+			d.skipForm(sp.form, h)
+		}
 	}
-	ni.name, _ = e.Val(dwarf.AttrName).(string)
-	ni.origin, _ = e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
-	ni.spec, _ = e.Val(dwarf.AttrSpecification).(dwarf.Offset)
-	return ni, true
+	return ni, d.err == nil
 }
 
 // attrMIPSLinkageName is DW_AT_MIPS_linkage_name, which older GCCs emit.
