@@ -3,14 +3,19 @@
 // of DWARF 2–5 and chains of DW_TAG_inlined_subroutine, compressed debug
 // sections included.
 //
-// Debug information entries are read with the standard library's
-// debug/dwarf: it decodes every DWARF 5 form (strx, addrx, rnglistx,
-// loclistx), resolves range lists of both versions and decompresses
-// SHF_COMPRESSED sections, it is maintained with the Go toolchain, and it
-// keeps this package free of a large dependency (delve's pkg/dwarf adds
-// little for symbolization: its line reader also cleans paths, and its
-// frame package serves unwinding, which arch owns). Line tables are
-// decoded by [dwarfline], which keeps file names byte-exact.
+// Debug information entries are read by a small reader of its own
+// (die.go) rather than debug/dwarf's Reader (which delve's pkg/dwarf
+// builds on too): it decodes every attribute of every entry into
+// allocated interface values, and building the inline
+// tree of a large C++ unit that way cost more than llvm-symbolizer's whole
+// run; this reader precomputes abbreviations, skips fixed-size entries in
+// one step and decodes only the attributes of subroutines (all DWARF 5
+// forms: strx, addrx, rnglistx, implicit_const; DWARF 4 and 5 range
+// lists). Line tables are decoded by [dwarfline], which keeps file names
+// byte-exact (debug/dwarf's line reader cleans paths). Compressed sections
+// (SHF_COMPRESSED zlib and zstd, GNU .zdebug) are decompressed once, only
+// those symbolization reads, in parallel. Go binaries without DWARF are
+// read through their runtime tables ([gopclntab]), inline tree included.
 //
 // Answers follow llvm-symbolizer's rules (see [Source.Symbolize]), so that
 // both tools print the same frames for the same address.
@@ -18,12 +23,14 @@ package elfsrc
 
 import (
 	"bytes"
+	"cmp"
 	"compress/zlib"
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -420,6 +427,19 @@ func readOff(b []byte, size uint64, order binary.ByteOrder) uint64 {
 func mergeRanges(all []cuRange) []cuRange {
 	if len(all) == 0 {
 		return nil
+	}
+	// Usually units do not overlap: sorting is all there is to do.
+	sorted := slices.Clone(all)
+	slices.SortStableFunc(sorted, func(a, b cuRange) int { return cmp.Compare(a.lo, b.lo) })
+	overlap := false
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].lo < sorted[i-1].hi {
+			overlap = true
+			break
+		}
+	}
+	if !overlap {
+		return sorted
 	}
 	order := map[*unit]int{}
 	for i, r := range all {
