@@ -79,8 +79,8 @@ type Profile struct {
 	Start, End int64
 	// Lost counts samples the host reported dropped; BadChunks the
 	// damaged chunks skipped while reading; RawStacks the RawStack
-	// events (not unwound by this version of the symbolizer); Unknown
-	// samples whose stack id was never defined.
+	// events, unwound here with arch's CFI and frame-pointer unwinder;
+	// UnknownStacks samples whose stack id was never defined.
 	Lost, BadChunks, RawStacks, UnknownStacks int64
 }
 
@@ -101,6 +101,7 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 		opts = &Options{}
 	}
 	b := newBuilder(r.Header())
+	b.opts = opts
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
@@ -118,6 +119,7 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 		b.event(ev)
 	}
 	b.finish()
+	b.raw.close()
 	if err := b.symbolize(opts); err != nil {
 		return nil, err
 	}
@@ -145,6 +147,8 @@ type builder struct {
 	samples map[string]*Sample
 	keyBuf  []byte
 	first   bool
+	opts    *Options
+	raw     *rawUnwinder
 }
 
 func newBuilder(h format.Header) *builder {
@@ -170,20 +174,14 @@ func (b *builder) event(ev *format.Event) {
 	case format.KindLost:
 		b.p.Lost += int64(ev.Lost.Count)
 	case format.KindRawStack:
-		b.p.RawStacks++
+		b.rawStack(&ev.RawStack)
 	case format.KindSample:
 		b.sample(&ev.Sample)
 	}
 }
 
 func (b *builder) sample(s *format.Sample) {
-	if b.first || s.Time < b.p.Start {
-		b.p.Start = s.Time
-	}
-	if b.first || s.Time > b.p.End {
-		b.p.End = s.Time
-	}
-	b.first = false
+	b.span(s.Time)
 	var locs []int
 	if s.Stack != 0 {
 		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
@@ -200,6 +198,11 @@ func (b *builder) sample(s *format.Sample) {
 			b.norm[k] = locs
 		}
 	}
+	b.add(locs, s.Weight, s.Flags)
+}
+
+// add aggregates one sample with the given locations.
+func (b *builder) add(locs []int, weight uint64, flags format.SampleFlags) {
 	b.keyBuf = b.keyBuf[:0]
 	for _, l := range locs {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, uint64(l))
@@ -211,11 +214,21 @@ func (b *builder) sample(s *format.Sample) {
 		b.p.Samples = append(b.p.Samples, agg)
 	}
 	agg.Count++
-	if s.Flags&format.SampleOffCPU != 0 {
-		agg.OffCPUNanos += int64(s.Weight)
+	if flags&format.SampleOffCPU != 0 {
+		agg.OffCPUNanos += int64(weight)
 	} else {
-		agg.CPUNanos += int64(s.Weight)
+		agg.CPUNanos += int64(weight)
 	}
+}
+
+func (b *builder) span(t int64) {
+	if b.first || t < b.p.Start {
+		b.p.Start = t
+	}
+	if b.first || t > b.p.End {
+		b.p.End = t
+	}
+	b.first = false
 }
 
 func (b *builder) loc(pid uint32, pc uint64, caller bool, t int64) int {

@@ -267,3 +267,57 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestRawStackUnwound records a RawStack event (registers and a copy of
+// the stack) stopped at the first instruction of nearest, whose return
+// address into main is the word at the stack pointer, and checks that the
+// symbolizer unwinds it with the binary's CFI.
+func TestRawStackUnwound(t *testing.T) {
+	tf := buildTrace(t)
+	f, err := elf.Open(tf.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildID := locate.BuildID(f)
+	var buf bytes.Buffer
+	w, _ := format.NewWriter(&buf, format.Header{OS: format.OSLinux, Arch: format.ArchAMD64, Clock: format.ClockMonotonic, PointerSize: 8}, nil)
+	id := uint64(1)
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			start := p.Vaddr &^ 0xfff
+			w.WriteModuleLoad(&format.ModuleLoad{Time: 1, Pid: 7, ID: id, Base: tf.base + start, Size: (p.Vaddr + p.Memsz - start + 0xfff) &^ 0xfff,
+				FileOffset: p.Off &^ 0xfff, Kind: format.ModuleELF, Path: tf.bin, BuildID: buildID})
+			id++
+		}
+	}
+	f.Close()
+	const sp = 0x7ffd00001000
+	stack := make([]byte, 64)
+	ret := tf.base + tf.caller
+	for i := 0; i < 8; i++ {
+		stack[i] = byte(ret >> (8 * i))
+	}
+	// DWARF registers of amd64: 6 rbp, 7 rsp, 16 rip.
+	w.WriteRawStack(&format.RawStack{Time: 5, Pid: 7, Tid: 7, Weight: 1000, RegMask: 1<<6 | 1<<7 | 1<<16,
+		Regs: []uint64{0, sp, tf.base + tf.funcs["nearest"]}, StackAddr: sp, Data: stack})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := format.NewReader(bytes.NewReader(buf.Bytes()))
+	p, err := symbolizer.Build(r, &symbolizer.Options{NoDebuginfod: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.RawStacks != 1 || len(p.Samples) != 1 {
+		t.Fatalf("%d raw stacks, %d samples", p.RawStacks, len(p.Samples))
+	}
+	s := p.Samples[0]
+	if len(s.Locs) < 2 {
+		t.Fatalf("unwound %d frames, want at least 2 (nearest, main)", len(s.Locs))
+	}
+	leaf, caller := p.Locations[s.Locs[0]], p.Locations[s.Locs[1]]
+	if leaf.FunctionName(len(leaf.Frames)-1) != "nearest" || caller.Abs != ret || caller.FunctionName(len(caller.Frames)-1) != "main" {
+		t.Errorf("unwound to %s (%#x), %s (%#x); want nearest, then main at %#x",
+			leaf.FunctionName(0), leaf.Abs, caller.FunctionName(0), caller.Abs, ret)
+	}
+}

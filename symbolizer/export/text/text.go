@@ -75,7 +75,7 @@ func Write(w io.Writer, p *symbolizer.Profile, n int) error {
 		fmt.Fprintf(w, ", %d damaged chunks skipped", p.BadChunks)
 	}
 	if p.RawStacks > 0 {
-		fmt.Fprintf(w, ", %d raw stacks not unwound", p.RawStacks)
+		fmt.Fprintf(w, ", %d of them unwound from raw stacks", p.RawStacks)
 	}
 	fmt.Fprintln(w)
 	table := func(title string, val func(*entry) int64) {

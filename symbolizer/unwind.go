@@ -1,0 +1,113 @@
+package symbolizer
+
+import (
+	"debug/elf"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+)
+
+// rawUnwinder unwinds RawStack events (registers plus a copy of the
+// stack) offline, with arch's DWARF CFI unwinder where a module's
+// .eh_frame/.debug_frame covers the PC and frame pointers elsewhere.
+type rawUnwinder struct {
+	u      *arch.Unwinder
+	tables map[fileKey]*fileCFI
+	mods   map[uint32]*pidUnwind
+	pcs    []uint64
+	regs   arch.Regs
+}
+
+// fileCFI is a module file's unwind table and program headers.
+type fileCFI struct {
+	table *arch.Table // nil: unwind with frame pointers
+	f     *elf.File   // for load biases; nil if the file is missing
+}
+
+type pidUnwind struct {
+	gen uint64
+	ms  *arch.Modules
+}
+
+func (b *builder) rawStack(ev *format.RawStack) {
+	b.p.RawStacks++
+	b.span(ev.Time)
+	if b.raw == nil {
+		b.raw = &rawUnwinder{u: arch.NewUnwinder(nil), tables: map[fileKey]*fileCFI{}, mods: map[uint32]*pidUnwind{}}
+	}
+	ru := b.raw
+	a := arch.Arch(b.p.Header.Arch)
+	if err := ru.regs.SetMasked(a, ev.RegMask, ev.Regs); err != nil {
+		b.opts.warn(err)
+		return
+	}
+	ru.u.Modules = ru.modules(b, ev.Pid, ev.Time)
+	mem := &arch.StackCopy{Addr: ev.StackAddr, Data: ev.Data}
+	ru.pcs = ru.u.Unwind(&ru.regs, mem, ru.pcs[:0])
+	var locs []int
+	// Kernel frames come first, nearer the leaf (format/SPEC.md §6.9).
+	if ev.Kernel != 0 {
+		for _, pc := range b.stacks[ev.Kernel] {
+			locs = append(locs, b.loc(ev.Pid, pc, len(locs) > 0, ev.Time))
+		}
+	}
+	for _, pc := range ru.pcs {
+		locs = append(locs, b.loc(ev.Pid, pc, len(locs) > 0, ev.Time))
+	}
+	b.add(locs, ev.Weight, ev.Flags)
+}
+
+// modules returns the unwinder's view of process pid at time t, rebuilt
+// when the process's modules change.
+func (ru *rawUnwinder) modules(b *builder, pid uint32, t int64) *arch.Modules {
+	gen := b.db.Generation(pid)
+	if pm := ru.mods[pid]; pm != nil && pm.gen == gen {
+		return pm.ms
+	}
+	ms := &arch.Modules{}
+	if p := b.db.byPid[pid]; p != nil {
+		for _, m := range p.mods {
+			if m.Time > t || t >= m.Unload || (m.Kind != format.ModuleELF && m.Kind != format.ModuleUnknown) {
+				continue
+			}
+			fc := ru.file(m, b.opts)
+			am := arch.Module{Start: m.Base, End: m.Base + m.Size}
+			if fc.f != nil {
+				if bias, err := arch.LoadBias(fc.f, m.Base, m.FileOffset); err == nil {
+					am.Bias, am.Table = bias, fc.table
+				}
+			}
+			ms.Add(am)
+		}
+	}
+	ru.mods[pid] = &pidUnwind{gen: gen, ms: ms}
+	return ms
+}
+
+func (ru *rawUnwinder) file(m *Module, opts *Options) *fileCFI {
+	k := keyOf(m)
+	if fc, ok := ru.tables[k]; ok {
+		return fc
+	}
+	fc := &fileCFI{}
+	path := opts.MapPath(m.Path)
+	if f, err := elf.Open(path); err == nil {
+		fc.f = f // kept open for the run: the set of files is small
+		if t, err := arch.NewTableELF(f, path); err == nil {
+			fc.table = t
+		}
+	}
+	ru.tables[k] = fc
+	return fc
+}
+
+func (ru *rawUnwinder) close() {
+	if ru == nil {
+		return
+	}
+	for _, fc := range ru.tables {
+		if fc.f != nil {
+			fc.f.Close()
+		}
+	}
+}
