@@ -59,6 +59,48 @@ type Config struct {
 	// RingPages is the size of each ring buffer in pages (a power of two);
 	// 0 picks a size that fits the unprivileged mlock budget.
 	RingPages int
+	// Unwind selects how user stacks are captured; the zero value is
+	// frame pointers (the kernel walks them).
+	Unwind UnwindMode
+	// StackSize is how many bytes of user stack a DWARF or auto mode
+	// sample copies (a multiple of 8, at most 65000); 0 means 8192.
+	StackSize int
+	// KeepRaw, in DWARF or auto mode, reports each sample's registers and
+	// stack copy (Sample.Stack) instead of unwinding them on the host.
+	KeepRaw bool
+}
+
+// UnwindMode says how a back end turns a sample into a user stack.
+type UnwindMode uint8
+
+const (
+	// UnwindFP follows frame pointers (on Linux the kernel does it).
+	UnwindFP UnwindMode = iota
+	// UnwindDWARF samples registers and a copy of the user stack and
+	// unwinds them with each module's call frame information.
+	UnwindDWARF
+	// UnwindAuto samples like UnwindDWARF but follows frame pointers in
+	// the modules that keep them, and CFI in the others.
+	UnwindAuto
+)
+
+var unwindNames = [...]string{"fp", "dwarf", "auto"}
+
+func (m UnwindMode) String() string {
+	if int(m) < len(unwindNames) {
+		return unwindNames[m]
+	}
+	return fmt.Sprintf("UnwindMode(%d)", uint8(m))
+}
+
+// ParseUnwindMode returns the mode named s: "fp", "dwarf" or "auto".
+func ParseUnwindMode(s string) (UnwindMode, error) {
+	for i, n := range unwindNames {
+		if n == s {
+			return UnwindMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown unwind mode %q (want fp, dwarf or auto)", s)
 }
 
 // Sample is one raw sample as the back end reports it. PCs is only valid
@@ -71,8 +113,16 @@ type Sample struct {
 	Weight uint64
 	Flags  format.SampleFlags
 	// PCs are absolute addresses, leaf first: kernel frames (if any), then
-	// user frames.
+	// user frames. When Stack is set, PCs holds only the kernel frames.
 	PCs []uint64
+	// Set instead of the user frames when the back end keeps raw stacks
+	// (Config.KeepRaw): the registers in DWARF numbering as
+	// arch.Regs.AppendMasked lays them out, and a copy of the stack memory
+	// from StackAddr (the stack pointer) up.
+	RegMask   uint64
+	Regs      []uint64
+	StackAddr uint64
+	Stack     []byte
 }
 
 // Handler receives a back end's events, in order, from one goroutine.

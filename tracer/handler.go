@@ -82,6 +82,13 @@ func (h *handler) ModuleUnload(e *format.ModuleUnload) {
 func (h *handler) Sample(s *platform.Sample) {
 	t := (*Tracer)(h)
 	t.mu.Lock()
+	if s.Stack != nil {
+		t.inChunk++
+		t.w.WriteRawStack(&format.RawStack{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Flags: s.Flags,
+			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs)})
+		t.mu.Unlock()
+		return
+	}
 	id := t.internStack(s.PCs)
 	t.inChunk++
 	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags})

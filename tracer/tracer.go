@@ -57,7 +57,31 @@ type Options struct {
 	FlushInterval time.Duration
 	// ChunkSize is the format chunk payload size; 0 means the format's default.
 	ChunkSize int
+	// Unwind selects how user stacks are captured: UnwindFP (the default;
+	// the kernel follows frame pointers), UnwindDWARF (registers and a
+	// copy of the stack, unwound with the modules' CFI in the tracer's
+	// reading goroutine) or UnwindAuto (frame pointers in the modules
+	// that keep them, CFI elsewhere). Samples the reader is too late to
+	// unwind are dropped and reported as Lost (LostUnwind).
+	Unwind UnwindMode
+	// StackSize is the user stack copied per sample in the DWARF modes,
+	// in bytes; 0 means 8192.
+	StackSize int
+	// KeepRaw, in the DWARF modes, writes RawStack events (registers and
+	// stack copy) instead of unwinding on the host; the symbolizer unwinds
+	// them offline.
+	KeepRaw bool
 }
+
+// UnwindMode says how user stacks are captured; see [Options.Unwind].
+type UnwindMode = platform.UnwindMode
+
+// Unwind modes.
+const (
+	UnwindFP    = platform.UnwindFP
+	UnwindDWARF = platform.UnwindDWARF
+	UnwindAuto  = platform.UnwindAuto
+)
 
 // ErrNotSelf is returned by [Tracer.Capture] when the tracer samples
 // another process.

@@ -77,6 +77,8 @@ type record struct {
 
 	// PERF_RECORD_THROTTLE / UNTHROTTLE: the event id (Time is set too)
 	ID uint64
+
+	userStack // PERF_SAMPLE_REGS_USER and STACK_USER, when asked for
 }
 
 // decodeRecord decodes rec (one whole record, header included) into r,
@@ -180,6 +182,7 @@ func decodeSample(b []byte, r *record) error {
 	if nr > uint64(len(b)/8) {
 		return fmt.Errorf("%w: sample: callchain of %d in %d bytes", errRecord, nr, len(b))
 	}
+	rest := b[8*nr:]
 	if nr > maxCallchain {
 		nr = maxCallchain
 	}
@@ -202,6 +205,9 @@ func decodeSample(b []byte, r *record) error {
 		pcs = append(pcs, r.IP)
 	}
 	r.PCs = pcs
+	if r.nUserRegs > 0 {
+		return decodeUserStack(rest, r)
+	}
 	return nil
 }
 

@@ -55,6 +55,7 @@ type Session struct {
 	records   atomic.Uint64
 	bytes     atomic.Uint64
 	closeOnce sync.Once
+	uw        *unwinder // DWARF and auto modes
 }
 
 type procState struct {
@@ -143,14 +144,19 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	if maxStack <= 0 || maxStack > maxCallchain {
 		maxStack = maxCallchain
 	}
-	return &Session{
+	s := &Session{
 		maxStack: maxStack,
 		cfg:      cfg,
 		h:        h,
 		procs:    map[uint32]*procState{},
 		ids:      map[idKey]elfIDs{},
 		rec:      record{PCs: make([]uint64, 0, maxCallchain)},
+		uw:       newUnwinder(cfg),
 	}
+	if s.uw != nil {
+		s.rec.nUserRegs = s.uw.nRegs()
+	}
+	return s
 }
 
 // Pid returns the target process id.
@@ -276,6 +282,9 @@ func (s *Session) attach() error {
 		s.event = "cpu-clock"
 	} else {
 		sys.Close(fd)
+	}
+	if s.uw != nil {
+		s.uw.setAttr(&attr)
 	}
 
 	s.reportInitial(tids)
@@ -659,6 +668,9 @@ func (s *Session) handle(b []byte) {
 			sm.Flags |= format.SampleTruncated
 		}
 		sm.PCs = r.PCs
+		if s.uw != nil && !s.uw.sample(s, r, sm) {
+			return
+		}
 		s.samples.Add(1)
 		s.h.Sample(sm)
 	case recMmap2:

@@ -1,0 +1,87 @@
+package linux
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/rawstack/rawstack/arch"
+)
+
+// userStack is the part of a PERF_RECORD_SAMPLE that DWARF-mode sampling
+// adds after the callchain (sample_type REGS_USER|STACK_USER):
+//
+//	u64 abi;                        PERF_SAMPLE_REGS_ABI_*; 0: no registers follow
+//	u64 regs[weight(regs_mask)];    ascending perf register number
+//	u64 size;                       the sample_stack_user asked for, or 0
+//	char data[size];
+//	u64 dyn_size;                   how many bytes of data are valid (absent if size is 0)
+type userStack struct {
+	nUserRegs int // weight of sample_regs_user; 0: the session samples no user stacks
+
+	UserABI   uint64
+	UserRegs  []uint64 // aliases the decoder's buffer
+	UserStack []byte   // the dyn_size valid bytes, aliasing the record
+}
+
+// decodeUserStack decodes the REGS_USER and STACK_USER fields at b.
+func decodeUserStack(b []byte, r *record) error {
+	le := binary.LittleEndian
+	r.UserRegs, r.UserStack = r.UserRegs[:0], nil
+	if len(b) < 8 {
+		return fmt.Errorf("%w: sample: no user register ABI", errRecord)
+	}
+	r.UserABI = le.Uint64(b)
+	b = b[8:]
+	if r.UserABI != 0 {
+		if len(b) < 8*r.nUserRegs {
+			return fmt.Errorf("%w: sample: %d user registers in %d bytes", errRecord, r.nUserRegs, len(b))
+		}
+		for i := 0; i < r.nUserRegs; i++ {
+			r.UserRegs = append(r.UserRegs, le.Uint64(b[8*i:]))
+		}
+		b = b[8*r.nUserRegs:]
+	}
+	if len(b) < 8 {
+		return fmt.Errorf("%w: sample: no user stack size", errRecord)
+	}
+	size := le.Uint64(b)
+	b = b[8:]
+	if size == 0 {
+		return nil
+	}
+	if size > uint64(len(b)) || len(b)-int(size) < 8 {
+		return fmt.Errorf("%w: sample: user stack of %d bytes in %d", errRecord, size, len(b))
+	}
+	dyn := le.Uint64(b[size:])
+	if dyn > size {
+		dyn = size
+	}
+	r.UserStack = b[:dyn]
+	return nil
+}
+
+// keepsFramePointers is --unwind auto's test of whether a module keeps
+// frame pointers, from its unwind table: at least a fifth of its rows
+// compute the CFA from the frame pointer. A function built with frame
+// pointers has such rows from after its prologue to its epilogue, so
+// they are about half of its rows (entry, after the push, after the
+// frame setup, before the return); a module built without them has such
+// rows only in the few functions that realign the stack or call alloca.
+// A module without unwind info has nothing better than frame pointers.
+func keepsFramePointers(a arch.Arch, t *arch.Table) bool {
+	if t == nil || t.Len() == 0 {
+		return true
+	}
+	fp, n := 0, 0
+	for i := 0; i < t.Len(); i++ {
+		_, r := t.Row(i)
+		if r.CFA == arch.CFANone {
+			continue
+		}
+		n++
+		if r.CFA == arch.CFAReg && int(r.CFAReg) == a.FP() {
+			fp++
+		}
+	}
+	return n == 0 || 5*fp >= n
+}

@@ -1,0 +1,267 @@
+//go:build linux
+
+package linux
+
+import (
+	"debug/elf"
+	"math/bits"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// perf_event_attr bits for DWARF-mode sampling (include/uapi/linux/perf_event.h).
+const (
+	perfSampleRegsUser          = 1 << 12
+	perfSampleStackUser         = 1 << 13
+	perfBitExcludeCallchainUser = 1 << 22
+
+	defaultStackUser = 8192
+	maxStackUser     = 65000 // a record's size is a u16; leave room for the rest
+)
+
+// maxUnwindLag is how old a sample may be when the reader gets to it before
+// it is dropped (and counted as lost, LostUnwind) instead of unwound: a
+// reader that falls this far behind must catch up, not fall further.
+const maxUnwindLag = 2e9 // ns
+
+// maxUnwindPasses bounds the re-walks of one sample while it discovers
+// modules whose tables are not loaded yet.
+const maxUnwindPasses = 8
+
+// unwinder turns DWARF-mode samples (registers and a copy of the user
+// stack) into user frames on the host, in the goroutine that drains the
+// rings. A module's unwind table is built from its file the first time a
+// walk passes through it, and cached per file.
+type unwinder struct {
+	arch    arch.Arch
+	mask    uint64 // sample_regs_user
+	size    int    // sample_stack_user
+	keepRaw bool
+	auto    bool
+
+	procs map[uint32]*unwindProc
+	files map[string]*unwindFile
+
+	regs arch.Regs
+	mem  arch.StackCopy
+	pcs  []uint64
+	raw  []uint64
+}
+
+// unwindProc is one process's view: the modules the unwinder knows, and
+// those whose tables are not loaded yet.
+type unwindProc struct {
+	n    int    // len of the procState's modules when built
+	sum  uint64 // sum of their ids: ids only grow, so (n, sum) changes with any load or unload
+	mods arch.Modules
+	u    *arch.Unwinder
+	lazy []lazyModule // sorted by start
+}
+
+type lazyModule struct {
+	start, end, off uint64
+	path, key       string
+}
+
+// unwindFile is a module file's unwind table, built once.
+type unwindFile struct {
+	f     *elf.File // headers only; the file is closed
+	table *arch.Table
+	fp    bool // auto mode: the module keeps frame pointers
+}
+
+// newUnwinder returns nil for frame-pointer mode.
+func newUnwinder(cfg platform.Config) *unwinder {
+	if cfg.Unwind == platform.UnwindFP {
+		return nil
+	}
+	a := arch.AMD64
+	if runtime.GOARCH == "arm64" {
+		a = arch.ARM64
+	}
+	size := cfg.StackSize
+	if size <= 0 {
+		size = defaultStackUser
+	}
+	if size > maxStackUser {
+		size = maxStackUser
+	}
+	size &^= 7
+	return &unwinder{
+		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
+		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
+		pcs: make([]uint64, 0, 256),
+	}
+}
+
+// setAttr asks the kernel for user registers and stack instead of the user
+// callchain (kernel frames still come in the callchain).
+func (uw *unwinder) setAttr(attr *sys.PerfEventAttr) {
+	attr.Sample_type |= perfSampleRegsUser | perfSampleStackUser
+	attr.Sample_regs_user = uw.mask
+	attr.Sample_stack_user = uint32(uw.size)
+	attr.Bits |= perfBitExcludeCallchainUser
+}
+
+func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
+
+// sample completes sm from a DWARF-mode record: the kernel frames of the
+// callchain, then the user frames unwound here, or (keepRaw) the raw
+// registers and stack. It returns false when the sample was dropped.
+func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
+	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
+	kernel := sm.PCs[:0]
+	if r.Kernel {
+		kernel = sm.PCs
+	}
+	if r.UserABI == 0 || len(r.UserRegs) == 0 {
+		sm.PCs = kernel // a kernel thread: no user stack
+		return len(kernel) > 0
+	}
+	if err := uw.regs.SetPerf(uw.arch, uw.mask, r.UserRegs); err != nil {
+		sm.PCs = kernel
+		return len(kernel) > 0
+	}
+	uw.mem = arch.StackCopy{Addr: uw.regs.SP(), Data: r.UserStack}
+	if uw.keepRaw {
+		uw.raw, sm.RegMask = uw.regs.AppendMasked(uw.raw[:0])
+		sm.Regs, sm.StackAddr, sm.Stack = uw.raw, uw.mem.Addr, uw.mem.Data
+		if sm.Stack == nil {
+			sm.Stack = []byte{}
+		}
+		sm.PCs = kernel
+		return true
+	}
+	if now := sys.Monotonic(); now-sm.Time > maxUnwindLag {
+		s.lost.Add(1)
+		s.h.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
+		return false
+	}
+	p := uw.proc(s, sm.Pid)
+	pcs := append(uw.pcs[:0], kernel...)
+	nk := len(pcs)
+	for pass := 0; ; pass++ {
+		pcs = p.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
+		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || !uw.loadFor(p, sm.Pid, pcs[nk:]) {
+			break
+		}
+	}
+	if p.u.Stop == arch.StopMaxFrames {
+		sm.Flags |= format.SampleTruncated
+	}
+	uw.pcs = pcs
+	sm.PCs = pcs
+	return true
+}
+
+// proc returns pid's unwind state, rebuilt when its modules changed.
+func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
+	ps := s.procs[pid]
+	var n int
+	var sum uint64
+	if ps != nil {
+		n = len(ps.modules)
+		for _, m := range ps.modules {
+			sum += m.id
+		}
+	}
+	p := uw.procs[pid]
+	if p != nil && p.n == n && p.sum == sum {
+		return p
+	}
+	if len(uw.procs) > 2*len(s.procs)+16 {
+		for id := range uw.procs {
+			if s.procs[id] == nil {
+				delete(uw.procs, id)
+			}
+		}
+	}
+	p = &unwindProc{n: n, sum: sum}
+	p.u = arch.NewUnwinder(&p.mods)
+	if ps != nil {
+		for _, m := range ps.modules {
+			ml := m.ml
+			if ml == nil || ml.Kind != format.ModuleELF || !strings.HasPrefix(ml.Path, "/") {
+				continue
+			}
+			key := ml.Path + "\x00" + string(ml.BuildID)
+			if f, ok := uw.files[key]; ok {
+				uw.add(p, f, m.start, m.end, ml.FileOffset)
+				continue
+			}
+			p.lazy = append(p.lazy, lazyModule{start: m.start, end: m.end, off: ml.FileOffset, path: ml.Path, key: key})
+		}
+	}
+	sort.Slice(p.lazy, func(i, j int) bool { return p.lazy[i].start < p.lazy[j].start })
+	uw.procs[pid] = p
+	return p
+}
+
+// add enters a module whose file is loaded (or failed to load) into p.
+func (uw *unwinder) add(p *unwindProc, f *unwindFile, start, end, off uint64) {
+	if f.f == nil {
+		return // unreadable: frame pointers there
+	}
+	bias, err := arch.LoadBias(f.f, start, off)
+	if err != nil {
+		return
+	}
+	m := arch.Module{Start: start, End: end, Bias: bias, Table: f.table}
+	if f.fp {
+		m.Table = nil
+	}
+	p.mods.Add(m)
+}
+
+// loadFor loads the tables of the not yet loaded modules that pcs (a
+// walk's user frames) pass through and reports whether it loaded any.
+func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
+	loaded := false
+	for i, pc := range pcs {
+		if i > 0 {
+			pc-- // a return address: the call is before it
+		}
+		j := sort.Search(len(p.lazy), func(j int) bool { return p.lazy[j].end > pc })
+		if j == len(p.lazy) || pc < p.lazy[j].start {
+			continue
+		}
+		lm := p.lazy[j]
+		p.lazy = append(p.lazy[:j], p.lazy[j+1:]...)
+		f, ok := uw.files[lm.key]
+		if !ok {
+			f = uw.openFile(pid, lm.path)
+			uw.files[lm.key] = f
+		}
+		uw.add(p, f, lm.start, lm.end, lm.off)
+		loaded = true
+	}
+	return loaded
+}
+
+// openFile builds the unwind table of path as process pid sees it.
+func (uw *unwinder) openFile(pid uint32, path string) *unwindFile {
+	for _, name := range []string{procDir(int(pid)) + "/root" + path, path} {
+		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		f, err := elf.Open(name)
+		if err != nil {
+			continue
+		}
+		uf := &unwindFile{f: f}
+		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
+		f.Close()
+		if uw.auto {
+			uf.fp = keepsFramePointers(uw.arch, uf.table)
+		}
+		return uf
+	}
+	return &unwindFile{}
+}

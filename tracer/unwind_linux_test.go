@@ -1,0 +1,107 @@
+//go:build linux
+
+package tracer
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// deepChain is dwarfchain.c's call chain, leaf first.
+var deepChain = []string{"leaf", "e", "d", "c", "b", "a", "main"}
+
+const kernelStart = 0xffff800000000000
+
+// userFrames drops the kernel frames at the top of a stack.
+func userFrames(pcs []uint64) []uint64 {
+	for len(pcs) > 0 && pcs[0] >= kernelStart {
+		pcs = pcs[1:]
+	}
+	return pcs
+}
+
+// chainFrom reports whether user frames pcs start with want, looking each
+// caller up at its return address minus one.
+func chainFrom(st *symtab, tr *trace, pid uint32, path string, pcs []uint64, want []string) bool {
+	if len(pcs) < len(want) {
+		return false
+	}
+	for i, w := range want {
+		pc := pcs[i]
+		if i > 0 {
+			pc--
+		}
+		if st.lookup(tr, pid, path, pc) != w {
+			return false
+		}
+	}
+	return true
+}
+
+// recordChain records bin (dwarfchain) for secs of CPU time in mode and
+// returns how many of its samples were taken in leaf and how many of
+// those hold the whole chain up to main.
+func recordChain(t *testing.T, bin string, opts Options, secs string) (inLeaf, good, total int, d *trace) {
+	t.Helper()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts.Frequency = 1000
+	opts.Command = exec.Command(bin, secs)
+	opts.Streams = []io.Writer{&out}
+	tr, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	pid := uint32(tr.Pid())
+	d = readTrace(t, out.Bytes())
+	st := openSymtab(t, bin)
+	for _, s := range d.samples {
+		if s.Pid != pid {
+			continue
+		}
+		total++
+		pcs := userFrames(d.stacks[s.Stack])
+		if len(pcs) == 0 || st.lookup(d, pid, bin, pcs[0]) != "leaf" {
+			continue
+		}
+		inLeaf++
+		if chainFrom(st, d, pid, bin, pcs, deepChain) {
+			good++
+		}
+	}
+	t.Logf("%v: %d samples, %d in leaf, %d of them with the whole chain; %d lost events; stats %+v", opts.Unwind, total, inLeaf, good, len(d.lost), tr.Stats())
+	return inLeaf, good, total, d
+}
+
+// TestDWARFChain is issue 5's acceptance test: on a program built without
+// frame pointers, frame-pointer sampling recovers main → a → … → leaf in
+// under 10% of the samples taken in leaf, DWARF mode in at least 99%.
+func TestDWARFChain(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	for _, mode := range []UnwindMode{UnwindFP, UnwindDWARF} {
+		inLeaf, good, total, _ := recordChain(t, bin, Options{Unwind: mode}, "1")
+		if total < 300 || inLeaf < total/2 {
+			t.Fatalf("%v: %d samples, %d in leaf, in 1 s of CPU at 1000 Hz", mode, total, inLeaf)
+		}
+		frac := float64(good) / float64(inLeaf)
+		switch mode {
+		case UnwindFP:
+			if frac >= 0.10 {
+				t.Errorf("frame pointers recover the chain in %.1f%% of leaf samples; the fixture should defeat them (< 10%%)", 100*frac)
+			}
+		case UnwindDWARF:
+			if frac < 0.99 {
+				t.Errorf("DWARF mode recovers the chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
+			}
+		}
+	}
+}
