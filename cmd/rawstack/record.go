@@ -13,13 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/tracer"
 )
 
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] (-p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] (-p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -34,6 +35,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	dur := fs.Duration("duration", 0, "with -p: stop after this long (default: until the process exits or Ctrl-C)")
 	noKernel := fs.Bool("no-kernel", false, "leave out kernel frames")
 	quiet := fs.Bool("q", false, "no progress line")
+	unwind := fs.String("unwind", "fp", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (fp where a module keeps frame pointers, CFI elsewhere)")
+	stackSize := fs.Int("stack-size", 8192, "with --unwind dwarf/auto: bytes of user stack copied per sample")
+	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -50,6 +54,16 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	case *hz <= 0:
 		return &usageError{"-F must be positive"}
 	}
+	mode, err := platform.ParseUnwindMode(*unwind)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	if *keepRaw && mode == platform.UnwindFP {
+		return &usageError{"--keep-raw needs --unwind dwarf or auto"}
+	}
+	if *stackSize <= 0 || *stackSize > 65000 {
+		return &usageError{"--stack-size must be in 1..65000"}
+	}
 
 	f, err := os.Create(*out)
 	if err != nil {
@@ -63,7 +77,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *dur)
 		defer cancel()
 	}
-	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel}
+	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
+		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)
