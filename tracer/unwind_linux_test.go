@@ -7,8 +7,13 @@ import (
 	"context"
 	"io"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/symbolizer"
+	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF symbol tables
 )
 
 // deepChain is dwarfchain.c's call chain, leaf first.
@@ -103,5 +108,89 @@ func TestDWARFChain(t *testing.T) {
 				t.Errorf("DWARF mode recovers the chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
 			}
 		}
+	}
+}
+
+// profileChain symbolizes a stream with the symbolizer and returns how
+// many samples have leaf as their innermost user function and how many of
+// those hold the whole chain.
+func profileChain(t *testing.T, stream []byte) (inLeaf, good int64, p *symbolizer.Profile) {
+	t.Helper()
+	r, err := format.NewReader(bytes.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = symbolizer.Build(r, &symbolizer.Options{NoDebuginfod: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Samples {
+		var names []string
+		for _, li := range s.Locs {
+			l := p.Locations[li]
+			if l.Abs >= kernelStart {
+				continue
+			}
+			names = append(names, l.FunctionName(0))
+		}
+		if len(names) == 0 || names[0] != "leaf" {
+			continue
+		}
+		inLeaf += s.Count
+		if len(names) >= len(deepChain) && strings.Join(names[:len(deepChain)], ",") == strings.Join(deepChain, ",") {
+			good += s.Count
+		}
+	}
+	return inLeaf, good, p
+}
+
+// TestDWARFKeepRaw records the fixture with KeepRaw: the stream holds
+// RawStack events (no user frames), and the symbolizer unwinds them
+// offline with the same engine to the same chains as online unwinding.
+func TestDWARFKeepRaw(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := Start(ctx, Options{Frequency: 1000, Command: exec.Command(bin, "0.5"), Streams: []io.Writer{&out},
+		Unwind: UnwindDWARF, KeepRaw: true, StackSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	r, err := format.NewReader(bytes.NewReader(out.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raws, samples := 0, 0
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Kind {
+		case format.KindRawStack:
+			raws++
+			rs := &ev.RawStack
+			if len(rs.Data) > 4096 || rs.RegMask&(1<<7) == 0 || rs.RegMask&(1<<16) == 0 {
+				t.Fatalf("RawStack: %d bytes of stack, register mask %#x (want rsp and rip)", len(rs.Data), rs.RegMask)
+			}
+		case format.KindSample:
+			samples++
+		}
+	}
+	inLeaf, good, p := profileChain(t, out.Bytes())
+	t.Logf("%d RawStack events, %d Sample events; %d samples in leaf, %d with the whole chain; profile: %d unwound from raw stacks", raws, samples, inLeaf, good, p.RawStacks)
+	if raws < 150 || samples != 0 {
+		t.Fatalf("%d RawStack and %d Sample events in 0.5 s of CPU at 1000 Hz, want only RawStack", raws, samples)
+	}
+	if inLeaf < int64(raws)/2 || float64(good) < 0.99*float64(inLeaf) {
+		t.Errorf("offline unwinding recovers the chain in %d of %d leaf samples, want ≥ 99%%", good, inLeaf)
 	}
 }
