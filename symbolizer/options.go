@@ -42,6 +42,10 @@ type Options struct {
 	DebuginfodCache string
 	// DebuginfodTimeout bounds one download; 0 means 30s.
 	DebuginfodTimeout time.Duration
+	// Kallsyms is a kernel symbol table (/proc/kallsyms format) for the
+	// recorded kernel; "" means /proc/kallsyms when the running kernel
+	// is the recorded one (same build id).
+	Kallsyms string
 	// Workers is how many modules are symbolized at once; 0 means 2.
 	Workers int
 	// Progress, if set, is called as locations are symbolized.

@@ -12,6 +12,7 @@ import (
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/text"
+	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel symbols
 )
 
 func init() {
@@ -28,6 +29,7 @@ type symFlags struct {
 	pathMaps     multiFlag
 	debugDirs    multiFlag
 	noDebuginfod bool
+	kallsyms     string
 	workers      int
 }
 
@@ -41,10 +43,11 @@ func (s *symFlags) register(fs *flag.FlagSet) {
 	fs.Var(&s.debugDirs, "debug-dir", "directory of separate debug files, searched before /usr/lib/debug (repeatable)")
 	fs.BoolVar(&s.noDebuginfod, "no-debuginfod", false, "do not ask DEBUGINFOD_URLS servers for missing debug files")
 	fs.IntVar(&s.workers, "j", 2, "modules symbolized in parallel")
+	fs.StringVar(&s.kallsyms, "kallsyms", "", "kernel symbol table of the recorded kernel (default: /proc/kallsyms if the running kernel is the recorded one)")
 }
 
 func (s *symFlags) options(stderr io.Writer) (*symbolizer.Options, error) {
-	o := &symbolizer.Options{DebugDirs: s.debugDirs, NoDebuginfod: s.noDebuginfod, Workers: s.workers}
+	o := &symbolizer.Options{DebugDirs: s.debugDirs, NoDebuginfod: s.noDebuginfod, Workers: s.workers, Kallsyms: s.kallsyms}
 	for _, pm := range s.pathMaps {
 		m, err := symbolizer.ParsePathMap(pm)
 		if err != nil {

@@ -249,3 +249,7 @@ func fileCRC(path string) (uint32, error) {
 	}
 	return h.Sum32(), nil
 }
+
+// NoteBuildID returns the GNU build id in a block of ELF notes (a
+// PT_NOTE segment, /sys/kernel/notes), nil if there is none.
+func NoteBuildID(notes []byte, bo binary.ByteOrder) []byte { return parseNotes(notes, bo) }
