@@ -2,10 +2,14 @@ package elfsrc
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/internal/fixture"
 )
 
 // testdata/fuzz/tiny.elf is testdata/fuzz/tiny.c built with
@@ -50,5 +54,60 @@ func TestTinySeed(t *testing.T) {
 	fr, err := s.Symbolize(start, nil)
 	if err != nil || len(fr) != 2 || fr[0].Function != "sq" || fr[1].Function != "f" || fr[0].Line != 1 || fr[1].Line != 2 {
 		t.Errorf("f's first instruction: %+v %v; want sq (line 1) inlined in f (line 2)", fr, err)
+	}
+}
+
+// TestConcurrentSymbolize checks that a Source answers the same from
+// several goroutines at once as from one (run it with -race).
+func TestConcurrentSymbolize(t *testing.T) {
+	var c corpus
+	for _, x := range corpora() {
+		if x.name == "g++-O2" { // STL code, many inlined frames
+			c = x
+		}
+	}
+	dir := fixture.Build(t, c.srcs, c.tools, c.script)
+	bin := filepath.Join(dir, c.bin)
+	addrs := textAddrs(t, bin, 2000)
+	want := make([]string, len(addrs))
+	{
+		s, err := Open(bin, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range addrs {
+			fr, _ := s.Symbolize(a, nil)
+			want[i] = string(symbolizer.AppendLLVM(nil, fr))
+		}
+		s.Close()
+	}
+	s, err := Open(bin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			if g == 0 {
+				s.Prefetch(addrs, 2)
+			}
+			for k := range addrs {
+				i := (k*7 + g*131) % len(addrs)
+				fr, _ := s.Symbolize(addrs[i], nil)
+				if got := string(symbolizer.AppendLLVM(nil, fr)); got != want[i] {
+					errs <- fmt.Sprintf("goroutine %d, %#x:\n%s\nwant:\n%s", g, addrs[i], got, want[i])
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
