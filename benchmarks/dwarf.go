@@ -1,0 +1,183 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// The dwarf scenario (issue 5, benchmark 5b): the record workload built
+// -O2 -fomit-frame-pointer, so that only DWARF unwinding recovers its
+// stacks, recorded at 1000 Hz with an 8 KiB stack copy per sample by
+//
+//   - rawstack record --unwind dwarf (unwound online, compact stacks),
+//   - rawstack record --unwind dwarf --keep-raw (unwound by the report),
+//   - perf record --call-graph dwarf,8192 (unwound by perf report),
+//
+// interleaved, then reported by `rawstack report` and `perf report --stdio`.
+// It compares trace bytes per sample and report wall time.
+func init() {
+	register(&scenario{name: "dwarf", order: 52, run: runDWARF})
+}
+
+type dwarfRun struct {
+	recordWall, reportWall time.Duration
+	bytes, samples         int64
+}
+
+func (r dwarfRun) bps() float64 { return float64(r.bytes) / float64(max(r.samples, 1)) }
+
+func runDWARF(cfg *config) ([]row, error) {
+	load, err := buildC(cfg, "recordload.cc", "-O2", "-g", "-fomit-frame-pointer")
+	if err != nil {
+		return nil, err
+	}
+	rawstack := filepath.Join(cfg.work, "rawstack")
+	if b, err := exec.Command("go", "build", "-o", rawstack, "./cmd/rawstack").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building rawstack: %v\n%s", err, b)
+	}
+	rounds, reps := "300", 3
+	if cfg.short {
+		rounds, reps = "60", 2
+	}
+	perf, perfErr := exec.LookPath("perf")
+	var online, raw, pf []dwarfRun
+	for i := 0; i < reps; i++ {
+		for _, keep := range []bool{false, true} {
+			out := filepath.Join(cfg.work, "dwarf.rawstack")
+			args := []string{"record", "-q", "-F", "1000", "--unwind", "dwarf", "--stack-size", "8192", "-o", out}
+			if keep {
+				args = append(args, "--keep-raw")
+			}
+			var r dwarfRun
+			if r.recordWall, err = timed(exec.Command(rawstack, append(args, "--", load, rounds)...)); err != nil {
+				return nil, fmt.Errorf("rawstack record: %w", err)
+			}
+			if r.bytes, r.samples, err = countSamples(out); err != nil {
+				return nil, err
+			}
+			if r.reportWall, err = timed(exec.Command(rawstack, "report", "--no-debuginfod", out)); err != nil {
+				return nil, fmt.Errorf("rawstack report: %w", err)
+			}
+			if keep {
+				raw = append(raw, r)
+			} else {
+				online = append(online, r)
+			}
+		}
+		if perfErr != nil {
+			continue
+		}
+		pdata := filepath.Join(cfg.work, "dwarf.perf.data")
+		var r dwarfRun
+		r.recordWall, err = timed(exec.Command(perf, "record", "-q", "-F", "1000", "--call-graph", "dwarf,8192", "-o", pdata, "--", load, rounds))
+		if err == nil {
+			r.bytes, r.samples, err = perfSamples(perf, pdata)
+		}
+		if err == nil {
+			r.reportWall, err = timed(exec.Command(perf, "report", "-i", pdata, "--stdio"))
+		}
+		if err != nil {
+			perfErr = fmt.Errorf("perf: %w", err)
+			continue
+		}
+		pf = append(pf, r)
+	}
+	med := func(rs []dwarfRun, f func(dwarfRun) float64) float64 {
+		rr := make([]recordRun, len(rs))
+		for i := range rs {
+			rr[i].cpuNs = f(rs[i])
+		}
+		return median(rr, func(r recordRun) float64 { return r.cpuNs })
+	}
+	bps := func(r dwarfRun) float64 { return r.bps() }
+	rep := func(r dwarfRun) float64 { return r.reportWall.Seconds() }
+	total := func(r dwarfRun) float64 { return (r.recordWall + r.reportWall).Seconds() }
+	n := func(r dwarfRun) float64 { return float64(r.samples) }
+	fmt.Fprintf(cfg.logger, "  online %.0f B/sample, keep-raw %.0f B/sample, %.0f samples\n", med(online, bps), med(raw, bps), med(online, n))
+	peer, note := "perf --call-graph dwarf", ""
+	if perfErr != nil || len(pf) == 0 {
+		peer, note = "", "perf not available"
+		if perfErr != nil {
+			note = perfErr.Error()
+		}
+	}
+	pv := func(f func(dwarfRun) float64) float64 {
+		if peer == "" {
+			return 0
+		}
+		return med(pf, f)
+	}
+	or := func(target string) string {
+		if note != "" {
+			return note
+		}
+		return target
+	}
+	return []row{
+		{Scenario: "dwarf", Metric: "trace bytes/sample, online unwinding", Rawstack: med(online, bps), Peer: peer, PeerVal: pv(bps), Better: "lower", Note: or("target: <= 1/50 of perf.data")},
+		{Scenario: "dwarf", Metric: "trace bytes/sample, --keep-raw", Rawstack: med(raw, bps), Peer: peer, PeerVal: pv(bps), Better: "lower", Note: or("both keep 8 KiB stack copies")},
+		{Scenario: "dwarf", Metric: "report wall time (s), online-unwound trace", Rawstack: med(online, rep), Peer: peer, PeerVal: pv(rep), Better: "lower", Note: or("target: >= 2x faster; perf report --stdio")},
+		{Scenario: "dwarf", Metric: "report wall time (s), --keep-raw (unwinds offline)", Rawstack: med(raw, rep), Peer: peer, PeerVal: pv(rep), Better: "lower", Note: or("both unwind at report time")},
+		{Scenario: "dwarf", Metric: "record+report wall time (s), online", Rawstack: med(online, total), Peer: peer, PeerVal: pv(total), Better: "lower", Note: or("end to end")},
+		{Scenario: "dwarf", Metric: "samples recorded", Rawstack: med(online, n), Peer: peer, PeerVal: pv(n), Better: "higher", Note: note},
+	}, nil
+}
+
+// timed runs cmd, discarding its output, and returns its wall time.
+func timed(cmd *exec.Cmd) (time.Duration, error) {
+	var stderr limitedBuf
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s: %v: %s", cmd.Path, err, stderr.b)
+	}
+	return time.Since(start), nil
+}
+
+// limitedBuf keeps the first 4 KiB written to it.
+type limitedBuf struct{ b []byte }
+
+func (l *limitedBuf) Write(p []byte) (int, error) {
+	if n := 4096 - len(l.b); n > 0 {
+		l.b = append(l.b, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// countSamples returns the size of a trace and its number of Sample and
+// RawStack events.
+func countSamples(path string) (int64, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err := format.NewReader(f)
+	if err != nil {
+		return 0, 0, err
+	}
+	var n int64
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading %s: %w", path, err)
+		}
+		if ev.Kind == format.KindSample || ev.Kind == format.KindRawStack {
+			n++
+		}
+	}
+	return fi.Size(), n, nil
+}
