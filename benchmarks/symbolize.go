@@ -108,10 +108,11 @@ func medianDur(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// compareLLVM counts rawstack blocks identical to llvm-symbolizer's and
-// those that differ only where LLVM 14's demangler gave up (the name
-// is left mangled and demangles to ours).
-func compareLLVM(ours, theirs []byte) (same, demangler, other int) {
+// compareLLVM counts rawstack blocks identical to llvm-symbolizer's, those
+// that differ only where LLVM 14's demangler gave up (the name is left
+// mangled and demangles to ours), those that differ only in the text of
+// a demangled name, and the rest (frames or file:line:column differ).
+func compareLLVM(ours, theirs []byte) (same, demangler, nameText, other int) {
 	a := strings.SplitAfter(string(ours), "\n\n")
 	b := strings.SplitAfter(string(theirs), "\n\n")
 	for i := 0; i < len(a) && i < len(b); i++ {
@@ -120,15 +121,28 @@ func compareLLVM(ours, theirs []byte) (same, demangler, other int) {
 			continue
 		}
 		x, y := strings.Split(a[i], "\n"), strings.Split(b[i], "\n")
-		ok := len(x) == len(y)
-		for j := 0; ok && j < len(x); j++ {
-			if x[j] != y[j] && !(j%2 == 0 && strings.HasPrefix(y[j], "_Z") && symbolizer.Demangle(y[j]) == x[j]) {
-				ok = false
+		if len(x) != len(y) {
+			other++
+			continue
+		}
+		onlyMangled, onlyNames := true, true
+		for j := range x {
+			if x[j] == y[j] {
+				continue
+			}
+			if j%2 == 1 {
+				onlyNames = false
+			}
+			if !(j%2 == 0 && strings.HasPrefix(y[j], "_Z") && symbolizer.Demangle(y[j]) == x[j]) {
+				onlyMangled = false
 			}
 		}
-		if ok {
+		switch {
+		case onlyMangled:
 			demangler++
-		} else {
+		case onlyNames:
+			nameText++
+		default:
 			other++
 		}
 	}
@@ -203,8 +217,9 @@ func runSymbolize(cfg *config) ([]row, error) {
 			r := row{Scenario: scen, Metric: fmt.Sprintf("wall ms, %d addrs", n), Rawstack: float64(ours.Microseconds()) / 1000,
 				Peer: tools[i].name, PeerVal: float64(medianDur(times[i]).Microseconds()) / 1000, Better: "lower"}
 			if tools[i].name == "llvm-symbolizer" {
-				same, dem, other := compareLLVM(outs[0], outs[i])
-				r.Note = fmt.Sprintf("target 2x; output: %d identical, %d differ only by LLVM 14 demangler failures, %d other", same, dem, other)
+				same, dem, names, other := compareLLVM(outs[0], outs[i])
+				r.Note = fmt.Sprintf("target 2x; output: %d identical, %d differ only where LLVM 14 left names mangled, %d only in demangled text, %d in frames or lines",
+					same, dem, names, other)
 			} else {
 				r.Note = "target: faster"
 			}
