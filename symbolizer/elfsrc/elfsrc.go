@@ -554,7 +554,7 @@ func (s *Source) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fr
 		dst[i].Function = s.demangle(dst[i].Function)
 	}
 	if err != nil && len(dst) > start {
-		// Partial tables still gave an answer; report nothing.
+		// Damaged tables still gave an answer: return it, not the error.
 		err = nil
 	}
 	return dst, err
