@@ -194,3 +194,51 @@ func TestDWARFKeepRaw(t *testing.T) {
 		t.Errorf("offline unwinding recovers the chain in %d of %d leaf samples, want ≥ 99%%", good, inLeaf)
 	}
 }
+
+// TestAutoUnwind records with UnwindAuto a program without frame pointers
+// (its module gets CFI: ≥ 99% of leaf samples hold the chain) and one with
+// them (its module gets frame pointers: ≥ 95% of samples hold
+// main → a → b → c, as TestLaunchChain asks of the kernel's walk).
+func TestAutoUnwind(t *testing.T) {
+	needPerf(t)
+	noFP := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	inLeaf, good, total, _ := recordChain(t, noFP, Options{Unwind: UnwindAuto}, "0.5")
+	if total < 150 || inLeaf < total/2 {
+		t.Fatalf("%d samples, %d in leaf, in 0.5 s of CPU at 1000 Hz", total, inLeaf)
+	}
+	if frac := float64(good) / float64(inLeaf); frac < 0.99 {
+		t.Errorf("auto mode, no frame pointers: chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
+	}
+
+	fp := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := Start(ctx, Options{Frequency: 1000, Command: exec.Command(fp, "0.5"), Streams: []io.Writer{&out}, Unwind: UnwindAuto})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	pid := uint32(tr.Pid())
+	d := readTrace(t, out.Bytes())
+	st := openSymtab(t, fp)
+	total, good = 0, 0
+	for _, s := range d.samples {
+		if s.Pid != pid {
+			continue
+		}
+		total++
+		if hasChain(st, d, pid, fp, d.stacks[s.Stack]) {
+			good++
+		}
+	}
+	t.Logf("auto mode, frame pointers: %d of %d samples hold main→a→b→c", good, total)
+	if total < 150 {
+		t.Fatalf("only %d samples in 0.5 s of CPU at 1000 Hz", total)
+	}
+	if frac := float64(good) / float64(total); frac < 0.95 {
+		t.Errorf("auto mode, frame pointers: chain in %.1f%% of samples, want ≥ 95%%", 100*frac)
+	}
+}

@@ -1,0 +1,126 @@
+//go:build linux
+
+package linux
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// TestKeepsFramePointers checks --unwind auto's heuristic on one program
+// built with and without frame pointers, and on libc (built without).
+func TestKeepsFramePointers(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the fixtures are checked on amd64")
+	}
+	frac := func(tab *arch.Table) float64 {
+		fp, n := 0, 0
+		for i := 0; i < tab.Len(); i++ {
+			if _, r := tab.Row(i); r.CFA != arch.CFANone {
+				n++
+				if r.CFA == arch.CFAReg && int(r.CFAReg) == arch.AMD64.FP() {
+					fp++
+				}
+			}
+		}
+		return float64(fp) / float64(max(n, 1))
+	}
+	for _, c := range []struct {
+		flag string
+		want bool
+	}{{"-fno-omit-frame-pointer", true}, {"-fomit-frame-pointer", false}} {
+		bin := buildFixture(t, "fpchain.c", "-O2", c.flag)
+		tab, err := arch.OpenTable(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := keepsFramePointers(arch.AMD64, tab)
+		t.Logf("%s: %.0f%% of rows compute the CFA from rbp", c.flag, 100*frac(tab))
+		if got != c.want {
+			t.Errorf("%s: keepsFramePointers = %v, want %v", c.flag, got, c.want)
+		}
+	}
+	for _, libc := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib64/libc.so.6"} {
+		if _, err := os.Stat(libc); err != nil {
+			continue
+		}
+		tab, err := arch.OpenTable(libc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %.1f%% of rows compute the CFA from rbp", libc, 100*frac(tab))
+		if keepsFramePointers(arch.AMD64, tab) {
+			t.Errorf("%s: said to keep frame pointers", libc)
+		}
+		break
+	}
+	if !keepsFramePointers(arch.AMD64, nil) {
+		t.Error("a module without unwind info must use frame pointers")
+	}
+}
+
+// rawHandler keeps the last sample and the lost events.
+type rawHandler struct {
+	countHandler
+	last    platform.Sample
+	reasons []format.LostReason
+}
+
+func (h *rawHandler) Sample(s *platform.Sample) {
+	h.samples++
+	h.last = *s
+	h.last.PCs = append([]uint64(nil), s.PCs...)
+}
+func (h *rawHandler) Lost(e *format.Lost) { h.lost += e.Count; h.reasons = append(h.reasons, e.Reason) }
+
+// TestDWARFReplay runs DWARF-mode records through a session without
+// kernel events: a sample the reader reaches too late is reported lost
+// (LostUnwind), a fresh one is unwound, and KeepRaw passes registers and
+// stack through.
+func TestDWARFReplay(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the records carry amd64 registers")
+	}
+	n := bits.OnesCount64(arch.PerfRegsAMD64)
+	regs := make([]uint64, n)
+	regs[7], regs[8] = 0x7ffe0000, 0x401000 // perf order: sp, ip
+	stack := make([]byte, 64)
+	mk := func(time uint64) []byte {
+		b := dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 2, regs, stack, 64, 64)
+		binary.LittleEndian.PutUint64(b[8+16:], time)
+		return b
+	}
+	for _, keep := range []bool{false, true} {
+		h := &rawHandler{}
+		s := newSession(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF, KeepRaw: keep}, h)
+		s.pid = 7
+		s.Replay(mk(1)) // at boot: far behind
+		if keep {
+			if h.samples != 1 || h.lost != 0 {
+				t.Fatalf("keep-raw: an old sample gave %d samples, %d lost; raw samples are never late", h.samples, h.lost)
+			}
+			if h.last.RegMask&(1<<arch.AMD64RSP) == 0 || h.last.StackAddr != 0x7ffe0000 || len(h.last.Stack) != 64 || len(h.last.PCs) != 1 || h.last.PCs[0] != 0xffffffff81000010 {
+				t.Errorf("keep-raw sample: mask %#x stack at %#x, %d bytes, pcs %x", h.last.RegMask, h.last.StackAddr, len(h.last.Stack), h.last.PCs)
+			}
+			continue
+		}
+		if h.samples != 0 || h.lost != 1 || len(h.reasons) != 1 || h.reasons[0] != format.LostUnwind {
+			t.Fatalf("a sample %v late gave %d samples, lost %d %v; want it lost (LostUnwind)", "seconds", h.samples, h.lost, h.reasons)
+		}
+		s.Replay(mk(uint64(sys.Monotonic())))
+		if h.samples != 1 || len(h.last.PCs) < 2 || h.last.PCs[0] != 0xffffffff81000010 || h.last.PCs[1] != 0x401000 || h.last.Stack != nil {
+			t.Errorf("fresh sample: %d samples, pcs %x", h.samples, h.last.PCs)
+		}
+		if st := s.Stats(); st.Lost != 1 || st.Samples != 1 {
+			t.Errorf("stats %+v, want 1 sample and 1 lost", st)
+		}
+	}
+}
