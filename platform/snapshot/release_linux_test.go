@@ -86,34 +86,34 @@ func maxTid(t *testing.T, pid, not int) int {
 	return m
 }
 
-// TestProcessReleasesOnError makes the seize of one thread fail (strace
-// traces it) and checks that the snapshot fails with a PermissionError
-// and leaves every other thread running and untraced.
+// TestProcessReleasesOnError makes the seize of one thread fail (another
+// tracer holds it) and checks that the snapshot fails with a
+// PermissionError and leaves every other thread running and untraced.
 func TestProcessReleasesOnError(t *testing.T) {
-	needTool(t, "strace")
 	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	seize := buildC(t, "gcc", "seize.c", "-O2")
 	cmd := startFixture(t, bin, "6", "4")
 	pid := cmd.Process.Pid
 	snapshotOrSkip(t, pid, nil) // skips where ptrace is not permitted
-	// Trace a worker; with luck others are seized before the failure.
+	// Hold a worker; with luck others are seized before the failure.
 	last := maxTid(t, pid, pid)
-	st := exec.Command("strace", "-qq", "-e", "trace=none", "-p", strconv.Itoa(last))
-	if err := st.Start(); err != nil {
+	holder := exec.Command(seize, strconv.Itoa(last))
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stderr = os.Stderr
+	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		st.Process.Signal(os.Interrupt)
-		st.Wait()
+		holder.Process.Kill()
+		holder.Wait()
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if s := threadStates(t, pid)[last]; !strings.HasSuffix(s, "tracer=0") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("strace did not attach")
-		}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "attached\n" {
+		t.Fatalf("seize helper: %q %v", line, err)
 	}
-	_, err := Process(pid, nil)
+	_, err = Process(pid, nil)
 	var pe *platform.PermissionError
 	if !errors.As(err, &pe) {
 		t.Fatalf("snapshot of a process with a traced thread: %v, want a PermissionError", err)
