@@ -28,6 +28,17 @@ func init() {
 type dwarfRun struct {
 	recordWall, reportWall time.Duration
 	bytes, samples         int64
+	recorderNs             float64 // CPU time of the recorder: all of the run's minus the workload's
+}
+
+// recordTimed runs a recorder command via runLoad and fills r's record
+// wall time and recorder CPU time.
+func (r *dwarfRun) recordTimed(cmd *exec.Cmd) error {
+	start := time.Now()
+	lr, err := runLoad(cmd)
+	r.recordWall = time.Since(start)
+	r.recorderNs = lr.allNs - lr.cpuNs
+	return err
 }
 
 func (r dwarfRun) bps() float64 { return float64(r.bytes) / float64(max(r.samples, 1)) }
@@ -55,7 +66,7 @@ func runDWARF(cfg *config) ([]row, error) {
 				args = append(args, "--keep-raw")
 			}
 			var r dwarfRun
-			if r.recordWall, err = timed(exec.Command(rawstack, append(args, "--", load, rounds)...)); err != nil {
+			if err = r.recordTimed(exec.Command(rawstack, append(args, "--", load, rounds)...)); err != nil {
 				return nil, fmt.Errorf("rawstack record: %w", err)
 			}
 			if r.bytes, r.samples, err = countSamples(out); err != nil {
@@ -75,7 +86,7 @@ func runDWARF(cfg *config) ([]row, error) {
 		}
 		pdata := filepath.Join(cfg.work, "dwarf.perf.data")
 		var r dwarfRun
-		r.recordWall, err = timed(exec.Command(perf, "record", "-q", "-F", "1000", "--call-graph", "dwarf,8192", "-o", pdata, "--", load, rounds))
+		err = r.recordTimed(exec.Command(perf, "record", "-q", "-F", "1000", "--call-graph", "dwarf,8192", "-o", pdata, "--", load, rounds))
 		if err == nil {
 			r.bytes, r.samples, err = perfSamples(perf, pdata)
 		}
@@ -99,6 +110,7 @@ func runDWARF(cfg *config) ([]row, error) {
 	rep := func(r dwarfRun) float64 { return r.reportWall.Seconds() }
 	total := func(r dwarfRun) float64 { return (r.recordWall + r.reportWall).Seconds() }
 	n := func(r dwarfRun) float64 { return float64(r.samples) }
+	cpu := func(r dwarfRun) float64 { return r.recorderNs / float64(max(r.samples, 1)) / 1e3 }
 	fmt.Fprintf(cfg.logger, "  online %.0f B/sample, keep-raw %.0f B/sample, %.0f samples\n", med(online, bps), med(raw, bps), med(online, n))
 	peer, note := "perf --call-graph dwarf", ""
 	if perfErr != nil || len(pf) == 0 {
@@ -125,6 +137,8 @@ func runDWARF(cfg *config) ([]row, error) {
 		{Scenario: "dwarf", Metric: "report wall time (s), online-unwound trace", Rawstack: med(online, rep), Peer: peer, PeerVal: pv(rep), Better: "lower", Note: or("target: >= 2x faster; perf report --stdio")},
 		{Scenario: "dwarf", Metric: "report wall time (s), --keep-raw (unwinds offline)", Rawstack: med(raw, rep), Peer: peer, PeerVal: pv(rep), Better: "lower", Note: or("both unwind at report time")},
 		{Scenario: "dwarf", Metric: "record+report wall time (s), online", Rawstack: med(online, total), Peer: peer, PeerVal: pv(total), Better: "lower", Note: or("end to end")},
+		{Scenario: "dwarf", Metric: "recorder CPU/sample (us), online unwinding", Rawstack: med(online, cpu), Peer: peer, PeerVal: pv(cpu), Better: "lower", Note: or("rawstack unwinds while recording, perf copies; whole process")},
+		{Scenario: "dwarf", Metric: "recorder CPU/sample (us), --keep-raw", Rawstack: med(raw, cpu), Peer: peer, PeerVal: pv(cpu), Better: "lower", Note: or("whole recorder process incl. startup and exit")},
 		{Scenario: "dwarf", Metric: "samples recorded", Rawstack: med(online, n), Peer: peer, PeerVal: pv(n), Better: "higher", Note: note},
 	}, nil
 }
