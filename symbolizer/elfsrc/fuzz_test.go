@@ -2,6 +2,8 @@ package elfsrc
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,4 +112,39 @@ func TestConcurrentSymbolize(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
+}
+
+// FuzzDIEReader feeds the DIE reader raw .debug_info and .debug_abbrev
+// bytes directly (the ELF fuzz test mostly mutates headers), seeded with
+// the sections of testdata/fuzz/tiny.elf.
+func FuzzDIEReader(f *testing.F) {
+	ef, err := elf.Open("testdata/fuzz/tiny.elf")
+	if err != nil {
+		f.Fatal(err)
+	}
+	info, _ := sectionData(ef, ".debug_info")
+	abbrev, _ := sectionData(ef, ".debug_abbrev")
+	str, _ := sectionData(ef, ".debug_str")
+	ef.Close()
+	f.Add(info, abbrev, str)
+	f.Fuzz(func(t *testing.T, info, abbrev, str []byte) {
+		s := &Source{hasDWARF: true}
+		s.secs = dwarfSecs{info: info, abbrev: abbrev, str: str, lineStr: str, order: binary.LittleEndian}
+		if err := s.indexUnits(info, binary.LittleEndian); err != nil {
+			return
+		}
+		for _, u := range s.cus {
+			tree, _ := buildTree(&s.secs, &u.hdr)
+			if tree == nil {
+				continue
+			}
+			var chain [64]int32
+			for _, r := range tree.top {
+				n := tree.chain(r.lo, chain[:])
+				for _, c := range chain[:n] {
+					tree.name(s, tree.nodes[c].off)
+				}
+			}
+		}
+	})
 }
