@@ -118,3 +118,12 @@ func TestPprofRoundTrip(t *testing.T) {
 		t.Errorf("cpu total %d %s", total, p.SampleType[1].Unit)
 	}
 }
+
+func TestPprofMainMappingFirst(t *testing.T) {
+	p := handProfile()
+	p.Modules[0], p.Modules[1] = p.Modules[1], p.Modules[0] // the library loaded first
+	pp := pprof.Convert(p)
+	if pp.Mapping[0].File != "/bin/app" {
+		t.Errorf("first mapping %s, want the executable /bin/app (go tool pprof names the profile after it)", pp.Mapping[0].File)
+	}
+}

@@ -10,8 +10,10 @@ package pprof
 
 import (
 	"io"
+	"strings"
 
 	"github.com/google/pprof/profile"
+	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
 )
 
@@ -33,7 +35,7 @@ func Convert(p *symbolizer.Profile) *profile.Profile {
 		out.Period = cpu / count
 	}
 	maps := map[*symbolizer.Module]*profile.Mapping{}
-	for _, m := range p.Modules {
+	for _, m := range mainFirst(p.Modules) {
 		pm := &profile.Mapping{
 			ID:              uint64(len(out.Mapping) + 1),
 			Start:           m.Base,
@@ -92,4 +94,29 @@ func Convert(p *symbolizer.Profile) *profile.Profile {
 // Write writes p as a gzipped pprof profile.
 func Write(w io.Writer, p *symbolizer.Profile) error {
 	return Convert(p).Write(w)
+}
+
+// mainFirst orders modules so that the main executable comes first: pprof
+// takes the first mapping as the profiled program. It is the first ELF or
+// PE module that is not a shared library, else the first module.
+func mainFirst(mods []*symbolizer.Module) []*symbolizer.Module {
+	best := -1
+	for i, m := range mods {
+		if m.Kind != format.ModuleELF && m.Kind != format.ModulePE {
+			continue
+		}
+		base := strings.ToLower(m.Path[strings.LastIndexAny(m.Path, "/\\")+1:])
+		if strings.Contains(base, ".so") || strings.HasSuffix(base, ".dll") {
+			continue
+		}
+		best = i
+		break
+	}
+	if best <= 0 {
+		return mods
+	}
+	out := make([]*symbolizer.Module, 0, len(mods))
+	out = append(out, mods[best])
+	out = append(out, mods[:best]...)
+	return append(out, mods[best+1:]...)
 }
