@@ -265,6 +265,9 @@ func (s *Session) attach() error {
 	}
 	if pages <= 0 {
 		pages = 128
+		if s.uw != nil {
+			pages = 512 // DWARF samples carry a stack copy: give the unwinding reader slack
+		}
 		if !privileged {
 			// perf_event_mlock_kb (516 KiB by default) is shared by all
 			// rings of the user; keep within it.
