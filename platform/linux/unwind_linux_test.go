@@ -124,3 +124,29 @@ func TestDWARFReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestDWARFSampleAllocs pins the online unwinding path (decode, unwind,
+// report) at zero allocations once warm.
+func TestDWARFSampleAllocs(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the records carry amd64 registers")
+	}
+	n := bits.OnesCount64(arch.PerfRegsAMD64)
+	regs := make([]uint64, n)
+	regs[6], regs[7], regs[8] = 0x7ffe0010, 0x7ffe0000, 0x401000 // bp, sp, ip
+	stack := make([]byte, 256)
+	binary.LittleEndian.PutUint64(stack[0x10:], 0x7ffe0040) // saved rbp
+	binary.LittleEndian.PutUint64(stack[0x18:], 0x402000)   // return address
+	rec := dwarfSampleRecord(nil, 2, regs, stack, 256, 256)
+	binary.LittleEndian.PutUint64(rec[8+16:], 1<<62) // never late
+	h := &countHandler{}
+	s := newSession(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
+	s.pid = 7
+	s.Replay(rec)
+	if allocs := testing.AllocsPerRun(100, func() { s.Replay(rec) }); allocs != 0 {
+		t.Errorf("%.1f allocations per DWARF sample, want 0", allocs)
+	}
+	if h.samples != 102 {
+		t.Errorf("%d samples reported, want 102", h.samples)
+	}
+}
