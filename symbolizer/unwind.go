@@ -1,10 +1,13 @@
 package symbolizer
 
 import (
+	"bytes"
 	"debug/elf"
+	"fmt"
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/symbolizer/locate"
 )
 
 // rawUnwinder unwinds RawStack events (registers plus a copy of the
@@ -92,9 +95,16 @@ func (ru *rawUnwinder) file(m *Module, opts *Options) *fileCFI {
 	fc := &fileCFI{}
 	path := opts.MapPath(m.Path)
 	if f, err := elf.Open(path); err == nil {
-		fc.f = f // kept open for the run: the set of files is small
-		if t, err := arch.NewTableELF(f, path); err == nil {
-			fc.table = t
+		// A rebuilt file has other unwind rules: use it only if its build
+		// id is the recorded one (or none was recorded).
+		if id := locate.BuildID(f); len(m.BuildID) > 0 && len(id) > 0 && !bytes.Equal(id, m.BuildID) {
+			opts.warn(fmt.Errorf("symbolizer: %s: build id %x, recorded %x: not used for unwinding", path, id, m.BuildID))
+			f.Close()
+		} else {
+			fc.f = f // kept open for the run: the set of files is small
+			if t, err := arch.NewTableELF(f, path); err == nil {
+				fc.table = t
+			}
 		}
 	}
 	ru.tables[k] = fc
