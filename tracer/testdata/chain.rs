@@ -1,7 +1,17 @@
 // chain.rs spends argv[1] seconds of CPU time in main -> spin_a -> spin_b ->
-// spin_c, like chain.c, for the Rust recording test.
-use std::hint::black_box;
+// spin_c, like chain.c, for the Rust recording test. It sticks to APIs of
+// old toolchains (Debian 12 ships rustc 1.63: no std::hint::black_box).
+use std::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use std::time::Duration;
+
+static mut SINK: u64 = 0;
+
+fn keep(x: u64) -> u64 {
+    unsafe {
+        write_volatile(addr_of_mut!(SINK), x);
+        read_volatile(addr_of!(SINK))
+    }
+}
 
 fn cpu_time() -> Duration {
     // /proc/self/stat fields 14 and 15 are utime and stime in clock ticks
@@ -19,7 +29,7 @@ fn cpu_time() -> Duration {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn publish(x: u64) -> u64 {
-    black_box(x)
+    keep(x)
 }
 
 #[no_mangle]
@@ -35,13 +45,13 @@ pub extern "C" fn spin_c(n: u64) -> u64 {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn spin_b(n: u64) -> u64 {
-    black_box(spin_c(n)) + 1
+    keep(spin_c(n)) + 1
 }
 
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn spin_a(n: u64) -> u64 {
-    black_box(spin_b(n)) + 1
+    keep(spin_b(n)) + 1
 }
 
 fn main() {
@@ -49,7 +59,7 @@ fn main() {
     let end = cpu_time() + Duration::from_secs_f64(secs);
     let mut t = 0u64;
     while cpu_time() < end {
-        t = t.wrapping_add(spin_a(black_box(5_000_000)));
+        t = t.wrapping_add(spin_a(keep(5_000_000)));
     }
-    black_box(t);
+    keep(t);
 }
