@@ -242,3 +242,44 @@ func TestAutoUnwind(t *testing.T) {
 		t.Errorf("auto mode, frame pointers: chain in %.1f%% of samples, want ≥ 95%%", 100*frac)
 	}
 }
+
+// TestSelfProfileDWARF profiles the test binary itself in DWARF mode: Go
+// code unwinds through the Go linker's .debug_frame up to the test
+// function that called selfSpin.
+func TestSelfProfileDWARF(t *testing.T) {
+	needPerf(t)
+	var out bytes.Buffer
+	tr, err := Start(context.Background(), Options{Frequency: 999, Streams: []io.Writer{&out}, Unwind: UnwindDWARF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selfSpin(500 * time.Millisecond)
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	d := readTrace(t, out.Bytes())
+	total, spin, caller := 0, 0, 0
+	for _, s := range d.samples {
+		if s.Tid != uint32(spinTid) {
+			continue
+		}
+		total++
+		pcs := userFrames(d.stacks[s.Stack])
+		if stackHas(pcs, ".selfSpin") {
+			spin++
+			if stackHas(pcs, ".TestSelfProfileDWARF") && stackHas(pcs, "testing.tRunner") {
+				caller++
+			}
+		}
+	}
+	t.Logf("%d samples of thread %d, %d in selfSpin, %d of them up to testing.tRunner; %d lost", total, spinTid, spin, caller, len(d.lost))
+	if total < 60 {
+		t.Fatalf("only %d samples of the spinning thread in 0.5 s of its CPU time at 999 Hz", total)
+	}
+	if frac := float64(spin) / float64(total); frac < 0.8 {
+		t.Errorf("%.0f%% of the spinning thread's samples in selfSpin, want ≥ 80%%", 100*frac)
+	}
+	if frac := float64(caller) / float64(max(spin, 1)); frac < 0.95 {
+		t.Errorf("%.0f%% of selfSpin samples unwind to testing.tRunner, want ≥ 95%%", 100*frac)
+	}
+}
