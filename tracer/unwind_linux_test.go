@@ -94,7 +94,7 @@ func TestDWARFChain(t *testing.T) {
 	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	for _, mode := range []UnwindMode{UnwindFP, UnwindDWARF} {
 		inLeaf, good, total, _ := recordChain(t, bin, Options{Unwind: mode}, "1")
-		if total < 300 || inLeaf < total/2 {
+		if total < 200 || inLeaf < total/2 {
 			t.Fatalf("%v: %d samples, %d in leaf, in 1 s of CPU at 1000 Hz", mode, total, inLeaf)
 		}
 		frac := float64(good) / float64(inLeaf)
