@@ -24,9 +24,16 @@ func Demangle(name string) string {
 		// The demangle package rejects a suffix after a name with no
 		// parameter types ("_ZN…17h…E.llvm.1234", Rust and LTO); LLVM
 		// prints it as a clone suffix.
-		if i := strings.IndexByte(name, '.'); i > 0 && strings.HasPrefix(name, "_Z") {
-			if base := demangle.Filter(name[:i], demangle.LLVMStyle, demangle.NoRust); base != name[:i] {
-				return spaceTemplateClose(operatorTemplate(base)) + " (" + name[i:] + ")"
+		// Legacy Rust names hold dots themselves ("alloc..boxed"): the
+		// suffix starts at the first dot after which the rest demangles.
+		if strings.HasPrefix(name, "_Z") {
+			for i := 0; i < len(name); i++ {
+				if name[i] != '.' {
+					continue
+				}
+				if base := demangle.Filter(name[:i], demangle.LLVMStyle, demangle.NoRust); base != name[:i] {
+					return spaceTemplateClose(operatorTemplate(base)) + " (" + name[i:] + ")"
+				}
 			}
 		}
 		return name

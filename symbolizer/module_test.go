@@ -110,6 +110,8 @@ func TestDemangle(t *testing.T) {
 		"_Z1fv.isra.0":                                                               "f() (.isra.0)",
 		"_ZN1AgtEv":                                                                  "A::operator>()",
 		"_ZN1ArsEi":                                                                  "A::operator>>(int)",
+		"_ZN9hashbrown3raw14reserve_rehash17ha46695d12a604c59E.llvm.22":      "hashbrown::raw::reserve_rehash::ha46695d12a604c59 (.llvm.22)",
+		"_ZN4core3ptr25drop_in_place$LT$a..b$GT$17hd4076bc5bd5aa74fE.llvm.6": "core::ptr::drop_in_place$LT$a..b$GT$::hd4076bc5bd5aa74f (.llvm.6)",
 	} {
 		if got := Demangle(in); got != want {
 			t.Errorf("Demangle(%q) = %q, want %q", in, got, want)
