@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]...",
+		usage: "FILE --to pprof|folded [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
 		short: "symbolize a trace and write it as a pprof profile or folded stacks",
 		run:   runConvert,
 	})

@@ -18,7 +18,7 @@ import (
 func init() {
 	register(&command{
 		name:  "report",
-		usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod]",
+		usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [-j N]",
 		short: "symbolize a trace and print the top functions by self and total samples",
 		run:   runReport,
 	})
