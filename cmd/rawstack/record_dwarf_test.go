@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
+)
+
+// TestRecordDWARF records a program built without frame pointers with
+// --unwind dwarf, online and with --keep-raw, and checks with convert
+// --to folded that the chain main;a;b;c;d;e;leaf is there in nearly every
+// sample either way.
+func TestRecordDWARF(t *testing.T) {
+	if err := linux.Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) to build the fixture")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "dwarfchain")
+	if b, err := exec.Command(cc, "-O2", "-fomit-frame-pointer", "-o", bin, "../../tracer/testdata/dwarfchain.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, b)
+	}
+	for _, extra := range [][]string{nil, {"--keep-raw", "--stack-size", "4096"}} {
+		out := filepath.Join(dir, "t.rawstack")
+		args := append(append([]string{"record", "-q", "-o", out, "-F", "499", "--unwind", "dwarf"}, extra...), "--", bin, "0.5")
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%q exited %d: %s", args, code, stderr.String())
+		}
+		folded := filepath.Join(dir, "t.folded")
+		stderr.Reset()
+		if code := run([]string{"convert", out, "--to", "folded", "--no-debuginfod", "-o", folded}, &stdout, &stderr); code != 0 {
+			t.Fatalf("convert exited %d: %s", code, stderr.String())
+		}
+		b, err := os.ReadFile(folded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all, chain int
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			sp := strings.LastIndexByte(line, ' ')
+			n, err := strconv.Atoi(line[sp+1:])
+			if err != nil {
+				t.Fatalf("folded line %q", line)
+			}
+			all += n
+			if strings.Contains(line[:sp], ";main;a;b;c;d;e;leaf") {
+				chain += n
+			}
+		}
+		t.Logf("%q: %d of %d samples hold main;a;b;c;d;e;leaf", extra, chain, all)
+		if all < 100 || float64(chain) < 0.95*float64(all) {
+			t.Errorf("%q: %d of %d samples hold main;a;b;c;d;e;leaf, want ≥ 95%%", extra, chain, all)
+		}
+	}
+}
+
+func TestRecordDWARFUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"record", "--unwind", "lbr", "--", "true"},
+		{"record", "--keep-raw", "--", "true"},
+		{"record", "--unwind", "dwarf", "--stack-size", "70000", "--", "true"},
+	} {
+		var so, se bytes.Buffer
+		if code := run(args, &so, &se); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", args, code, se.String())
+		}
+	}
+}
