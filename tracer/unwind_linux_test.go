@@ -283,3 +283,60 @@ func TestSelfProfileDWARF(t *testing.T) {
 		t.Errorf("%.0f%% of selfSpin samples unwind to testing.tRunner, want ≥ 95%%", 100*frac)
 	}
 }
+
+// TestDWARFThroughVDSO unwinds samples taken in the vDSO's clock_gettime
+// (whose CFI the unwinder reads from its own process's vDSO) through libc
+// to main. Frame-pointer fallback in the vDSO loses the callers of about
+// 1% of them, in its prologues and epilogues.
+func TestDWARFThroughVDSO(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "vdsochain", []string{"vdsochain.c"}, "-O2", "-fomit-frame-pointer")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := Start(ctx, Options{Frequency: 1000, Command: exec.Command(bin, "0.8"), Streams: []io.Writer{&out}, Unwind: UnwindDWARF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	pid := uint32(tr.Pid())
+	d := readTrace(t, out.Bytes())
+	st := openSymtab(t, bin)
+	want := []string{"spin", "b", "a", "main"}
+	total, inVDSO, good := 0, 0, 0
+	for _, s := range d.samples {
+		if s.Pid != pid {
+			continue
+		}
+		total++
+		pcs := userFrames(d.stacks[s.Stack])
+		vdso := false
+		for _, m := range d.modules {
+			if len(pcs) > 0 && m.Kind == format.ModuleVDSO && pcs[0] >= m.Base && pcs[0] < m.Base+m.Size {
+				vdso = true
+			}
+		}
+		if !vdso {
+			continue
+		}
+		inVDSO++
+		ok := false
+		for i := 1; i+len(want) <= len(pcs) && !ok; i++ {
+			ok = chainFrom(st, d, pid, bin, append([]uint64{pcs[i] - 1}, pcs[i+1:]...), want)
+		}
+		if ok {
+			good++
+		} else if testing.Verbose() {
+			t.Logf("no chain: %x", pcs)
+		}
+	}
+	t.Logf("%d samples, %d in the vDSO, %d of them hold main→a→b→spin", total, inVDSO, good)
+	if total < 200 || inVDSO < total/4 {
+		t.Fatalf("%d samples, %d in the vDSO, in 0.8 s of CPU at 1000 Hz", total, inVDSO)
+	}
+	if frac := float64(good) / float64(inVDSO); frac < 0.997 {
+		t.Errorf("%.1f%% of vDSO samples hold main→a→b→spin, want ≥ 99.7%%", 100*frac)
+	}
+}

@@ -3,6 +3,7 @@
 package linux
 
 import (
+	"bytes"
 	"debug/elf"
 	"math/bits"
 	"os"
@@ -48,6 +49,7 @@ type unwinder struct {
 
 	procs map[uint32]*unwindProc
 	files map[string]*unwindFile
+	vdso  *unwindFile // read from this process on first use
 
 	regs arch.Regs
 	mem  arch.StackCopy
@@ -188,6 +190,10 @@ func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
 	if ps != nil {
 		for _, m := range ps.modules {
 			ml := m.ml
+			if ml != nil && ml.Kind == format.ModuleVDSO {
+				uw.add(p, uw.vdsoFile(), m.start, m.end, 0)
+				continue
+			}
 			if ml == nil || ml.Kind != format.ModuleELF || !strings.HasPrefix(ml.Path, "/") {
 				continue
 			}
@@ -264,4 +270,46 @@ func (uw *unwinder) openFile(pid uint32, path string) *unwindFile {
 		return uf
 	}
 	return &unwindFile{}
+}
+
+// vdsoFile returns the vDSO's unwind table. The kernel maps one vDSO
+// image into every process of an ABI, so it is read once from this
+// process's memory; its rules are link-time addresses like a file's.
+func (uw *unwinder) vdsoFile() *unwindFile {
+	if uw.vdso != nil {
+		return uw.vdso
+	}
+	uw.vdso = &unwindFile{}
+	data, err := readSmall("/proc/self/maps", 64<<20)
+	if err != nil {
+		return uw.vdso
+	}
+	maps, _ := parseMaps(data)
+	for i := range maps {
+		m := &maps[i]
+		if m.Path != "[vdso]" || m.End-m.Start > 1<<20 {
+			continue
+		}
+		mem, err := os.Open("/proc/self/mem")
+		if err != nil {
+			return uw.vdso
+		}
+		img := make([]byte, m.End-m.Start)
+		_, err = mem.ReadAt(img, int64(m.Start))
+		mem.Close()
+		if err != nil {
+			return uw.vdso
+		}
+		f, err := elf.NewFile(bytes.NewReader(img))
+		if err != nil {
+			return uw.vdso
+		}
+		uw.vdso.f = f
+		uw.vdso.table, _ = arch.NewTableELF(f, "[vdso]")
+		if uw.auto {
+			uw.vdso.fp = keepsFramePointers(uw.arch, uw.vdso.table)
+		}
+		break
+	}
+	return uw.vdso
 }
