@@ -10,6 +10,18 @@
 // afterwards; each ELF module carries its GNU and Go build ids, read when
 // the mapping is seen (through /proc/PID/root, so containers work).
 //
+// With [platform.Config] Unwind set to UnwindDWARF or UnwindAuto, samples
+// carry the user registers and a copy of the top of the user stack
+// (PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER) instead of the user part
+// of the callchain. The goroutine that drains the rings unwinds them with
+// package arch: a module's table is built from its file the first time a
+// walk passes through it, cached per file; auto mode follows frame
+// pointers in modules whose CFI says they keep them. A sample the reader
+// reaches more than two seconds late is dropped and reported as Lost
+// (LostUnwind), so an unwinder that falls behind catches up. With KeepRaw
+// the registers and stack copy are reported as they are, for offline
+// unwinding.
+//
 // On other systems every entry point returns an error wrapping
 // platform.ErrNotSupported.
 package linux
