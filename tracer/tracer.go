@@ -61,8 +61,11 @@ type Options struct {
 	// the kernel follows frame pointers), UnwindDWARF (registers and a
 	// copy of the stack, unwound with the modules' CFI in the tracer's
 	// reading goroutine) or UnwindAuto (frame pointers in the modules
-	// that keep them, CFI elsewhere). Samples the reader is too late to
-	// unwind are dropped and reported as Lost (LostUnwind).
+	// that keep them, CFI elsewhere; a module keeps them when at least a
+	// tenth of its CFI rows compute the frame address from the frame
+	// pointer, so Go binaries, whose CFI counts from the stack pointer,
+	// get CFI). Samples the reader is too late to unwind are dropped and
+	// reported as Lost (LostUnwind).
 	Unwind UnwindMode
 	// StackSize is the user stack copied per sample in the DWARF modes,
 	// in bytes; 0 means 8192.

@@ -264,8 +264,8 @@ func (uw *unwinder) openFile(pid uint32, path string) *unwindFile {
 		uf := &unwindFile{f: f}
 		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
 		f.Close()
-		if uw.auto {
-			uf.fp = keepsFramePointers(uw.arch, uf.table)
+		if uw.auto && keepsFramePointers(uw.arch, uf.table) {
+			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
 		return uf
 	}
