@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rawstack/rawstack/format"
@@ -29,6 +31,79 @@ type dwarfRun struct {
 	recordWall, reportWall time.Duration
 	bytes, samples         int64
 	recorderNs             float64 // CPU time of the recorder: all of the run's minus the workload's
+	chain                  float64 // fraction of samples whose stack holds main, deep<8>…deep<1> and leaf
+}
+
+// fullChain reports whether a stack's function names (any order, any
+// decoration after the name) hold recordload's whole chain.
+func fullChain(names []string) bool {
+	var seen [4]bool
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "main":
+			seen[0] = true
+		case strings.HasPrefix(n, "deep<8>::run"):
+			seen[1] = true
+		case strings.HasPrefix(n, "deep<1>::run"):
+			seen[2] = true
+		case strings.HasPrefix(n, "leaf(") || n == "leaf":
+			seen[3] = true
+		}
+	}
+	return seen[0] && seen[1] && seen[2] && seen[3]
+}
+
+// rawstackChain converts a trace to folded stacks and returns the
+// fraction of samples with the whole chain.
+func rawstackChain(rawstack, trace string) (float64, error) {
+	out, err := exec.Command(rawstack, "convert", trace, "--to", "folded", "--no-debuginfod").Output()
+	if err != nil {
+		return 0, fmt.Errorf("rawstack convert: %w", err)
+	}
+	var all, good int
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		n, err := strconv.Atoi(line[sp+1:])
+		if err != nil {
+			continue
+		}
+		all += n
+		if fullChain(strings.Split(line[:sp], ";")) {
+			good += n
+		}
+	}
+	return float64(good) / float64(max(all, 1)), nil
+}
+
+// perfChain reads perf script's stacks and returns the fraction of
+// samples with the whole chain.
+func perfChain(perf, pdata string) (float64, error) {
+	out, err := exec.Command(perf, "script", "-i", pdata, "-F", "ip,sym").Output()
+	if err != nil {
+		return 0, fmt.Errorf("perf script: %w", err)
+	}
+	var all, good int
+	for _, block := range strings.Split(string(out), "\n\n") {
+		var names []string
+		for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				names = append(names, strings.Join(f[1:], " "))
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		all++
+		if fullChain(names) {
+			good++
+		}
+	}
+	return float64(good) / float64(max(all, 1)), nil
 }
 
 // recordTimed runs a recorder command via runLoad and fills r's record
@@ -75,6 +150,9 @@ func runDWARF(cfg *config) ([]row, error) {
 			if r.reportWall, err = timed(exec.Command(rawstack, "report", "--no-debuginfod", out)); err != nil {
 				return nil, fmt.Errorf("rawstack report: %w", err)
 			}
+			if r.chain, err = rawstackChain(rawstack, out); err != nil {
+				return nil, err
+			}
 			if keep {
 				raw = append(raw, r)
 			} else {
@@ -92,6 +170,9 @@ func runDWARF(cfg *config) ([]row, error) {
 		}
 		if err == nil {
 			r.reportWall, err = timed(exec.Command(perf, "report", "-i", pdata, "--stdio"))
+		}
+		if err == nil {
+			r.chain, err = perfChain(perf, pdata)
 		}
 		if err != nil {
 			perfErr = fmt.Errorf("perf: %w", err)
@@ -111,6 +192,7 @@ func runDWARF(cfg *config) ([]row, error) {
 	total := func(r dwarfRun) float64 { return (r.recordWall + r.reportWall).Seconds() }
 	n := func(r dwarfRun) float64 { return float64(r.samples) }
 	cpu := func(r dwarfRun) float64 { return r.recorderNs / float64(max(r.samples, 1)) / 1e3 }
+	chain := func(r dwarfRun) float64 { return 100 * r.chain }
 	fmt.Fprintf(cfg.logger, "  online %.0f B/sample, keep-raw %.0f B/sample, %.0f samples\n", med(online, bps), med(raw, bps), med(online, n))
 	peer, note := "perf --call-graph dwarf", ""
 	if perfErr != nil || len(pf) == 0 {
@@ -139,6 +221,8 @@ func runDWARF(cfg *config) ([]row, error) {
 		{Scenario: "dwarf", Metric: "record+report wall time (s), online", Rawstack: med(online, total), Peer: peer, PeerVal: pv(total), Better: "lower", Note: or("end to end")},
 		{Scenario: "dwarf", Metric: "recorder CPU/sample (us), online unwinding", Rawstack: med(online, cpu), Peer: peer, PeerVal: pv(cpu), Better: "lower", Note: or("rawstack unwinds while recording, perf copies; whole process")},
 		{Scenario: "dwarf", Metric: "recorder CPU/sample (us), --keep-raw", Rawstack: med(raw, cpu), Peer: peer, PeerVal: pv(cpu), Better: "lower", Note: or("whole recorder process incl. startup and exit")},
+		{Scenario: "dwarf", Metric: "samples with main…deep<8>…deep<1>…leaf (%), online", Rawstack: med(online, chain), Peer: peer, PeerVal: pv(chain), Better: "higher", Note: or("perf script stacks")},
+		{Scenario: "dwarf", Metric: "samples with main…leaf (%), --keep-raw", Rawstack: med(raw, chain), Peer: peer, PeerVal: pv(chain), Better: "higher", Note: note},
 		{Scenario: "dwarf", Metric: "samples recorded", Rawstack: med(online, n), Peer: peer, PeerVal: pv(n), Better: "higher", Note: note},
 	}, nil
 }
