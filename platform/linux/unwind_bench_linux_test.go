@@ -1,0 +1,107 @@
+//go:build linux
+
+package linux
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// rawCapture keeps a KeepRaw session's modules and raw samples.
+type rawCapture struct {
+	countHandler
+	mods []format.ModuleLoad
+	raws []platform.Sample
+}
+
+func (h *rawCapture) ModuleLoad(e *format.ModuleLoad) { h.mods = append(h.mods, *e) }
+func (h *rawCapture) Sample(s *platform.Sample) {
+	if s.Stack == nil || len(h.raws) >= 2000 {
+		return
+	}
+	c := *s
+	c.PCs = nil
+	c.Regs = append([]uint64(nil), s.Regs...)
+	c.Stack = append([]byte(nil), s.Stack...)
+	h.raws = append(h.raws, c)
+}
+
+// BenchmarkDWARFUnwind measures online unwinding per sample (decode,
+// unwind through the fixture's chain and libc, report) on samples of a
+// real program built without frame pointers, replayed with its mappings.
+func BenchmarkDWARFUnwind(b *testing.B) {
+	if runtime.GOARCH != "amd64" {
+		b.Skip("the records carry amd64 registers")
+	}
+	if err := Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			b.Skip(err)
+		}
+		b.Fatal(err)
+	}
+	bin := buildFixture(b, "fpchain.c", "-O2", "-fomit-frame-pointer")
+	h := &rawCapture{}
+	s, err := Launch(exec.Command(bin, "300000000"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s.Run(ctx)
+	cancel()
+	s.Close()
+	if len(h.raws) < 50 {
+		b.Fatalf("only %d raw samples captured", len(h.raws))
+	}
+	// Rebuild perf records: registers back in perf order, stack copy, a
+	// time that is never late.
+	var recs [][]byte
+	for _, r := range h.raws {
+		var regs arch.Regs
+		if err := regs.SetMasked(arch.AMD64, r.RegMask, r.Regs); err != nil {
+			b.Fatal(err)
+		}
+		var vals []uint64
+		for p := 0; p < 64; p++ {
+			if arch.PerfRegsAMD64&(1<<uint(p)) != 0 {
+				vals = append(vals, regs.R[arch.PerfToDWARF(arch.AMD64, p)])
+			}
+		}
+		rec := dwarfSampleRecord(nil, 2, vals, r.Stack, uint64(len(r.Stack)+7)&^7, uint64(len(r.Stack)))
+		binary.LittleEndian.PutUint32(rec[8+8:], r.Pid)
+		binary.LittleEndian.PutUint64(rec[8+16:], 1<<62)
+		recs = append(recs, rec)
+	}
+	count := &countHandler{}
+	rs := newSession(platform.Config{Pid: s.Pid(), Unwind: platform.UnwindDWARF}, count)
+	rs.pid = s.Pid()
+	for i := range h.mods {
+		m := &h.mods[i]
+		rs.loadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
+	}
+	for _, rec := range recs { // warm: tables built
+		rs.Replay(rec)
+	}
+	frames := 0
+	rs.h = &frameCounter{n: &frames}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rs.Replay(recs[i%len(recs)])
+	}
+	b.ReportMetric(float64(frames)/float64(b.N), "frames/sample")
+}
+
+type frameCounter struct {
+	countHandler
+	n *int
+}
+
+func (f *frameCounter) Sample(s *platform.Sample) { *f.n += len(s.PCs) }
