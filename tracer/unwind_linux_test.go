@@ -340,3 +340,52 @@ func TestDWARFThroughVDSO(t *testing.T) {
 		t.Errorf("%.1f%% of vDSO samples hold main→a→b→spin, want ≥ 99.7%%", 100*frac)
 	}
 }
+
+// TestDWARFAttach attaches to a running program built without frame
+// pointers: its modules come from /proc/PID/maps rather than MMAP2
+// records, and DWARF mode recovers the chain all the same.
+func TestDWARFAttach(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	cmd := exec.Command(bin, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	time.Sleep(50 * time.Millisecond) // let it exec and map its libraries
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	tr, err := Start(ctx, Options{Frequency: 1000, Pid: cmd.Process.Pid, Streams: []io.Writer{&out}, Unwind: UnwindDWARF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tr.Done()
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	d := readTrace(t, out.Bytes())
+	st := openSymtab(t, bin)
+	inLeaf, good := 0, 0
+	for _, s := range d.samples {
+		pcs := userFrames(d.stacks[s.Stack])
+		if s.Pid != pid || len(pcs) == 0 || st.lookup(d, pid, bin, pcs[0]) != "leaf" {
+			continue
+		}
+		inLeaf++
+		if chainFrom(st, d, pid, bin, pcs, deepChain) {
+			good++
+		}
+	}
+	t.Logf("%d samples, %d in leaf, %d with the whole chain", len(d.samples), inLeaf, good)
+	if inLeaf < 100 {
+		t.Fatalf("only %d samples in leaf in 1.5 s at 1000 Hz", inLeaf)
+	}
+	if frac := float64(good) / float64(inLeaf); frac < 0.99 {
+		t.Errorf("attached DWARF mode: chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
+	}
+}
