@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +388,61 @@ func TestDWARFAttach(t *testing.T) {
 	}
 	if frac := float64(good) / float64(inLeaf); frac < 0.99 {
 		t.Errorf("attached DWARF mode: chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
+	}
+}
+
+// TestDWARFForkDlopen: a library loaded with dlopen after start and a
+// forked child, all built without frame pointers. Samples in the library,
+// in the parent and in the child, unwind through it to main: tables are
+// loaded for modules that appear late, and a child inherits its parent's
+// modules.
+func TestDWARFForkDlopen(t *testing.T) {
+	needPerf(t)
+	lib := buildC(t, "liblate.so", []string{"late.c"}, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
+	bin := buildC(t, "forkdl", []string{"forkdl.c"}, "-O2", "-fomit-frame-pointer", "-ldl")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := Start(ctx, Options{Frequency: 999, Command: exec.Command(bin, lib), Streams: []io.Writer{&out}, Unwind: UnwindDWARF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(tr.Pid())
+	d := readTrace(t, out.Bytes())
+	st := openSymtab(t, bin)
+	inLate, withMain := map[uint32]int{}, map[uint32]int{}
+	for _, s := range d.samples {
+		pcs := userFrames(d.stacks[s.Stack])
+		if len(pcs) == 0 {
+			continue
+		}
+		late := false
+		for _, m := range d.modules {
+			if m.Pid == s.Pid && filepath.Base(m.Path) == "liblate.so" && pcs[0] >= m.Base && pcs[0] < m.Base+m.Size {
+				late = true
+			}
+		}
+		if !late {
+			continue
+		}
+		inLate[s.Pid]++
+		for _, pc := range pcs[1:] {
+			if st.lookup(d, s.Pid, bin, pc-1) == "main" {
+				withMain[s.Pid]++
+				break
+			}
+		}
+	}
+	t.Logf("parent %d; samples in liblate.so per pid %v, of them unwound to main %v", pid, inLate, withMain)
+	if len(inLate) != 2 {
+		t.Fatalf("samples in liblate.so from %d processes, want parent and child: %v", len(inLate), inLate)
+	}
+	for p, n := range inLate {
+		if n < 30 || float64(withMain[p]) < 0.97*float64(n) {
+			t.Errorf("pid %d: %d of %d samples in liblate.so unwound to main, want ≥ 97%%", p, withMain[p], n)
+		}
 	}
 }
