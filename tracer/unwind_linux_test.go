@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -444,5 +445,58 @@ func TestDWARFForkDlopen(t *testing.T) {
 		if n < 30 || float64(withMain[p]) < 0.97*float64(n) {
 			t.Errorf("pid %d: %d of %d samples in liblate.so unwound to main, want ≥ 97%%", p, withMain[p], n)
 		}
+	}
+}
+
+// TestDWARFDeletedBinary deletes the program's file while it sleeps,
+// before its first sample in main: its unwind table is then read through
+// /proc/PID/map_files.
+func TestDWARFDeletedBinary(t *testing.T) {
+	needPerf(t)
+	if os.Geteuid() != 0 {
+		t.Skip("reading /proc/PID/map_files needs root (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE)")
+	}
+	built := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "dwarfchain-deleted")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := openSymtab(t, bin)
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := Start(ctx, Options{Frequency: 1000, Command: exec.Command(bin, "0.5", "0.3"), Streams: []io.Writer{&out}, Unwind: UnwindDWARF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	pid := uint32(tr.Pid())
+	d := readTrace(t, out.Bytes())
+	inLeaf, good := 0, 0
+	for _, s := range d.samples {
+		pcs := userFrames(d.stacks[s.Stack])
+		if s.Pid != pid || len(pcs) == 0 || st.lookup(d, pid, bin, pcs[0]) != "leaf" {
+			continue
+		}
+		inLeaf++
+		if chainFrom(st, d, pid, bin, pcs, deepChain) {
+			good++
+		}
+	}
+	t.Logf("%d samples, %d in leaf, %d with the whole chain", len(d.samples), inLeaf, good)
+	if inLeaf < 100 {
+		t.Fatalf("only %d samples in leaf in 0.5 s of CPU at 1000 Hz", inLeaf)
+	}
+	if frac := float64(good) / float64(inLeaf); frac < 0.99 {
+		t.Errorf("deleted binary: chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
 	}
 }

@@ -5,6 +5,7 @@ package linux
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"math/bits"
 	"os"
 	"runtime"
@@ -194,7 +195,7 @@ func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
 				uw.add(p, uw.vdsoFile(), m.start, m.end, 0)
 				continue
 			}
-			if ml == nil || ml.Kind != format.ModuleELF || !strings.HasPrefix(ml.Path, "/") {
+			if ml == nil || (ml.Kind != format.ModuleELF && ml.Kind != format.ModuleUnknown) || !strings.HasPrefix(ml.Path, "/") {
 				continue
 			}
 			key := ml.Path + "\x00" + string(ml.BuildID)
@@ -242,7 +243,7 @@ func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
 		p.lazy = append(p.lazy[:j], p.lazy[j+1:]...)
 		f, ok := uw.files[lm.key]
 		if !ok {
-			f = uw.openFile(pid, lm.path)
+			f = uw.openFile(pid, lm)
 			uw.files[lm.key] = f
 		}
 		uw.add(p, f, lm.start, lm.end, lm.off)
@@ -251,9 +252,13 @@ func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
 	return loaded
 }
 
-// openFile builds the unwind table of path as process pid sees it.
-func (uw *unwinder) openFile(pid uint32, path string) *unwindFile {
-	for _, name := range []string{procDir(int(pid)) + "/root" + path, path} {
+// openFile builds the unwind table of a module's file as process pid sees
+// it: through /proc/PID/root, then the path as is, then (for a file
+// deleted or replaced since it was mapped) /proc/PID/map_files.
+func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
+	path := strings.TrimSuffix(lm.path, " (deleted)")
+	dir := procDir(int(pid))
+	for _, name := range []string{dir + "/root" + path, path, fmt.Sprintf("%s/map_files/%x-%x", dir, lm.start, lm.end)} {
 		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}

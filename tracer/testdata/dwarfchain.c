@@ -1,9 +1,11 @@
 // dwarfchain spends argv[1] seconds of CPU time in the leaf of
 // main -> a -> b -> c -> d -> e -> leaf. Built with -O2
 // -fomit-frame-pointer, no function keeps a frame pointer: rbp is a
-// general register, so only CFI recovers the chain.
+// general register, so only CFI recovers the chain. argv[2], if given,
+// is a number of seconds to sleep first.
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now(void) {
 	struct timespec ts;
@@ -46,6 +48,8 @@ LEVEL(a, b)
 
 int main(int argc, char **argv) {
 	double secs = argc > 1 ? atof(argv[1]) : 1.0;
+	if (argc > 2)
+		usleep((useconds_t)(atof(argv[2]) * 1e6));
 	double end = now() + secs;
 	unsigned long t = 0;
 	while (now() < end)
