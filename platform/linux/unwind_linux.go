@@ -124,13 +124,13 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	if r.Kernel {
 		kernel = sm.PCs
 	}
-	if r.UserABI == 0 || len(r.UserRegs) == 0 {
-		sm.PCs = kernel // a kernel thread: no user stack
-		return len(kernel) > 0
-	}
-	if err := uw.regs.SetPerf(uw.arch, uw.mask, r.UserRegs); err != nil {
+	if r.UserABI == 0 || len(r.UserRegs) == 0 || uw.regs.SetPerf(uw.arch, uw.mask, r.UserRegs) != nil {
+		// A kernel thread (no user registers): the kernel frames, if any.
 		sm.PCs = kernel
-		return len(kernel) > 0
+		if len(kernel) == 0 {
+			return uw.drop(s, sm)
+		}
+		return true
 	}
 	uw.mem = arch.StackCopy{Addr: uw.regs.SP(), Data: r.UserStack}
 	if uw.keepRaw {
@@ -143,9 +143,7 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 		return true
 	}
 	if now := sys.Monotonic(); now-sm.Time > maxUnwindLag {
-		s.lost.Add(1)
-		s.h.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
-		return false
+		return uw.drop(s, sm)
 	}
 	p := uw.proc(s, sm.Pid)
 	pcs := append(uw.pcs[:0], kernel...)
@@ -162,6 +160,13 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	uw.pcs = pcs
 	sm.PCs = pcs
 	return true
+}
+
+// drop counts sm as lost (LostUnwind) and returns false.
+func (uw *unwinder) drop(s *Session, sm *platform.Sample) bool {
+	s.lost.Add(1)
+	s.h.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
+	return false
 }
 
 // proc returns pid's unwind state, rebuilt when its modules changed.

@@ -150,3 +150,19 @@ func TestDWARFSampleAllocs(t *testing.T) {
 		t.Errorf("%d samples reported, want 102", h.samples)
 	}
 }
+
+// TestDWARFNoUserStack: a sample without user registers keeps its kernel
+// frames, and one with neither is counted lost, not dropped silently.
+func TestDWARFNoUserStack(t *testing.T) {
+	h := &rawHandler{}
+	s := newSession(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
+	s.pid = 7
+	s.Replay(dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 0, nil, nil, 0, 0))
+	if h.samples != 1 || len(h.last.PCs) != 1 || h.last.PCs[0] != 0xffffffff81000010 {
+		t.Errorf("kernel-only sample: %d samples, pcs %x", h.samples, h.last.PCs)
+	}
+	s.Replay(dwarfSampleRecord(nil, 0, nil, nil, 0, 0))
+	if h.samples != 1 || h.lost != 1 || len(h.reasons) != 1 || h.reasons[0] != format.LostUnwind {
+		t.Errorf("empty sample: %d samples, %d lost %v; want it lost (LostUnwind)", h.samples, h.lost, h.reasons)
+	}
+}
