@@ -84,7 +84,13 @@ func recordChain(t *testing.T, bin string, opts Options, secs string) (inLeaf, g
 			good++
 		}
 	}
-	t.Logf("%v: %d samples, %d in leaf, %d of them with the whole chain; %d lost events; stats %+v", opts.Unwind, total, inLeaf, good, len(d.lost), tr.Stats())
+	truncated := 0
+	for _, s := range d.samples {
+		if s.Pid == pid && s.Flags&format.SampleTruncated != 0 {
+			truncated++
+		}
+	}
+	t.Logf("%v: %d samples (%d truncated), %d in leaf, %d of them with the whole chain; %d lost events; stats %+v", opts.Unwind, total, truncated, inLeaf, good, len(d.lost), tr.Stats())
 	return inLeaf, good, total, d
 }
 
@@ -498,5 +504,22 @@ func TestDWARFDeletedBinary(t *testing.T) {
 	}
 	if frac := float64(good) / float64(inLeaf); frac < 0.99 {
 		t.Errorf("deleted binary: chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
+	}
+}
+
+// TestDWARFTruncated copies too little stack for the chain: samples are
+// flagged truncated, where whole chains (TestDWARFChain) are not.
+func TestDWARFTruncated(t *testing.T) {
+	needPerf(t)
+	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	_, good, total, d := recordChain(t, bin, Options{Unwind: UnwindDWARF, StackSize: 32}, "0.3")
+	truncated := 0
+	for _, s := range d.samples {
+		if s.Flags&format.SampleTruncated != 0 {
+			truncated++
+		}
+	}
+	if total < 60 || good != 0 || truncated < total*9/10 {
+		t.Errorf("32-byte stack copies: %d samples, %d with the whole chain (want 0), %d flagged truncated (want ≥ 90%%)", total, good, truncated)
 	}
 }

@@ -154,7 +154,9 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 			break
 		}
 	}
-	if p.u.Stop == arch.StopMaxFrames {
+	if p.u.Stop != arch.StopOutermost {
+		// Cut short: the stack copy ended (a bigger StackSize helps), the
+		// frame limit, or no rule and no frame pointer.
 		sm.Flags |= format.SampleTruncated
 	}
 	uw.pcs = pcs
