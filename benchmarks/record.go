@@ -10,8 +10,6 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-
-	"github.com/rawstack/rawstack/format"
 )
 
 // The record scenario (issue 3): a CPU-bound C++ workload run unsampled,
@@ -70,7 +68,7 @@ func runRecord(cfg *config) ([]row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rawstack record: %w", err)
 		}
-		r.bytes, r.samples, err = rawstackSamples(out)
+		r.bytes, r.samples, err = countSamples(out)
 		if err != nil {
 			return nil, err
 		}
@@ -135,37 +133,6 @@ func runLoad(cmd *exec.Cmd) (recordRun, error) {
 	st := cmd.ProcessState
 	all := float64((st.UserTime() + st.SystemTime()).Nanoseconds())
 	return recordRun{cpuNs: ns, allNs: all}, nil
-}
-
-// rawstackSamples returns the size of a trace and its number of samples.
-func rawstackSamples(path string) (int64, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, 0, err
-	}
-	r, err := format.NewReader(f)
-	if err != nil {
-		return 0, 0, err
-	}
-	var n int64
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("reading %s: %w", path, err)
-		}
-		if ev.Kind == format.KindSample {
-			n++
-		}
-	}
-	return fi.Size(), n, nil
 }
 
 // perfSamples returns the size of a perf.data file and its sample count.
