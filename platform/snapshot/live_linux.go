@@ -138,24 +138,36 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 	}
 	prefetch(lm, mem, sps)
+	// Names do not need the threads stopped: another goroutine reads them
+	// (a /proc file per thread) while this one unwinds.
+	names := make([]string, len(snap.Threads))
+	namesDone := make(chan struct{})
+	go func() {
+		defer close(namesDone)
+		for i := range names {
+			names[i] = readComm(dir + "/task/" + strconv.Itoa(snap.Threads[i].Tid))
+		}
+	}()
 	l := <-done
 	snap.Modules = l.mods
 	unwindThreads(snap.Threads, l.set, mem, opts.maxFrames())
 	st.release()
 	snap.Stopped = time.Since(start)
-	// Names do not need the threads stopped.
+	<-namesDone
 	for i := range snap.Threads {
-		snap.Threads[i].Name = readComm(dir + "/task/" + strconv.Itoa(snap.Threads[i].Tid))
+		snap.Threads[i].Name = names[i]
 	}
 	return snap, nil
 }
 
+// readComm returns the comm of /proc/PID[/task/TID], "" if unreadable.
 func readComm(dir string) string {
-	b, err := os.ReadFile(dir + "/comm")
+	var b [64]byte // comm is at most 16 bytes
+	n, err := unix.ReadSmall(dir+"/comm", b[:])
 	if err != nil {
 		return ""
 	}
-	return strings.TrimRight(string(b), "\n")
+	return strings.TrimRight(string(b[:n]), "\n")
 }
 
 // tracerPid returns the TracerPid of /proc/PID[/task/TID], 0 if none or
