@@ -11,14 +11,16 @@ package kallsyms
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
-	"strconv"
-	"strings"
+	"unicode/utf8"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
@@ -48,33 +50,46 @@ func (e *FormatError) Error() string {
 
 type sym struct {
 	addr uint64
-	name string
+	off  uint32 // name in Table.names
+	n    uint32
 }
 
 // Table is a sorted kernel symbol table. It implements symbolizer.Source.
 type Table struct {
-	syms []sym
+	syms  []sym
+	names string // every kept name, back to back
 }
+
+// maxNames caps the bytes of kept names (offsets are 32-bit).
+const maxNames = 1<<32 - 1
 
 // Parse reads a kallsyms file; name is used in errors. Only text symbols
 // (types t, T, w, W) are kept.
+//
+// /proc/kallsyms of a distribution kernel has over 100,000 lines and is
+// read whenever a trace has kernel frames, so lines are split in place:
+// names go into one shared buffer and the table holds no pointers, which
+// makes parsing a handful of allocations and leaves the collector nothing
+// to scan.
 func Parse(r io.Reader, name string) (*Table, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	t := &Table{}
+	var names []byte
+	var f [4][]byte
 	n, nonzero := 0, false
 	for sc.Scan() {
 		n++
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			if strings.TrimSpace(line) == "" {
+		line := sc.Bytes()
+		nf := fields(line, &f)
+		if nf < 3 {
+			if len(bytes.TrimSpace(line)) == 0 {
 				continue
 			}
 			return nil, &FormatError{name, n, "want ADDRESS TYPE NAME"}
 		}
-		addr, err := strconv.ParseUint(f[0], 16, 64)
-		if err != nil || len(f[1]) != 1 {
+		addr, ok := parseHex(f[0])
+		if !ok || len(f[1]) != 1 {
 			return nil, &FormatError{name, n, fmt.Sprintf("bad address or type in %q", line)}
 		}
 		if addr != 0 {
@@ -88,11 +103,16 @@ func Parse(r io.Reader, name string) (*Table, error) {
 		if len(t.syms) >= maxSymbols {
 			return nil, &FormatError{name, n, "too many symbols"}
 		}
-		s := f[2]
-		if len(f) > 3 && strings.HasPrefix(f[3], "[") {
-			s += " " + f[3]
+		start := len(names)
+		names = append(names, f[2]...)
+		if nf > 3 && len(f[3]) > 0 && f[3][0] == '[' {
+			names = append(names, ' ')
+			names = append(names, f[3]...)
 		}
-		t.syms = append(t.syms, sym{addr, s})
+		if len(names) > maxNames {
+			return nil, &FormatError{name, n, "names too long"}
+		}
+		t.syms = append(t.syms, sym{addr, uint32(start), uint32(len(names) - start)})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("kallsyms: %s:%d: %w", name, n+1, err)
@@ -100,9 +120,74 @@ func Parse(r io.Reader, name string) (*Table, error) {
 	if !nonzero && n > 0 {
 		return nil, ErrHidden
 	}
-	// Stable: among symbols at one address the first listed wins.
-	sort.SliceStable(t.syms, func(i, j int) bool { return t.syms[i].addr < t.syms[j].addr })
+	t.names = string(names)
+	// Stable: among symbols at one address the first listed wins. The
+	// kernel lists its own symbols in address order, so usually there
+	// is nothing to do.
+	byAddr := func(a, b sym) int { return cmp.Compare(a.addr, b.addr) }
+	if !slices.IsSortedFunc(t.syms, byAddr) {
+		slices.SortStableFunc(t.syms, byAddr)
+	}
 	return t, nil
+}
+
+// fields stores up to the first four fields of line, split as
+// strings.Fields splits, in f and returns how many there are (at most 4).
+func fields(line []byte, f *[4][]byte) int {
+	for _, c := range line {
+		if c >= utf8.RuneSelf {
+			// Unicode white space: leave it to strings.Fields.
+			all := bytes.Fields(line)
+			return copy(f[:], all)
+		}
+	}
+	nf := 0
+	for i := 0; i < len(line) && nf < len(f); {
+		for i < len(line) && asciiSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		j := i
+		for j < len(line) && !asciiSpace(line[j]) {
+			j++
+		}
+		f[nf] = line[i:j]
+		nf++
+		i = j
+	}
+	return nf
+}
+
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// parseHex is strconv.ParseUint(s, 16, 64) without the string.
+func parseHex(s []byte) (uint64, bool) {
+	if len(s) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range s {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		if v>>60 != 0 {
+			return 0, false
+		}
+		v = v<<4 | uint64(d)
+	}
+	return v, true
 }
 
 // Symbolize implements symbolizer.Source: the function is the last text
@@ -115,7 +200,8 @@ func (t *Table) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fra
 	for i > 1 && t.syms[i-2].addr == t.syms[i-1].addr {
 		i--
 	}
-	return append(dst, symbolizer.Frame{Function: t.syms[i-1].name}), nil
+	s := t.syms[i-1]
+	return append(dst, symbolizer.Frame{Function: t.names[s.off : s.off+s.n]}), nil
 }
 
 // Close implements symbolizer.Source.

@@ -1,10 +1,13 @@
 package kallsyms
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,9 +97,114 @@ func FuzzParse(f *testing.F) {
 	f.Add(seed, uint64(0xffffffff81000085))
 	f.Fuzz(func(t *testing.T, data []byte, addr uint64) {
 		tab, err := Parse(bytes.NewReader(data), "fuzz")
+		ref, refErr := refParse(data)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("Parse: %v, strings.Fields reference: %v", err, refErr)
+		}
 		if err != nil {
 			return
 		}
-		tab.Symbolize(addr, nil)
+		if tab.Len() != len(ref) {
+			t.Fatalf("%d symbols, reference %d", tab.Len(), len(ref))
+		}
+		for _, a := range []uint64{addr, addr - 1, addr + 1} {
+			fr, _ := tab.Symbolize(a, nil)
+			got := ""
+			if len(fr) > 0 {
+				got = fr[0].Function
+			}
+			if want := refSymbolize(ref, a); got != want {
+				t.Fatalf("%#x: %q, reference %q", a, got, want)
+			}
+		}
 	})
+}
+
+func TestParseLikeStringsFields(t *testing.T) {
+	in := "0000FFFFFFFF81000000 T Upper\n" + // leading zeros, upper case
+		"ffffffff81000010\u00a0t nbsp\n" + // Unicode space separates fields
+		"ffffffff81000020 \vt\ttabbed\r\n" +
+		"ffffffff81000030 t modfn\t[mod]\textra\n" +
+		"ffffffff81000040 W notmod\tnot[mod]\n" +
+		"ffffffff81000050 D data\n"
+	ref, err := refParse([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := Parse(strings.NewReader(in), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.Len() != len(ref) || tab.Len() != 5 {
+		t.Fatalf("%d symbols, reference %d", tab.Len(), len(ref))
+	}
+	for _, a := range []uint64{0xffffffff81000000, 0xffffffff81000010, 0xffffffff81000025, 0xffffffff81000030, 0xffffffff81000040, 0xffffffff81000050} {
+		fr, _ := tab.Symbolize(a, nil)
+		if want := refSymbolize(ref, a); len(fr) != 1 || fr[0].Function != want {
+			t.Errorf("%#x: %v, want %q", a, fr, want)
+		}
+	}
+	for _, bad := range []string{"1ffffffffffffffff T big\n", "ffffffff8100000g T x\n", "+1 T x\n", "ff TT x\n"} {
+		if _, err := Parse(strings.NewReader(bad), "x"); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// refParse is the plain parser Parse replaced (strings.Fields, one string
+// per line), kept to check that the fast one reads files the same way.
+func refParse(data []byte) ([]refSym, error) {
+	var syms []refSym
+	nonzero, n := false, 0
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	for sc.Scan() {
+		n++
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			if strings.TrimSpace(sc.Text()) == "" {
+				continue
+			}
+			return nil, errors.New("short line")
+		}
+		addr, err := strconv.ParseUint(f[0], 16, 64)
+		if err != nil || len(f[1]) != 1 {
+			return nil, errors.New("bad address or type")
+		}
+		nonzero = nonzero || addr != 0
+		switch f[1][0] {
+		case 't', 'T', 'w', 'W':
+		default:
+			continue
+		}
+		s := f[2]
+		if len(f) > 3 && strings.HasPrefix(f[3], "[") {
+			s += " " + f[3]
+		}
+		syms = append(syms, refSym{addr, s})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if !nonzero && n > 0 {
+		return nil, ErrHidden
+	}
+	sort.SliceStable(syms, func(i, j int) bool { return syms[i].addr < syms[j].addr })
+	return syms, nil
+}
+
+type refSym struct {
+	addr uint64
+	name string
+}
+
+func refSymbolize(syms []refSym, addr uint64) string {
+	i := sort.Search(len(syms), func(i int) bool { return syms[i].addr > addr })
+	if i == 0 {
+		return ""
+	}
+	for i > 1 && syms[i-2].addr == syms[i-1].addr {
+		i--
+	}
+	return syms[i-1].name
 }
