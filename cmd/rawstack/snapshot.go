@@ -124,15 +124,20 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
 		names = newFrameNamer(snap, mode == dwarfNames)
 		defer names.close()
 	}
-	fmt.Fprintf(w, "PID %d - process\n", snap.Pid)
+	// Lines are appended with strconv rather than fmt: a hundred threads
+	// print thousands of frames, and fmt was a tenth of a snapshot's CPU.
+	b := make([]byte, 0, 64<<10)
+	b = fmt.Appendf(b, "PID %d - process\n", snap.Pid)
 	for _, t := range snap.Threads {
-		fmt.Fprintf(w, "TID %d:\n", t.Tid)
+		b = append(b, "TID "...)
+		b = strconv.AppendInt(b, int64(t.Tid), 10)
+		b = append(b, ":\n"...)
 		if t.Err != nil {
-			fmt.Fprintf(w, "  (%v)\n", t.Err)
+			b = fmt.Appendf(b, "  (%v)\n", t.Err)
 			continue
 		}
 		for i, pc := range t.PCs {
-			fmt.Fprintf(w, "#%-2d 0x%016x", i, pc)
+			b = appendFrameHead(b, i, pc) // "#%-2d 0x%016x"
 			m := snap.Module(pc)
 			look := pc
 			if i > 0 {
@@ -144,22 +149,52 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
 			}
 			switch {
 			case name != "":
-				fmt.Fprintf(w, " %s", name)
+				b = append(b, ' ')
+				b = append(b, name...)
 			case m != nil && m.HaveBias:
-				fmt.Fprintf(w, " %s+%#x", filepath.Base(m.Path), pc-m.Bias)
+				b = append(b, ' ')
+				b = append(b, filepath.Base(m.Path)...)
+				b = append(b, "+0x"...)
+				b = strconv.AppendUint(b, pc-m.Bias, 16)
 			case m != nil:
-				fmt.Fprintf(w, " %s@%#x", filepath.Base(m.Path), pc-m.Start)
+				b = append(b, ' ')
+				b = append(b, filepath.Base(m.Path)...)
+				b = append(b, "@0x"...)
+				b = strconv.AppendUint(b, pc-m.Start, 16)
 			}
 			if where != "" {
-				fmt.Fprintf(w, " %s", where)
+				b = append(b, ' ')
+				b = append(b, where...)
 			}
-			fmt.Fprintln(w)
+			b = append(b, '\n')
 		}
 		if t.Stop != arch.StopOutermost {
-			fmt.Fprintf(w, "    (unwind stopped: %v)\n", t.Stop)
+			b = fmt.Appendf(b, "    (unwind stopped: %v)\n", t.Stop)
+		}
+		if len(b) >= 32<<10 {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
 		}
 	}
-	return nil
+	_, err := w.Write(b)
+	return err
+}
+
+// appendFrameHead appends what fmt's "#%-2d 0x%016x" prints for frame i at pc.
+func appendFrameHead(b []byte, i int, pc uint64) []byte {
+	b = append(b, '#')
+	b = strconv.AppendInt(b, int64(i), 10)
+	if i >= 0 && i < 10 {
+		b = append(b, ' ')
+	}
+	b = append(b, " 0x"...)
+	const hexDigits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, hexDigits[pc>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // frameNamer names frames by module. The files of every module a stack

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -118,5 +119,17 @@ func TestSnapshotUsage(t *testing.T) {
 	var out, errb bytes.Buffer
 	if rc := run([]string{"snapshot", "--core", "/nonexistent/core.1"}, &out, &errb); rc != 1 || !strings.Contains(errb.String(), "/nonexistent/core.1") {
 		t.Errorf("missing core: rc %d, stderr %q", rc, errb.String())
+	}
+}
+
+// appendFrameHead must print exactly what the fmt verbs it replaces do.
+func TestAppendFrameHead(t *testing.T) {
+	for _, i := range []int{0, 1, 9, 10, 99, 100, 511} {
+		for _, pc := range []uint64{0, 1, 0x7f6014587f16, 0xffffffffffffffff, 0x8000000000000000} {
+			got := string(appendFrameHead([]byte("x"), i, pc))
+			if want := fmt.Sprintf("x#%-2d 0x%016x", i, pc); got != want {
+				t.Errorf("appendFrameHead(%d, %#x) = %q, want %q", i, pc, got, want)
+			}
+		}
 	}
 }
