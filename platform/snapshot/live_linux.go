@@ -263,8 +263,17 @@ func (m *liveMem) read(buf []byte, iov []unix.RemoteIovec) int {
 	return n
 }
 
-// prefetch reads readAhead pages at each of addrs into mem with as few
-// reads as the kernel's iovec limit allows.
+// prefetchAbove is how many bytes above each stack pointer prefetch
+// reads: the innermost frames of a blocked thread (a system call wrapper,
+// a wait or lock function) take a few hundred bytes; deeper pages are
+// read on demand, readAhead at a time. A second page per stack that the
+// unwind never touches costs more than the few threads whose stacks do
+// cross it cost in reads (100 threads: 0.85 ms for two pages each, 0.45
+// for one).
+const prefetchAbove = 1 << 10
+
+// prefetch reads the pages holding [a, a+prefetchAbove) for each a of
+// addrs into mem with as few reads as the kernel's iovec limit allows.
 func prefetch(lm *liveMem, mem *pageCache, addrs []uint64) {
 	const maxIov = 1024 // IOV_MAX
 	var iov []unix.RemoteIovec
@@ -278,7 +287,11 @@ func prefetch(lm *liveMem, mem *pageCache, addrs []uint64) {
 				break
 			}
 		}
-		for k := 0; k < readAhead && pg < end; k, pg = k+1, pg+pageSize {
+		last := (a + prefetchAbove - 1) &^ (pageSize - 1)
+		if last < pg { // wrapped
+			last = pg
+		}
+		for ; pg <= last && pg < end; pg += pageSize {
 			if !seen[pg] {
 				seen[pg] = true
 				iov = append(iov, unix.RemoteIovec{Base: uintptr(pg), Len: pageSize})
