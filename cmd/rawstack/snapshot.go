@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"debug/elf"
 	"encoding/hex"
 	"flag"
@@ -9,7 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,13 +212,21 @@ type namer interface {
 func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 	n := &frameNamer{srcs: map[string]namer{}}
 	var files []*snapshot.Module
+	// The link-time addresses printSnapshot will look up, by module file:
+	// a symbol table is searched for these alone.
+	want := map[string][]uint64{}
 	for _, t := range snap.Threads {
-		for _, pc := range t.PCs {
+		for i, pc := range t.PCs {
 			if m := snap.Module(pc); m != nil && m.HaveBias && m.File != "" {
 				if _, ok := n.srcs[m.File]; !ok {
 					n.srcs[m.File] = nil
 					files = append(files, m)
 				}
+				look := pc
+				if i > 0 {
+					look-- // as printSnapshot looks it up
+				}
+				want[m.File] = append(want[m.File], look-m.Bias)
 			}
 		}
 	}
@@ -240,7 +249,7 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 				if p == "" {
 					continue
 				}
-				if st, err := openSymtab(p); err == nil && len(st) > 0 {
+				if st, err := namesFromSymtab(p, want[m.File]); err == nil && st != nil {
 					out[i] = st
 					return
 				}
@@ -307,37 +316,78 @@ func (d *dwarfNamer) name(addr uint64) (string, string) {
 
 func (d *dwarfNamer) close() { d.src.Close() }
 
-// elfSymtab is the function symbols of one ELF file sorted by address: all
-// eu-stack uses to name a frame.
-type elfSymtab []elfSym
-
-type elfSym struct {
-	addr, size uint64
-	name       string
-	rank       int // among symbols at one address the highest names it
-}
+// symNames is the names of the frames of one ELF file, by link-time
+// address, chosen from its symbol table as eu-stack names frames; it knows
+// only the addresses it was built for (see [namesFromSymtab]).
+type symNames map[uint64]string
 
 // symRank orders aliases at one address the way eu-stack tends to name
 // them: global or weak before local, the default version before an older
 // one, fewer leading underscores ("read" before "__read").
-func symRank(s elf.Symbol) int {
+func symRank(name string, info byte) int {
 	r := 0
-	if b := elf.ST_BIND(s.Info); b == elf.STB_GLOBAL || b == elf.STB_WEAK {
+	if b := elf.ST_BIND(info); b == elf.STB_GLOBAL || b == elf.STB_WEAK {
 		r += 100
 	}
-	if !strings.Contains(s.Name, "@") || strings.Contains(s.Name, "@@") {
+	if !strings.Contains(name, "@") || strings.Contains(name, "@@") {
 		r += 10
 	}
-	r -= len(s.Name) - len(strings.TrimLeft(s.Name, "_"))
+	r -= len(name) - len(strings.TrimLeft(name, "_"))
 	return r
 }
 
-func openSymtab(path string) (elfSymtab, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil, err
+// symtab is a symbol table walked without building a Symbol, or a name
+// string, per entry: libc's debug file has tens of thousands, and a
+// snapshot names a few dozen addresses.
+type symtab struct {
+	n    int
+	each func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex))
+	name func(k int) string
+}
+
+// fileSymtab returns the .symtab of f, or its .dynsym where it has none.
+func fileSymtab(f *elf.File) (*symtab, error) {
+	var sec *elf.Section
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_SYMTAB {
+			sec = s
+			break
+		}
 	}
-	defer f.Close()
+	if sec != nil && f.Class == elf.ELFCLASS64 && int(sec.Link) > 0 && int(sec.Link) < len(f.Sections) {
+		data, err := sec.Data()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sec.Name, err)
+		}
+		str, err := f.Sections[sec.Link].Data()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Sections[sec.Link].Name, err)
+		}
+		const size = 24 // Elf64_Sym
+		bo := f.ByteOrder
+		if n := len(data) / size; n > 1 { // entry 0 is the null symbol
+			return &symtab{
+				n: n,
+				each: func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex)) {
+					for k := 1; k < n; k++ {
+						e := data[k*size : (k+1)*size]
+						fn(k, bo.Uint64(e[8:]), bo.Uint64(e[16:]), e[4], elf.SectionIndex(bo.Uint16(e[6:])))
+					}
+				},
+				name: func(k int) string {
+					off := uint64(bo.Uint32(data[k*size:]))
+					if off >= uint64(len(str)) {
+						return ""
+					}
+					b := str[off:]
+					if i := bytes.IndexByte(b, 0); i >= 0 {
+						b = b[:i]
+					}
+					return string(b)
+				},
+			}, nil
+		}
+	}
 	syms, err := f.Symbols()
 	if err != nil || len(syms) == 0 {
 		syms, err = f.DynamicSymbols()
@@ -345,51 +395,108 @@ func openSymtab(path string) (elfSymtab, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st elfSymtab
-	for _, s := range syms {
-		if s.Section == elf.SHN_UNDEF || int(s.Section) >= len(f.Sections) || s.Value == 0 {
-			continue
-		}
-		// Functions, and untyped symbols in code (the Go linker's).
-		switch elf.ST_TYPE(s.Info) {
-		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
-		case elf.STT_NOTYPE:
-			if f.Sections[s.Section].Flags&elf.SHF_EXECINSTR == 0 || s.Size == 0 {
-				continue
+	return &symtab{
+		n: len(syms),
+		each: func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex)) {
+			for k, s := range syms {
+				fn(k, s.Value, s.Size, s.Info, s.Section)
 			}
-		default:
+		},
+		name: func(k int) string { return syms[k].Name },
+	}, nil
+}
+
+// namesFromSymtab names the link-time addresses addrs from the symbol table of
+// the ELF file at path, as eu-stack does: the function symbol starting
+// nearest at or below an address names it if its range holds the address
+// (or it has no size); of several at one address the largest, then the
+// best ranked ([symRank]). It returns nil when the file has no function
+// symbols. Two passes over the table, with no sort of it: the first finds
+// the nearest start below each address, the second the best symbol at
+// each of those starts.
+func namesFromSymtab(path string, addrs []uint64) (symNames, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := fileSymtab(f)
+	if err != nil {
+		return nil, err
+	}
+	// Functions, and untyped symbols in code (the Go linker's).
+	isFunc := func(value, size uint64, info byte, shndx elf.SectionIndex) bool {
+		if shndx == elf.SHN_UNDEF || int(shndx) >= len(f.Sections) || value == 0 {
+			return false
+		}
+		switch elf.ST_TYPE(info) {
+		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
+			return true
+		case elf.STT_NOTYPE:
+			return f.Sections[shndx].Flags&elf.SHF_EXECINSTR != 0 && size != 0
+		}
+		return false
+	}
+	pcs := append([]uint64(nil), addrs...)
+	slices.Sort(pcs)
+	pcs = slices.Compact(pcs)
+	// near[i]: the highest symbol start in (pcs[i-1], pcs[i]].
+	near := make([]uint64, len(pcs))
+	has := make([]bool, len(pcs))
+	funcs := 0
+	st.each(func(k int, value, size uint64, info byte, shndx elf.SectionIndex) {
+		if !isFunc(value, size, info, shndx) {
+			return
+		}
+		funcs++
+		i, _ := slices.BinarySearch(pcs, value)
+		if i < len(pcs) && (!has[i] || value > near[i]) {
+			near[i], has[i] = value, true
+		}
+	})
+	if funcs == 0 {
+		return nil, nil
+	}
+	type best struct {
+		size uint64
+		rank int
+		k    int // -1: none yet
+		name string
+	}
+	starts := map[uint64]*best{}
+	for i := range pcs {
+		if has[i] {
+			starts[near[i]] = &best{k: -1}
+		}
+	}
+	st.each(func(k int, value, size uint64, info byte, shndx elf.SectionIndex) {
+		b := starts[value]
+		if b == nil || !isFunc(value, size, info, shndx) || b.k >= 0 && size < b.size {
+			return
+		}
+		name := st.name(k)
+		rank := symRank(name, info)
+		if b.k < 0 || size > b.size || rank > b.rank {
+			*b = best{size: size, rank: rank, k: k, name: name}
+		}
+	})
+	names := symNames{}
+	var start uint64
+	found := false
+	for i, pc := range pcs {
+		if has[i] {
+			start, found = near[i], true
+		}
+		if !found {
 			continue
 		}
-		st = append(st, elfSym{s.Value, s.Size, s.Name, symRank(s)})
-	}
-	// One symbol per address: the largest, then the best ranked.
-	sort.Slice(st, func(i, j int) bool {
-		a, b := st[i], st[j]
-		if a.addr != b.addr {
-			return a.addr < b.addr
-		}
-		if a.size != b.size {
-			return a.size > b.size
-		}
-		return a.rank > b.rank
-	})
-	out := st[:0]
-	for i, s := range st {
-		if i == 0 || s.addr != st[i-1].addr {
-			out = append(out, s)
+		if b := starts[start]; pc < start+b.size || b.size == 0 {
+			names[pc] = symbolizer.Demangle(b.name)
 		}
 	}
-	return out, nil
+	return names, nil
 }
 
-func (st elfSymtab) name(addr uint64) (string, string) {
-	i := sort.Search(len(st), func(i int) bool { return st[i].addr > addr })
-	if i > 0 {
-		if s := st[i-1]; addr < s.addr+s.size || s.size == 0 {
-			return symbolizer.Demangle(s.name), ""
-		}
-	}
-	return "", ""
-}
+func (n symNames) name(addr uint64) (string, string) { return n[addr], "" }
 
-func (st elfSymtab) close() {}
+func (n symNames) close() {}
