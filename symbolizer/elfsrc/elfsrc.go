@@ -14,7 +14,8 @@
 // lists). Line tables are decoded by [dwarfline], which keeps file names
 // byte-exact (debug/dwarf's line reader cleans paths). Compressed sections
 // (SHF_COMPRESSED zlib and zstd, GNU .zdebug) are decompressed once, only
-// those symbolization reads, in parallel. Go binaries without DWARF are
+// those symbolization reads, in parallel; a compressed .debug_info only as
+// far as the units holding the addresses asked for. Go binaries without DWARF are
 // read through their runtime tables ([gopclntab]), inline tree included.
 //
 // Answers follow llvm-symbolizer's rules (see [Source.Symbolize]), so that
@@ -55,9 +56,23 @@ type Source struct {
 	abbrevCache map[uint64]*abbrevTable
 	lines       dwarfline.Sections
 	secs        dwarfSecs // sections the fast DIE reader uses
-	cus         []*unit
-	demangled   sync.Map // mangled name → demangled name
-	// cuRanges maps addresses to units, sorted by lo, non-overlapping.
+	demangled   sync.Map  // mangled name → demangled name
+
+	// The unit index grows as lookups need it (see unitFor), so that a
+	// compressed .debug_info is decompressed only as far as the units
+	// asked for: libc6-dbg's is 6 MB and a trace rarely needs more than
+	// a few of its first units. idxMu guards everything below.
+	idxMu     sync.Mutex
+	infoR     io.Reader // rest of a compressed .debug_info; nil once read
+	infoHave  uint64    // bytes of secs.info decompressed
+	idxOff    uint64    // offset of the next unit header to index
+	idxDone   bool
+	idxTabs   map[uint64]*abbrevTable
+	cus       []*unit   // indexed units in section order
+	allRanges []cuRange // their ranges, in unit order
+	dirty     bool      // cuRanges is older than allRanges
+	// cuRanges maps addresses to indexed units, sorted by lo,
+	// non-overlapping.
 	cuRanges []cuRange
 }
 
@@ -209,6 +224,13 @@ func (s *Source) initDWARF(f *elf.File) error {
 	var errs [len(names)]error
 	var wg sync.WaitGroup
 	for i, n := range names {
+		if i == 1 {
+			if sec := f.Section(n); sec != nil && lazyInfo(sec) {
+				// Decompressed on demand, see ensureInfo.
+				data[i], s.infoR = make([]byte, sec.Size), sec.Open()
+				continue
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -228,8 +250,38 @@ func (s *Source) initDWARF(f *elf.File) error {
 	s.lines = dwarfline.Sections{Line: data[2], LineStr: data[5], Str: data[3]}
 	s.secs = dwarfSecs{info: data[1], abbrev: data[0], str: data[3], lineStr: data[5], strOffsets: data[7],
 		addr: data[6], ranges: data[4], rnglists: data[8], order: f.ByteOrder}
-	info := data[1]
-	return s.indexUnits(info, f.ByteOrder)
+	if s.infoR == nil {
+		s.infoHave = uint64(len(data[1]))
+	}
+	return nil
+}
+
+// maxLazyInfo caps the size of a .debug_info decompressed on demand into
+// one buffer; larger (or implausibly compressed) sections are read whole.
+const maxLazyInfo = 1 << 30
+
+func lazyInfo(sec *elf.Section) bool {
+	return sec.Type != elf.SHT_NOBITS && sec.Flags&elf.SHF_COMPRESSED != 0 &&
+		sec.Size <= maxLazyInfo && sec.Size/1024 <= sec.FileSize
+}
+
+// ensureInfo decompresses .debug_info up to n bytes if it can and returns
+// how many bytes are available. Called with idxMu held.
+func (s *Source) ensureInfo(n uint64) uint64 {
+	info := s.secs.info
+	n = min(n, uint64(len(info)))
+	if n <= s.infoHave || s.infoR == nil {
+		return s.infoHave
+	}
+	// Read ahead in large steps: the stream is sequential.
+	end := min(uint64(len(info)), max(n, s.infoHave+256<<10))
+	k, err := io.ReadFull(s.infoR, info[s.infoHave:end])
+	s.infoHave += uint64(k)
+	if err != nil || s.infoHave == uint64(len(info)) {
+		// A stream that fails ends the section where it failed.
+		s.infoR = nil
+	}
+	return s.infoHave
 }
 
 // unit is one compile unit; its tables are built on first use.
@@ -249,11 +301,28 @@ type unit struct {
 	tree    *inlineTree
 }
 
+// indexUnits indexes every unit of info, read whole.
 func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
-	var all []cuRange
-	tabs := map[uint64]*abbrevTable{}
-	// Walk the unit headers and read only each unit's first DIE.
-	for off := uint64(0); off+11 <= uint64(len(info)); {
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	s.secs.info, s.secs.order, s.infoR, s.infoHave = info, order, nil, uint64(len(info))
+	for s.indexNext() != nil {
+	}
+	s.cuRanges, s.dirty = mergeRanges(s.allRanges), false
+	return nil
+}
+
+// indexNext indexes the next unit with a unit DIE and returns it, or nil
+// at the end of the section. Only the unit header and the first DIE are
+// read. Called with idxMu held.
+func (s *Source) indexNext() *unit {
+	order := s.secs.order
+	for !s.idxDone {
+		off := s.idxOff
+		info := s.secs.info[:s.ensureInfo(off+12)]
+		if off+11 > uint64(len(info)) {
+			break
+		}
 		length := uint64(order.Uint32(info[off:]))
 		hdr := uint64(4)
 		offSize := uint64(4)
@@ -265,6 +334,9 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 			hdr, offSize = 12, 8
 		}
 		next := off + hdr + length
+		if next >= off {
+			info = s.secs.info[:s.ensureInfo(next)]
+		}
 		if length < 7 || next > uint64(len(info)) || next < off {
 			break
 		}
@@ -287,19 +359,22 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 				dieOff += 8
 			}
 		}
-		off = next
+		s.idxOff = next
 		if dieOff >= next || vers < 2 || vers > 5 || (addrSize != 4 && addrSize != 8) {
 			continue
 		}
 		u := &unit{off: dwarf.Offset(dieOff), stmt: -1, addrSize: addrSize}
 		u.hdr = unitHdr{start: start, end: next, die: dieOff, version: vers, addrSize: addrSize, offSize: int(offSize), abbrevOff: abbrevOff}
-		tab := tabs[abbrevOff]
+		tab := s.idxTabs[abbrevOff]
 		if tab == nil {
 			var err error
 			if tab, err = parseAbbrevs(s.secs.abbrev, abbrevOff); err != nil {
 				continue
 			}
-			tabs[abbrevOff] = tab
+			if s.idxTabs == nil {
+				s.idxTabs = map[uint64]*abbrevTable{}
+			}
+			s.idxTabs[abbrevOff] = tab
 		}
 		rs, ok := s.readUnitDIE(u, tab)
 		if !ok {
@@ -308,11 +383,14 @@ func (s *Source) indexUnits(info []byte, order binary.ByteOrder) error {
 		s.cus = append(s.cus, u)
 		for _, rg := range rs {
 			if rg[0] < rg[1] {
-				all = append(all, cuRange{rg[0], rg[1], u})
+				s.allRanges = append(s.allRanges, cuRange{rg[0], rg[1], u})
+				s.dirty = true
 			}
 		}
+		return u
 	}
-	s.cuRanges = mergeRanges(all)
+	s.idxDone = true
+	s.idxTabs = nil
 	return nil
 }
 
@@ -490,12 +568,63 @@ func mergeRanges(all []cuRange) []cuRange {
 	return out
 }
 
+// unitFor returns the first unit, in section order, whose ranges hold
+// addr (mergeRanges keeps the first of overlapping units), or nil. Units
+// are indexed in section order until one holds addr, so the indexed ones
+// answer as the whole index would.
 func (s *Source) unitFor(addr uint64) *unit {
-	i := sort.Search(len(s.cuRanges), func(i int) bool { return s.cuRanges[i].hi > addr })
-	if i < len(s.cuRanges) && s.cuRanges[i].lo <= addr {
-		return s.cuRanges[i].cu
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	for {
+		if s.dirty {
+			s.cuRanges, s.dirty = mergeRanges(s.allRanges), false
+		}
+		i := sort.Search(len(s.cuRanges), func(i int) bool { return s.cuRanges[i].hi > addr })
+		if i < len(s.cuRanges) && s.cuRanges[i].lo <= addr {
+			return s.cuRanges[i].cu
+		}
+		if s.idxDone {
+			return nil
+		}
+		// Index until a unit holds addr, then on to twice the offset
+		// indexed before, so that the ranges are merged again only a
+		// logarithmic number of times.
+		target, found := 2*s.idxOff, false
+		for !found || s.idxOff < target {
+			u := s.indexNext()
+			if u == nil {
+				break
+			}
+			for _, r := range s.allRanges[len(s.allRanges)-countRanges(s.allRanges, u):] {
+				if r.lo <= addr && addr < r.hi {
+					found = true
+				}
+			}
+		}
 	}
-	return nil
+}
+
+// countRanges returns how many ranges at the end of all belong to u.
+func countRanges(all []cuRange, u *unit) int {
+	n := 0
+	for n < len(all) && all[len(all)-1-n].cu == u {
+		n++
+	}
+	return n
+}
+
+// unitAt returns the indexed unit whose DIEs hold off, indexing units up
+// to off first.
+func (s *Source) unitAt(off uint64) *unit {
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	for s.idxOff <= off && s.indexNext() != nil {
+	}
+	i := sort.Search(len(s.cus), func(i int) bool { return s.cus[i].hdr.end > off })
+	if i == len(s.cus) || off < s.cus[i].hdr.die {
+		return nil
+	}
+	return s.cus[i]
 }
 
 func (s *Source) load(u *unit) error {

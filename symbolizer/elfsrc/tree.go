@@ -298,11 +298,11 @@ func (t *inlineTree) name(s *Source, off dwarf.Offset) string {
 // readNameInfo reads the naming attributes of the DIE at off, which may
 // lie in another unit (DW_FORM_ref_addr, LTO).
 func (s *Source) readNameInfo(off dwarf.Offset) (nameInfo, bool) {
-	i := sort.Search(len(s.cus), func(i int) bool { return s.cus[i].hdr.end > uint64(off) })
-	if i == len(s.cus) || uint64(off) < s.cus[i].hdr.die {
+	u := s.unitAt(uint64(off))
+	if u == nil {
 		return nameInfo{}, false
 	}
-	h := &s.cus[i].hdr
+	h := &u.hdr
 	tab, err := s.abbrevs(h.abbrevOff)
 	if err != nil {
 		return nameInfo{}, false

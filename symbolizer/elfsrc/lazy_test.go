@@ -1,0 +1,60 @@
+package elfsrc
+
+import (
+	"debug/elf"
+	"math/rand"
+	"reflect"
+	"testing"
+
+	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/locate"
+)
+
+// TestLazyIndexMatchesWhole checks that a compressed .debug_info read
+// only as far as lookups need answers every address, in any order, as
+// the index of the whole section does (glibc's debug file from libc6-dbg:
+// 4,000 units, zlib-compressed).
+func TestLazyIndexMatchesWhole(t *testing.T) {
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(libc)
+	if err != nil {
+		t.Skipf("no %s: %v", libc, err)
+	}
+	id := locate.BuildID(f)
+	f.Close()
+	res, err := locate.Find(locate.Request{Path: libc, BuildID: id}, nil)
+	if err != nil || res.Debug == "" {
+		t.Skipf("glibc's debug file is not installed (apt-get install libc6-dbg): %v", err)
+	}
+	addrs := textAddrs(t, libc, 3000)
+	rand.New(rand.NewSource(1)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	open := func() *Source {
+		s, err := Open(libc, &Options{DebugFile: res.Debug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	lazy, whole := open(), open()
+	if lazy.infoR == nil {
+		t.Fatal("glibc's compressed .debug_info was read whole at Open")
+	}
+	whole.idxMu.Lock()
+	for whole.indexNext() != nil {
+	}
+	whole.idxMu.Unlock()
+	// Half the lookups in a batch, as report does, half one by one.
+	lazy.Prefetch(addrs[:len(addrs)/2], 2)
+	var a, b []symbolizer.Frame
+	for _, addr := range addrs {
+		a, _ = lazy.Symbolize(addr, a[:0])
+		b, _ = whole.Symbolize(addr, b[:0])
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%#x: on demand %v, whole index %v", addr, a, b)
+		}
+	}
+	if len(lazy.cus) != len(whole.cus) {
+		t.Logf("indexed %d of %d units", len(lazy.cus), len(whole.cus))
+	}
+}
