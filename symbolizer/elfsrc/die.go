@@ -276,6 +276,56 @@ func parseAbbrevs(sec []byte, off uint64) (*abbrevTable, error) {
 	return t, nil
 }
 
+// parseAbbrev returns the table at off reduced to the abbreviation code,
+// as parseAbbrevs would read it (the last definition of a code wins; the
+// same errors), without building the others: a unit's DIE is all the
+// unit index reads, and libc6-dbg has a table per unit.
+func parseAbbrev(sec []byte, off, code uint64) (*abbrevTable, error) {
+	if off > uint64(len(sec)) {
+		return nil, fmt.Errorf("debug_abbrev offset %#x past end", off)
+	}
+	d := &dieBuf{b: sec, off: int(off)}
+	var found *abbrev
+	for n := 0; n < maxAbbrevs; n++ {
+		c := d.uleb()
+		if c == 0 || d.err != nil {
+			break
+		}
+		tag, children := d.uleb(), d.u8() != 0
+		var a *abbrev
+		if c == code {
+			a = &abbrev{tag: uint16(tag), children: children}
+			found = a
+		}
+		for d.err == nil {
+			at, form := d.uleb(), d.uleb()
+			if at == 0 && form == 0 {
+				break
+			}
+			sp := attrSpec{attr: uint16(at), form: uint16(form)}
+			if form == formImplicitConst {
+				sp.implicit = d.sleb()
+			}
+			if a != nil {
+				a.attrs = append(a.attrs, sp)
+			}
+		}
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("debug_abbrev: %w", d.err)
+	}
+	t := &abbrevTable{}
+	if found != nil {
+		if code < 4096 {
+			t.dense = make([]*abbrev, code+1)
+			t.dense[code] = found
+		} else {
+			t.sparse = map[uint64]*abbrev{code: found}
+		}
+	}
+	return t, nil
+}
+
 // fixedFormSize returns the size of a form that has one, else -1.
 func fixedFormSize(form uint16, h *unitHdr) int {
 	switch form {

@@ -67,10 +67,10 @@ type Source struct {
 	infoHave  uint64    // bytes of secs.info decompressed
 	idxOff    uint64    // offset of the next unit header to index
 	idxDone   bool
-	idxTabs   map[uint64]*abbrevTable
-	cus       []*unit   // indexed units in section order
-	allRanges []cuRange // their ranges, in unit order
-	dirty     bool      // cuRanges is older than allRanges
+	idxTabs   map[[2]uint64]*abbrevTable // unit DIE abbreviations by table offset, code
+	cus       []*unit                    // indexed units in section order
+	allRanges []cuRange                  // their ranges, in unit order
+	dirty     bool                       // cuRanges is older than allRanges
 	// cuRanges maps addresses to indexed units, sorted by lo,
 	// non-overlapping.
 	cuRanges []cuRange
@@ -365,16 +365,18 @@ func (s *Source) indexNext() *unit {
 		}
 		u := &unit{off: dwarf.Offset(dieOff), stmt: -1, addrSize: addrSize}
 		u.hdr = unitHdr{start: start, end: next, die: dieOff, version: vers, addrSize: addrSize, offSize: int(offSize), abbrevOff: abbrevOff}
-		tab := s.idxTabs[abbrevOff]
+		code := (&dieBuf{b: info[:next], off: int(dieOff), bo: order}).uleb()
+		key := [2]uint64{abbrevOff, code}
+		tab := s.idxTabs[key]
 		if tab == nil {
 			var err error
-			if tab, err = parseAbbrevs(s.secs.abbrev, abbrevOff); err != nil {
+			if tab, err = parseAbbrev(s.secs.abbrev, abbrevOff, code); err != nil {
 				continue
 			}
 			if s.idxTabs == nil {
-				s.idxTabs = map[uint64]*abbrevTable{}
+				s.idxTabs = map[[2]uint64]*abbrevTable{}
 			}
-			s.idxTabs[abbrevOff] = tab
+			s.idxTabs[key] = tab
 		}
 		rs, ok := s.readUnitDIE(u, tab)
 		if !ok {

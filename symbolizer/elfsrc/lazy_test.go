@@ -58,3 +58,31 @@ func TestLazyIndexMatchesWhole(t *testing.T) {
 		t.Logf("indexed %d of %d units", len(lazy.cus), len(whole.cus))
 	}
 }
+
+// FuzzParseAbbrev checks that the one-abbreviation reader of the unit
+// index reads a table as parseAbbrevs does.
+func FuzzParseAbbrev(f *testing.F) {
+	ef, err := elf.Open("testdata/fuzz/tiny.elf")
+	if err != nil {
+		f.Fatal(err)
+	}
+	abbrev, _ := sectionData(ef, ".debug_abbrev")
+	ef.Close()
+	for code := uint64(0); code < 8; code++ {
+		f.Add(abbrev, uint64(0), code)
+	}
+	f.Add([]byte{1, 0x11, 1, 3, 8, 0, 0, 1, 0x2e, 0, 0, 0, 0}, uint64(0), uint64(1)) // code 1 defined twice
+	f.Fuzz(func(t *testing.T, sec []byte, off, code uint64) {
+		all, errAll := parseAbbrevs(sec, off)
+		one, errOne := parseAbbrev(sec, off, code)
+		if (errAll == nil) != (errOne == nil) {
+			t.Fatalf("parseAbbrevs: %v, parseAbbrev: %v", errAll, errOne)
+		}
+		if errAll != nil {
+			return
+		}
+		if a, b := all.get(code), one.get(code); !reflect.DeepEqual(a, b) {
+			t.Fatalf("code %d: parseAbbrevs %+v, parseAbbrev %+v", code, a, b)
+		}
+	})
+}
