@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -82,7 +81,7 @@ func FuzzChunkPayload(f *testing.F) {
 		stream := AppendHeader(nil, testHeader)
 		stream = append(stream, ChunkMagic...)
 		stream = binary.LittleEndian.AppendUint32(stream, uint32(len(payload)))
-		stream = binary.LittleEndian.AppendUint32(stream, crc32.Checksum(payload, castagnoli))
+		stream = binary.LittleEndian.AppendUint32(stream, crc32c(payload))
 		stream = append(stream, payload...)
 		r, err := NewReader(bytes.NewReader(stream))
 		if err != nil {

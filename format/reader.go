@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -267,7 +266,7 @@ func (r *Reader) nextChunk() error {
 	}
 	h = r.buf[r.pos : r.pos+ChunkHeaderSize] // fill may have moved the buffer
 	payload := r.buf[r.pos+ChunkHeaderSize : r.pos+ChunkHeaderSize+int(n)]
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(h[8:]) {
+	if crc32c(payload) != binary.LittleEndian.Uint32(h[8:]) {
 		return r.resync(start, "CRC32C mismatch")
 	}
 	r.inChunk = true
