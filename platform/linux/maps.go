@@ -1,100 +1,10 @@
 package linux
 
-import (
-	"bytes"
-	"fmt"
-	"strconv"
-)
+import "github.com/rawstack/rawstack/internal/procmaps"
 
 // mapping is one line of /proc/PID/maps.
-type mapping struct {
-	Start, End uint64
-	Perms      string // "r-xp"
-	Offset     uint64
-	Major      uint32
-	Minor      uint32
-	Inode      uint64
-	Path       string
-}
+type mapping = procmaps.Mapping
 
-// Exec reports whether the mapping is executable.
-func (m *mapping) Exec() bool { return len(m.Perms) >= 3 && m.Perms[2] == 'x' }
-
-// maxMapsLines caps how many lines of a maps file are parsed.
-const maxMapsLines = 1 << 20
-
-// parseMaps parses the text of /proc/PID/maps. A malformed line is an
+// parseMaps parses the text of /proc/PID/maps; a malformed line is an
 // error naming its number.
-func parseMaps(data []byte) ([]mapping, error) {
-	var out []mapping
-	for n := 1; len(data) > 0; n++ {
-		if n > maxMapsLines {
-			return out, fmt.Errorf("maps: more than %d lines", maxMapsLines)
-		}
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		if len(line) == 0 {
-			continue
-		}
-		m, err := parseMapsLine(line)
-		if err != nil {
-			return out, fmt.Errorf("maps line %d: %w", n, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-// parseMapsLine parses "start-end perms offset maj:min inode   path".
-func parseMapsLine(line []byte) (mapping, error) {
-	var m mapping
-	f := func() []byte {
-		for len(line) > 0 && line[0] == ' ' {
-			line = line[1:]
-		}
-		i := bytes.IndexByte(line, ' ')
-		if i < 0 {
-			i = len(line)
-		}
-		w := line[:i]
-		line = line[i:]
-		return w
-	}
-	rng, perms, off, dev, ino := f(), f(), f(), f(), f()
-	dash := bytes.IndexByte(rng, '-')
-	colon := bytes.IndexByte(dev, ':')
-	if dash < 0 || colon < 0 || len(perms) != 4 {
-		return m, fmt.Errorf("malformed %q", line)
-	}
-	var err error
-	num := func(b []byte, base, bits int) uint64 {
-		if err != nil {
-			return 0
-		}
-		var v uint64
-		v, err = strconv.ParseUint(string(b), base, bits)
-		return v
-	}
-	m.Start = num(rng[:dash], 16, 64)
-	m.End = num(rng[dash+1:], 16, 64)
-	m.Offset = num(off, 16, 64)
-	m.Major = uint32(num(dev[:colon], 16, 32))
-	m.Minor = uint32(num(dev[colon+1:], 16, 32))
-	m.Inode = num(ino, 10, 64)
-	if err != nil {
-		return m, err
-	}
-	if m.End < m.Start {
-		return m, fmt.Errorf("range %#x-%#x ends before it starts", m.Start, m.End)
-	}
-	m.Perms = string(perms)
-	for len(line) > 0 && line[0] == ' ' {
-		line = line[1:]
-	}
-	m.Path = string(line)
-	return m, nil
-}
+func parseMaps(data []byte) ([]mapping, error) { return procmaps.Parse(data) }

@@ -448,7 +448,7 @@ func (c *CoreFile) Snapshot(opts *Options) (*Snapshot, error) {
 		// gdb's gcore writes no PT_LOAD at all for file text it omits, so
 		// the file's own program headers say what is executable.
 		m := &maps[i]
-		if m.exec() || m.Path == "[vdso]" {
+		if m.Exec() || m.Path == "[vdso]" {
 			continue
 		}
 		if file := resolve(m.Path); file != "" {

@@ -265,7 +265,7 @@ func TestParseMaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(maps) != 4 || maps[1].Path != "/usr/bin/my prog" || !maps[1].exec() || maps[1].Offset != 0x1000 || maps[2].Path != "[vdso]" || maps[3].Path != "" {
+	if len(maps) != 4 || maps[1].Path != "/usr/bin/my prog" || !maps[1].Exec() || maps[1].Offset != 0x1000 || maps[2].Path != "[vdso]" || maps[3].Path != "" {
 		t.Errorf("parsed %+v", maps)
 	}
 	if _, err := parseMaps([]byte("zz-1 r-xp 0 0:0 0\n")); err == nil {

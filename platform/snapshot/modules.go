@@ -264,7 +264,7 @@ func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string
 	infos := map[string]*fileInfo{}
 	for i := range maps {
 		m := &maps[i]
-		if !m.exec() {
+		if !m.Exec() {
 			continue
 		}
 		mod := Module{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path, Kind: format.ModuleELF}
