@@ -55,6 +55,7 @@ type Source struct {
 	abbrevMu    sync.Mutex
 	abbrevCache map[uint64]*abbrevTable
 	lines       dwarfline.Sections
+	lineZ       *stream   // a compressed .debug_line, read as far as needed
 	secs        dwarfSecs // sections the fast DIE reader uses
 	demangled   sync.Map  // mangled name → demangled name
 
@@ -224,10 +225,16 @@ func (s *Source) initDWARF(f *elf.File) error {
 	var errs [len(names)]error
 	var wg sync.WaitGroup
 	for i, n := range names {
-		if i == 1 {
+		if i == 1 || i == 2 {
 			if sec := f.Section(n); sec != nil && lazyInfo(sec) {
-				// Decompressed on demand, see ensureInfo.
-				data[i], s.infoR = make([]byte, sec.Size), sec.Open()
+				// Decompressed on demand, see ensureInfo and
+				// ensureLine: units are read from the start.
+				data[i] = make([]byte, sec.Size)
+				if i == 1 {
+					s.infoR = sec.Open()
+				} else {
+					s.lineZ = &stream{buf: data[i], r: sec.Open()}
+				}
 				continue
 			}
 		}
@@ -263,6 +270,58 @@ const maxLazyInfo = 1 << 30
 func lazyInfo(sec *elf.Section) bool {
 	return sec.Type != elf.SHT_NOBITS && sec.Flags&elf.SHF_COMPRESSED != 0 &&
 		sec.Size <= maxLazyInfo && sec.Size/1024 <= sec.FileSize
+}
+
+// stream is a compressed section decompressed on demand, from its start,
+// into buf (its whole size).
+type stream struct {
+	mu   sync.Mutex
+	buf  []byte
+	have uint64    // bytes of buf decompressed
+	r    io.Reader // the rest; nil once read
+}
+
+// ensure decompresses the section up to n bytes if it can and returns
+// how many bytes are available.
+func (z *stream) ensure(n uint64) uint64 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	n = min(n, uint64(len(z.buf)))
+	if n <= z.have || z.r == nil {
+		return z.have
+	}
+	end := min(uint64(len(z.buf)), max(n, z.have+256<<10))
+	k, err := io.ReadFull(z.r, z.buf[z.have:end])
+	z.have += uint64(k)
+	if err != nil || z.have == uint64(len(z.buf)) {
+		z.r = nil
+	}
+	return z.have
+}
+
+// ensureLine decompresses .debug_line through the line program at off
+// (dwarfline.Parse reads nothing past its unit length) and returns the
+// sections to parse it from.
+func (s *Source) ensureLine(off uint64, order binary.ByteOrder) dwarfline.Sections {
+	secs := s.lines
+	z := s.lineZ
+	if z == nil {
+		return secs
+	}
+	have := z.ensure(off + 12)
+	end := uint64(len(z.buf))
+	if off+4 <= have {
+		if length := uint64(order.Uint32(z.buf[off:])); length != 0xffffffff {
+			end = off + 4 + length
+		} else if off+12 <= have {
+			end = off + 12 + order.Uint64(z.buf[off+4:])
+		}
+	}
+	if end < off {
+		end = uint64(len(z.buf))
+	}
+	secs.Line = z.buf[:z.ensure(end)]
+	return secs
 }
 
 // ensureInfo decompresses .debug_info up to n bytes if it can and returns
@@ -633,7 +692,7 @@ func (s *Source) load(u *unit) error {
 	u.once.Do(func() {
 		if u.stmt >= 0 && s.lines.Line != nil {
 			order := s.f.ByteOrder
-			t, err := dwarfline.Parse(s.lines, uint64(u.stmt), u.addrSize, order)
+			t, err := dwarfline.Parse(s.ensureLine(uint64(u.stmt), order), uint64(u.stmt), u.addrSize, order)
 			if err == nil || t != nil {
 				u.lines = t
 			}

@@ -10,10 +10,10 @@ import (
 	"github.com/rawstack/rawstack/symbolizer/locate"
 )
 
-// TestLazyIndexMatchesWhole checks that a compressed .debug_info read
-// only as far as lookups need answers every address, in any order, as
-// the index of the whole section does (glibc's debug file from libc6-dbg:
-// 4,000 units, zlib-compressed).
+// TestLazyIndexMatchesWhole checks that a compressed .debug_info and
+// .debug_line read only as far as lookups need answer every address, in
+// any order, as the whole sections do (glibc's debug file from
+// libc6-dbg: 4,000 units, zlib-compressed).
 func TestLazyIndexMatchesWhole(t *testing.T) {
 	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(libc)
@@ -40,10 +40,16 @@ func TestLazyIndexMatchesWhole(t *testing.T) {
 	if lazy.infoR == nil {
 		t.Fatal("glibc's compressed .debug_info was read whole at Open")
 	}
+	if lazy.lineZ == nil {
+		t.Fatal("glibc's compressed .debug_line was read whole at Open")
+	}
 	whole.idxMu.Lock()
 	for whole.indexNext() != nil {
 	}
 	whole.idxMu.Unlock()
+	if n := whole.lineZ.ensure(^uint64(0)); n != uint64(len(whole.lineZ.buf)) {
+		t.Fatalf("decompressed %d of %d bytes of .debug_line", n, len(whole.lineZ.buf))
+	}
 	// Half the lookups in a batch, as report does, half one by one.
 	lazy.Prefetch(addrs[:len(addrs)/2], 2)
 	var a, b []symbolizer.Frame
