@@ -57,7 +57,7 @@ type sym struct {
 // Table is a sorted kernel symbol table. It implements symbolizer.Source.
 type Table struct {
 	syms  []sym
-	names string // every kept name, back to back
+	names []byte // every kept name, back to back
 }
 
 // maxNames caps the bytes of kept names (offsets are 32-bit).
@@ -72,10 +72,22 @@ const maxNames = 1<<32 - 1
 // makes parsing a handful of allocations and leaves the collector nothing
 // to scan.
 func Parse(r io.Reader, name string) (*Table, error) {
+	return parse(r, name, 0)
+}
+
+// procLines is the number of lines parse expects of /proc/kallsyms (whose
+// size stat does not tell): about 120,000 on Debian 12.
+const procLines = 1 << 17
+
+// parse is Parse with room for about lines lines made at once: growing
+// the table by appends copied it into fresh memory a dozen times, a third
+// of the time parsing took.
+func parse(r io.Reader, name string, lines int) (*Table, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	t := &Table{}
-	var names []byte
+	lines = min(lines, maxSymbols)
+	t := &Table{syms: make([]sym, 0, lines)}
+	names := make([]byte, 0, 26*lines) // average name and separator: 25 bytes
 	var f [4][]byte
 	n, nonzero := 0, false
 	for sc.Scan() {
@@ -120,7 +132,7 @@ func Parse(r io.Reader, name string) (*Table, error) {
 	if !nonzero && n > 0 {
 		return nil, ErrHidden
 	}
-	t.names = string(names)
+	t.names = names
 	// Stable: among symbols at one address the first listed wins. The
 	// kernel lists its own symbols in address order, so usually there
 	// is nothing to do.
@@ -131,37 +143,67 @@ func Parse(r io.Reader, name string) (*Table, error) {
 	return t, nil
 }
 
+// Byte classes of fields and parseHex.
+const (
+	cOther = iota
+	cSpace // ASCII white space, as unicode.IsSpace has it
+	cHigh  // not ASCII: maybe part of a Unicode space
+)
+
+var (
+	class  [256]uint8
+	hexVal [256]uint8 // digit value + 1, 0 if not a hex digit
+)
+
+func init() {
+	for _, c := range []byte(" \t\n\v\f\r") {
+		class[c] = cSpace
+	}
+	for c := utf8.RuneSelf; c < 256; c++ {
+		class[c] = cHigh
+	}
+	for c := 0; c < 256; c++ {
+		switch {
+		case '0' <= c && c <= '9':
+			hexVal[c] = uint8(c-'0') + 1
+		case 'a' <= c && c <= 'f':
+			hexVal[c] = uint8(c-'a') + 11
+		case 'A' <= c && c <= 'F':
+			hexVal[c] = uint8(c-'A') + 11
+		}
+	}
+}
+
 // fields stores up to the first four fields of line, split as
 // strings.Fields splits, in f and returns how many there are (at most 4).
 func fields(line []byte, f *[4][]byte) int {
-	for _, c := range line {
-		if c >= utf8.RuneSelf {
-			// Unicode white space: leave it to strings.Fields.
-			all := bytes.Fields(line)
-			return copy(f[:], all)
+	nf, start := 0, -1
+	for i, c := range line {
+		switch class[c] {
+		case cOther:
+			if start < 0 {
+				start = i
+			}
+		case cSpace:
+			if start >= 0 {
+				if nf < len(f) {
+					f[nf] = line[start:i]
+				}
+				nf++
+				start = -1
+			}
+		default:
+			// Unicode white space: leave it to bytes.Fields.
+			return copy(f[:], bytes.Fields(line))
 		}
 	}
-	nf := 0
-	for i := 0; i < len(line) && nf < len(f); {
-		for i < len(line) && asciiSpace(line[i]) {
-			i++
+	if start >= 0 {
+		if nf < len(f) {
+			f[nf] = line[start:]
 		}
-		if i == len(line) {
-			break
-		}
-		j := i
-		for j < len(line) && !asciiSpace(line[j]) {
-			j++
-		}
-		f[nf] = line[i:j]
 		nf++
-		i = j
 	}
-	return nf
-}
-
-func asciiSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+	return min(nf, len(f))
 }
 
 // parseHex is strconv.ParseUint(s, 16, 64) without the string.
@@ -171,21 +213,11 @@ func parseHex(s []byte) (uint64, bool) {
 	}
 	var v uint64
 	for _, c := range s {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
+		d := hexVal[c]
+		if d == 0 || v>>60 != 0 {
 			return 0, false
 		}
-		if v>>60 != 0 {
-			return 0, false
-		}
-		v = v<<4 | uint64(d)
+		v = v<<4 | uint64(d-1)
 	}
 	return v, true
 }
@@ -201,7 +233,7 @@ func (t *Table) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fra
 		i--
 	}
 	s := t.syms[i-1]
-	return append(dst, symbolizer.Frame{Function: t.names[s.off : s.off+s.n]}), nil
+	return append(dst, symbolizer.Frame{Function: string(t.names[s.off : s.off+s.n])}), nil
 }
 
 // Close implements symbolizer.Source.
@@ -235,7 +267,11 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		return nil, fmt.Errorf("kallsyms: %w", err)
 	}
 	defer f.Close()
-	t, err := Parse(f, path)
+	lines := procLines
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		lines = int(min(st.Size()/40, maxSymbols)) // 40 bytes a line
+	}
+	t, err := parse(f, path, lines)
 	if err != nil {
 		return nil, err
 	}
