@@ -30,3 +30,17 @@ func buildC(cfg *config, src string, flags ...string) (string, error) {
 	}
 	return out, nil
 }
+
+// buildCLI builds cmd/rawstack into the scratch directory, once per run,
+// and returns the binary's path. Every scenario measures the same binary.
+func buildCLI(cfg *config) (string, error) {
+	if cfg.cli != "" {
+		return cfg.cli, nil
+	}
+	bin := filepath.Join(cfg.work, "rawstack")
+	if b, err := exec.Command("go", "build", "-o", bin, "github.com/rawstack/rawstack/cmd/rawstack").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build rawstack: %v\n%s", err, b)
+	}
+	cfg.cli = bin
+	return bin, nil
+}

@@ -123,9 +123,9 @@ func runDWARF(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rawstack := filepath.Join(cfg.work, "rawstack")
-	if b, err := exec.Command("go", "build", "-o", rawstack, "./cmd/rawstack").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building rawstack: %v\n%s", err, b)
+	rawstack, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
 	}
 	rounds, reps := "300", 3
 	if cfg.short {

@@ -45,6 +45,7 @@ type scenario struct {
 type config struct {
 	short  bool
 	work   string // scratch directory for built fixtures and traces
+	cli    string // cmd/rawstack built by buildCLI, once per run
 	logger io.Writer
 }
 

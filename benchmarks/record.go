@@ -45,9 +45,9 @@ func runRecord(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rawstack := filepath.Join(cfg.work, "rawstack")
-	if b, err := exec.Command("go", "build", "-o", rawstack, "./cmd/rawstack").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building rawstack: %v\n%s", err, b)
+	rawstack, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
 	}
 	rounds, reps := "150", 5
 	if cfg.short {

@@ -40,9 +40,9 @@ func runSnapshot(cfg *config) ([]row, error) {
 	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", fixture, src).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gcc: %v\n%s", err, out)
 	}
-	cli := filepath.Join(cfg.work, "rawstack")
-	if out, err := exec.Command("go", "build", "-o", cli, "github.com/rawstack/rawstack/cmd/rawstack").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build rawstack: %v\n%s", err, out)
+	cli, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
 	}
 
 	target := exec.Command(fixture, strconv.Itoa(snapshotThreads), "10")

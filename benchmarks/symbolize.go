@@ -160,9 +160,9 @@ func abs(x int) int {
 }
 
 func runSymbolize(cfg *config) ([]row, error) {
-	rawstack := filepath.Join(cfg.work, "rawstack-sym")
-	if b, err := exec.Command("go", "build", "-o", rawstack, "github.com/rawstack/rawstack/cmd/rawstack").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %v\n%s", err, b)
+	rawstack, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
 	}
 	n, rounds := 20000, 5
 	if cfg.short {
