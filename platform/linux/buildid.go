@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/rawstack/rawstack/internal/elfnote"
 )
 
 // Caps on what readBuildIDs takes from a file.
@@ -115,37 +117,16 @@ func readBuildIDs(r io.ReaderAt) (elfIDs, error) {
 
 // parseNotes scans a note segment for the build ids.
 func parseNotes(b []byte, bo binary.ByteOrder, align uint64, ids *elfIDs) {
-	al := 4
-	if align == 8 {
-		al = 8
-	}
-	pad := func(n uint32) int { return (int(n) + al - 1) &^ (al - 1) }
-	for len(b) >= 12 {
-		namesz, descsz, typ := bo.Uint32(b), bo.Uint32(b[4:]), bo.Uint32(b[8:])
-		if namesz > maxDescBytes || descsz > maxDescBytes {
-			return
+	elfnote.ForEach(b, bo, align, func(name string, typ uint32, desc []byte, _ int) bool {
+		if len(name) > maxDescBytes || len(desc) > maxDescBytes {
+			return false // no build id is this large: the block is bad
 		}
-		b = b[12:]
-		nl, dl := pad(namesz), pad(descsz)
-		if nl > len(b) || int(namesz) > len(b) {
-			return
-		}
-		name := b[:namesz]
-		b = b[nl:]
-		if int(descsz) > len(b) {
-			return
-		}
-		desc := b[:descsz]
-		if dl > len(b) {
-			dl = len(b)
-		}
-		b = b[dl:]
-		name = bytes.TrimRight(name, "\x00")
 		switch {
-		case typ == 3 && string(name) == "GNU" && ids.BuildID == nil: // NT_GNU_BUILD_ID
+		case typ == elfnote.TypeGNUBuildID && name == "GNU" && ids.BuildID == nil:
 			ids.BuildID = append([]byte(nil), desc...)
-		case typ == 4 && string(name) == "Go" && ids.GoBuildID == "": // Go build id
+		case typ == elfnote.TypeGoBuildID && name == "Go" && ids.GoBuildID == "":
 			ids.GoBuildID = string(bytes.TrimRight(desc, "\x00"))
 		}
-	}
+		return true
+	})
 }

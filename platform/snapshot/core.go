@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/elfnote"
 )
 
 // Caps on what a core file may make the reader allocate or walk.
@@ -235,7 +236,7 @@ func (c *CoreFile) parseNotes(b []byte, base int64, align uint64) error {
 		err = &CoreError{File: c.Name, Off: base + int64(off), Msg: fmt.Sprintf(format, args...)}
 		return false
 	}
-	bad := forNotes(b, le, align, func(name string, typ uint32, desc []byte, off int) bool {
+	bad := elfnote.ForEach(b, le, align, func(name string, typ uint32, desc []byte, off int) bool {
 		if name != "CORE" {
 			return true
 		}

@@ -3,7 +3,6 @@ package snapshot
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/elfnote"
 )
 
 // TableCache keeps what a snapshot reads from each ELF file (program
@@ -187,7 +187,7 @@ const maxNoteSegment = 1 << 20
 func elfBuildID(f *elf.File) []byte {
 	var id []byte
 	look := func(b []byte, align uint64) {
-		forNotes(b, f.ByteOrder, align, func(name string, typ uint32, desc []byte, _ int) bool {
+		elfnote.ForEach(b, f.ByteOrder, align, func(name string, typ uint32, desc []byte, _ int) bool {
 			if name == "GNU" && typ == 3 { // NT_GNU_BUILD_ID
 				id = append([]byte(nil), desc...)
 				return false
@@ -213,45 +213,6 @@ func elfBuildID(f *elf.File) []byte {
 		}
 	}
 	return id
-}
-
-// maxNoteField caps a note's name and descriptor sizes.
-const maxNoteField = 64 << 20
-
-// forNotes calls fn for each note in b (ELF note format: namesz, descsz,
-// type, name, desc, each padded to align, which is 4 or 8) with the note's
-// offset in b, until fn returns false. It returns the offset of a
-// truncated note, or -1.
-func forNotes(b []byte, bo binary.ByteOrder, align uint64, fn func(name string, typ uint32, desc []byte, off int) bool) int {
-	al := uint64(4)
-	if align == 8 {
-		al = 8
-	}
-	pad := func(n uint64) uint64 { return (n + al - 1) &^ (al - 1) }
-	off := 0
-	for off < len(b) {
-		if len(b)-off < 12 {
-			return off
-		}
-		namesz, descsz, typ := uint64(bo.Uint32(b[off:])), uint64(bo.Uint32(b[off+4:])), bo.Uint32(b[off+8:])
-		rest := uint64(len(b) - off - 12)
-		if namesz > maxNoteField || descsz > maxNoteField || pad(namesz) > rest || descsz > rest-pad(namesz) {
-			return off
-		}
-		name := b[off+12 : off+12+int(namesz)]
-		name = bytes.TrimRight(name, "\x00")
-		d := off + 12 + int(pad(namesz))
-		desc := b[d : d+int(descsz)]
-		if !fn(string(name), typ, desc, off) {
-			return -1
-		}
-		next := uint64(d) + pad(descsz)
-		if next > uint64(len(b)) {
-			next = uint64(len(b))
-		}
-		off = int(next)
-	}
-	return -1
 }
 
 // loadModules builds the modules of the executable mappings in maps,

@@ -17,6 +17,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/rawstack/rawstack/internal/elfnote"
 )
 
 // DefaultDebugDir is the system's directory of separate debug files.
@@ -181,7 +183,7 @@ func BuildID(f *elf.File) []byte {
 		if err != nil {
 			continue
 		}
-		if id := parseNotes(d, f.ByteOrder); id != nil {
+		if id := elfnote.GNUBuildID(d, f.ByteOrder, s.Addralign); id != nil {
 			return id
 		}
 	}
@@ -193,32 +195,16 @@ func BuildID(f *elf.File) []byte {
 		if _, err := p.ReadAt(d, 0); err != nil {
 			continue
 		}
-		if id := parseNotes(d, f.ByteOrder); id != nil {
+		if id := elfnote.GNUBuildID(d, f.ByteOrder, p.Align); id != nil {
 			return id
 		}
 	}
 	return nil
 }
 
-// parseNotes returns the descriptor of the first NT_GNU_BUILD_ID note.
-func parseNotes(d []byte, bo binary.ByteOrder) []byte {
-	for len(d) >= 12 {
-		nsz, dsz, typ := bo.Uint32(d), bo.Uint32(d[4:]), bo.Uint32(d[8:])
-		d = d[12:]
-		na := (uint64(nsz) + 3) &^ 3
-		da := (uint64(dsz) + 3) &^ 3
-		if na+da > uint64(len(d)) {
-			return nil
-		}
-		name := d[:nsz]
-		desc := d[na : na+uint64(dsz)]
-		if typ == 3 && string(name) == "GNU\x00" {
-			return append([]byte(nil), desc...)
-		}
-		d = d[na+da:]
-	}
-	return nil
-}
+// parseNotes returns the descriptor of the first NT_GNU_BUILD_ID note in
+// a 4-byte-aligned note block.
+func parseNotes(d []byte, bo binary.ByteOrder) []byte { return elfnote.GNUBuildID(d, bo, 4) }
 
 func hasBuildID(path string, want []byte) (bool, string) {
 	f, err := elf.Open(path)
