@@ -61,6 +61,19 @@ type Session struct {
 type procState struct {
 	comm    string
 	modules []liveModule
+	names   map[uint32]string // tid → name, for threads that inherit it
+}
+
+// threadName reports tid's name and remembers it: the kernel writes no
+// COMM record for a new thread, which starts with its creator's name.
+func (s *Session) threadName(t int64, pid, tid uint32, name string) {
+	if ps := s.procs[pid]; ps != nil {
+		if ps.names == nil {
+			ps.names = map[uint32]string{}
+		}
+		ps.names[tid] = name
+	}
+	s.h.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: tid, Name: name})
 }
 
 type liveModule struct {
@@ -361,7 +374,7 @@ func (s *Session) attach() error {
 			}
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: uint32(s.pid), Tid: uint32(tid)})
 			if name := procComm(procDir(s.pid) + "/task/" + strconv.Itoa(tid)); name != "" {
-				s.h.ThreadName(&format.ThreadName{Time: t, Pid: uint32(s.pid), Tid: uint32(tid), Name: name})
+				s.threadName(t, uint32(s.pid), uint32(tid), name)
 			}
 			if err := openThread(tid); err != nil {
 				s.Close()
@@ -421,7 +434,7 @@ func (s *Session) reportInitial(tids []int) {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
 		if name != "" {
-			s.h.ThreadName(&format.ThreadName{Time: now, Pid: pid, Tid: uint32(tid), Name: name})
+			s.threadName(now, pid, uint32(tid), name)
 		}
 	}
 	if s.kernel {
@@ -694,7 +707,7 @@ func (s *Session) handle(b []byte) {
 			}
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid))})
 		}
-		s.h.ThreadName(&format.ThreadName{Time: t, Pid: r.Pid, Tid: r.Tid, Name: name})
+		s.threadName(t, r.Pid, r.Tid, name)
 	case recFork:
 		if r.Pid != r.Ppid {
 			// A new process: it starts with a copy of its parent's mappings.
@@ -725,8 +738,20 @@ func (s *Session) handle(b []byte) {
 			s.forked[r.Tid] = true
 		}
 		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+		if ps := s.procs[r.Pid]; ps != nil {
+			name := ps.names[r.Ptid]
+			if name == "" {
+				name = ps.comm
+			}
+			if name != "" {
+				s.threadName(t, r.Pid, r.Tid, name)
+			}
+		}
 	case recExit:
 		s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+		if ps := s.procs[r.Pid]; ps != nil {
+			delete(ps.names, r.Tid)
+		}
 		if r.Pid == r.Tid {
 			if ps := s.procs[r.Pid]; ps != nil {
 				for _, m := range ps.modules {

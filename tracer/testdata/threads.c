@@ -1,5 +1,6 @@
 // threads starts argv[2] named threads after spinning 0.1 s; every thread
-// then spins for argv[1] seconds of its own CPU time.
+// then spins for argv[1] seconds of its own CPU time. worker-0 also starts
+// one thread that never names itself: it inherits "worker-0".
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -25,11 +26,21 @@ static void spin(double d) {
 	sink = x;
 }
 
+static void *unnamed(void *arg) {
+	(void)arg;
+	spin(secs / 2);
+	return NULL;
+}
+
 static void *worker(void *arg) {
 	char name[16];
 	snprintf(name, sizeof name, "worker-%ld", (long)arg);
 	pthread_setname_np(pthread_self(), name);
+	pthread_t child;
+	int started = arg == 0 && pthread_create(&child, NULL, unnamed, NULL) == 0;
 	spin(secs);
+	if (started)
+		pthread_join(child, NULL);
 	return NULL;
 }
 
