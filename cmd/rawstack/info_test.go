@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/format"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden files")
@@ -61,5 +64,27 @@ func TestInfoNotATrace(t *testing.T) {
 	var out, errb bytes.Buffer
 	if rc := run([]string{"info", path}, &out, &errb); rc != 1 || !strings.Contains(errb.String(), "bad magic") || !strings.Contains(errb.String(), path) {
 		t.Fatalf("rc %d, stderr %q", rc, errb.String())
+	}
+}
+
+// countKinds reads the stream at path and counts its events per kind; any
+// damage fails the test.
+func countKinds(t *testing.T, path string) map[format.Kind]int {
+	t.Helper()
+	r, err := format.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	kinds := map[format.Kind]int{}
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return kinds
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[ev.Kind]++
 	}
 }

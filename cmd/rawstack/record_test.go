@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -51,26 +49,7 @@ func TestRecordCommand(t *testing.T) {
 			t.Errorf("summary lacks %q: %s", w, summary)
 		}
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := format.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[format.Kind]int{}
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		kinds[ev.Kind]++
-	}
+	kinds := countKinds(t, out)
 	if kinds[format.KindSample] < 50 || kinds[format.KindProcessEnd] != 1 || kinds[format.KindModuleLoad] < 3 || kinds[format.KindClockSync] == 0 {
 		t.Errorf("unexpected event counts %v", kinds)
 	}

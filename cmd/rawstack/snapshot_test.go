@@ -85,26 +85,7 @@ func TestSnapshotStream(t *testing.T) {
 	if err := writeSnapshot(fakeSnapshot(t), path); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := format.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[format.Kind]int{}
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		kinds[ev.Kind]++
-	}
+	kinds := countKinds(t, path)
 	want := map[format.Kind]int{format.KindProcess: 1, format.KindThreadStart: 2, format.KindThreadName: 1, format.KindModuleLoad: 1, format.KindStack: 1, format.KindSample: 1}
 	if !reflect.DeepEqual(kinds, want) {
 		t.Errorf("events %v, want %v", kinds, want)
