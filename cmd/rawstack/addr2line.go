@@ -14,6 +14,7 @@ import (
 
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
+	"github.com/rawstack/rawstack/symbolizer/pesrc"
 )
 
 func init() {
@@ -32,7 +33,7 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(obj, "e", "", "same as --obj")
 	inlines := fs.Bool("inlines", true, "print one function and location per inlined frame (llvm-symbolizer's default)")
 	noInlines := fs.Bool("no-inlines", false, "print only the innermost frame")
-	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF")
+	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF (PE: the PDB to use)")
 	workers := fs.Int("j", runtime.NumCPU(), "compile units parsed in parallel")
 	var debugDirs multiFlag
 	fs.Var(&debugDirs, "debug-dir", "PE: directory searched for PDBs (repeatable)")
@@ -48,8 +49,8 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	debug.SetMemoryLimit(2 << 30)
 	var src symbolizer.Source
 	var err error
-	if isPEImage(*obj) {
-		src, err = openPESource(*obj, debugDirs)
+	if pesrc.IsPE(*obj) {
+		src, err = openPESource(*obj, debugDirs, *debugFile)
 	} else {
 		src, err = elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
 	}
