@@ -16,9 +16,9 @@ import (
 // the oracle that answers its virtual addresses.
 type traceModule struct {
 	name   string
-	exe    string        // the image
-	path   string        // the path recorded in the trace
-	base   uint64        // where the trace says it was loaded
+	exe    string // the image
+	path   string // the path recorded in the trace
+	base   uint64 // where the trace says it was loaded
 	oracle func([]uint64) []string
 }
 
