@@ -30,7 +30,8 @@ const (
 // ImageBase + section address + value, each reaching to the next symbol
 // of its section (any kind of symbol ends the one before it; the last of
 // a section has no end). An image without such symbols (a linker that
-// wrote none, or one stripped) is named from its exports instead.
+// wrote none, or one stripped) is named from its exports instead; an
+// error says the export table is damaged (no symbols are returned then).
 func symbols(img *pe.File) ([]elfsrc.Symbol, error) {
 	f := img.PE
 	nsec := len(f.Sections)

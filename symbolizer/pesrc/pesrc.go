@@ -122,7 +122,8 @@ func newSource(img *pe.File, path string, opts *Options) (*Source, error) {
 	s := &Source{path: path, img: img, base: img.ImageBase}
 	syms, err := symbols(img)
 	if err != nil {
-		return nil, fmt.Errorf("pesrc: %w", err)
+		// A damaged export table loses the export names only.
+		opts.logf("pesrc: %s: %v", path, err)
 	}
 	order := binary.ByteOrder(binary.LittleEndian)
 	dw, err := elfsrc.NewDWARF(elfsrc.Container{
@@ -197,9 +198,14 @@ func sectionData(img *pe.File, name string) ([]byte, error) {
 	if n > maxSection {
 		return nil, &pe.FormatError{File: img.Name, Offset: int64(sec.Offset), Msg: fmt.Sprintf("section %s of %d bytes", name, n)}
 	}
-	b := make([]byte, n)
-	if _, err := sec.ReadAt(b, 0); err != nil {
+	// Read, not allocate, n bytes: a damaged header may claim more than
+	// the file holds.
+	b, err := io.ReadAll(io.LimitReader(sec.Open(), int64(n)))
+	if err != nil {
 		return nil, &pe.FormatError{File: img.Name, Offset: int64(sec.Offset), Msg: fmt.Sprintf("reading section %s: %v", name, err)}
+	}
+	if uint32(len(b)) < n {
+		return nil, &pe.FormatError{File: img.Name, Offset: int64(sec.Offset), Msg: fmt.Sprintf("section %s: %d of %d bytes in the file", name, len(b), n)}
 	}
 	return b, nil
 }
