@@ -25,7 +25,8 @@ var ErrImageMismatch = errors.New("pesrc: image does not match the recorded code
 
 // OpenModule opens a PE module of a trace. The image is looked for at its
 // recorded path (after --path-map) and by its base name in the debug
-// directories, and taken only when its code id (TimeDateStamp,
+// directories, flat and in symbol-store layout (NAME/CODEID/NAME, as
+// symstore files images), and taken only when its code id (TimeDateStamp,
 // SizeOfImage) is the recorded one; its PDB is then found as [Open] finds
 // it, with _NT_SYMBOL_PATH. Without the image, the PDB alone is found by
 // the recorded RSDS identity (GUID, age, name) next to the recorded path,
@@ -42,7 +43,11 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		recorded = opts.MapPath(m.Path)
 	}
 	var notes []string
-	for _, p := range imageCandidates(recorded, m.Path, dirs) {
+	codeID := ""
+	if m.TimeDateStamp != 0 || m.SizeOfImage != 0 {
+		codeID = fmt.Sprintf("%08X%x", m.TimeDateStamp, m.SizeOfImage)
+	}
+	for _, p := range imageCandidates(recorded, m.Path, codeID, dirs) {
 		img, err := pe.Open(p)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -84,16 +89,24 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 	return nil, fmt.Errorf("pesrc: module %s: no matching image or PDB found (%s)", m.Path, strings.Join(notes, "; "))
 }
 
-// imageCandidates lists where a module's image may be: the mapped path,
-// and its base name (Windows separators understood) in each debug dir.
-func imageCandidates(mapped, recorded string, dirs []string) []string {
+// imageCandidates lists where a module's image may be: the mapped path
+// (with Windows separators turned into slashes too, for a path map that
+// rewrote only the drive part), and in each debug dir its base name and
+// the symbol-store layout NAME/CODEID/NAME.
+func imageCandidates(mapped, recorded, codeID string, dirs []string) []string {
 	var out []string
 	if mapped != "" {
 		out = append(out, mapped)
+		if s := strings.ReplaceAll(mapped, `\`, "/"); s != mapped {
+			out = append(out, s)
+		}
 	}
 	if b := winBase(recorded); b != "" {
 		for _, d := range dirs {
 			out = append(out, filepath.Join(d, b))
+			if codeID != "" {
+				out = append(out, filepath.Join(d, b, codeID, b))
+			}
 		}
 	}
 	return out
