@@ -27,10 +27,10 @@ type traceModule struct {
 // RSDS and code identities, and stacks of real addresses of the
 // fixtures; symbolizer.Build must name every location as llvm-symbolizer
 // 19 names the same address of the image (for the clang+PDB image, from
-// the source pesrc answers it with, see TestOracleClangPDB). The last
-// module's image is gone: only its PDB, in a debug directory, is found by
-// the recorded GUID and age; another's image only in a symbol store
-// layout of the debug directory, under its code id.
+// the source pesrc answers it with, see TestOracleClangPDB). The image of
+// the pdb-only module is gone: only its PDB, in a debug directory, is
+// found by the recorded GUID and age; the store module's image is only in
+// a symbol-store layout of the debug directory, under its code id.
 func TestTraceModules(t *testing.T) {
 	testbuild.Need(t, oracle, "the oracle for DWARF inside PE (apt-get install llvm-19)")
 	mingw := mingwGCC(t)
