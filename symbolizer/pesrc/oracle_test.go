@@ -204,6 +204,14 @@ func TestOracleMingwGCC(t *testing.T) {
 	c.check(t, 99.9)
 }
 
+// TestOracleMingwGCC32: the same for 32-bit Windows, where
+// llvm-symbolizer strips the x86 C decorations ("_f", "_f@12") of names.
+func TestOracleMingwGCC32(t *testing.T) {
+	exe := mingwGCC32(t)
+	c := compareDirect(t, "mingw-gcc-i686", exe)
+	c.check(t, 99.9)
+}
+
 // TestOracleClangDWARF: clang --target=x86_64-w64-mingw32 -gdwarf, linked
 // by lld.
 func TestOracleClangDWARF(t *testing.T) {
