@@ -14,7 +14,7 @@ import (
 // "@f@12", "f@@12" all name f), and what remains demangled again.
 func demangler(x86 bool) func(string) string {
 	return func(name string) string {
-		if d := symbolizer.Demangle(name); d != name {
+		if d := symbolizer.DemangleLLVM19(name); d != name {
 			return d
 		}
 		if strings.HasPrefix(name, "?") {
@@ -26,7 +26,7 @@ func demangler(x86 bool) func(string) string {
 			return name
 		}
 		c := undecorateC(name)
-		if d := symbolizer.Demangle(c); d != c {
+		if d := symbolizer.DemangleLLVM19(c); d != c {
 			return d
 		}
 		return c

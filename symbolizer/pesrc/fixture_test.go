@@ -87,3 +87,15 @@ func mingwGCC32(t testing.TB) string {
 		Out:    "prog32.exe",
 	})
 }
+
+// mingwGXX builds testdata/stl.cc with mingw-w64 g++ -O2 -g: C++ with
+// libstdc++ templates inlined, Itanium names in the COFF symbols.
+func mingwGXX(t testing.TB) string {
+	t.Helper()
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "x86_64-w64-mingw32-g++",
+		Args:   []string{"-O2", "-g", "-o", "{dir}/stl.exe", "{in0}"},
+		Inputs: []string{"testdata/stl.cc"},
+		Out:    "stl.exe",
+	})
+}
