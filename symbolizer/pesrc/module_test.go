@@ -173,14 +173,12 @@ func TestTraceModules(t *testing.T) {
 }
 
 func TestImageCandidates(t *testing.T) {
-	got := imageCandidates(`/src\bin\prog.exe`, `C:\bin\prog.exe`, "5F3A2B1C1d000", []string{"/dbg"})
-	want := []string{`/src\bin\prog.exe`, "/src/bin/prog.exe", "/dbg/prog.exe", "/dbg/prog.exe/5F3A2B1C1d000/prog.exe"}
-	if len(got) != len(want) {
+	got := imageCandidates(`/src\bin\prog.exe`)
+	want := []string{`/src\bin\prog.exe`, "/src/bin/prog.exe"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Errorf("candidate %d: %q, want %q", i, got[i], want[i])
-		}
+	if got := imageCandidates("/a/prog.exe"); len(got) != 1 {
+		t.Errorf("got %q, want the path alone", got)
 	}
 }
