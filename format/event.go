@@ -28,8 +28,8 @@ const (
 	KindCounter      Kind = 15
 	KindLost         Kind = 16
 	KindProcessEnd   Kind = 17
-	KindJITCode      Kind = 20 // code a JIT compiler wrote, with its name (SPEC.md §6.20)
-	KindJITUnload    Kind = 21 // JIT code that stopped being valid (SPEC.md §6.21)
+	KindJITCode      Kind = 20  // code a JIT compiler wrote, with its name (SPEC.md §6.20)
+	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
