@@ -68,8 +68,9 @@ func jitRecord(t *testing.T, dir string, flags []string, argv ...string) (string
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // foldedShare converts the trace to folded stacks and returns the share of
-// samples with a frame containing sub, and the sample count.
-func foldedShare(t *testing.T, trace, sub string) (float64, int64) {
+// samples with a frame containing sub (and frames containing each of also),
+// and the sample count.
+func foldedShare(t *testing.T, trace, sub string, also ...string) (float64, int64) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"convert", trace, "--to", "folded", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
@@ -86,7 +87,11 @@ func foldedShare(t *testing.T, trace, sub string) (float64, int64) {
 			t.Fatalf("folded line %q", line)
 		}
 		all += n
-		if strings.Contains(line[:sp], sub) {
+		ok := strings.Contains(line[:sp], sub)
+		for _, a := range also {
+			ok = ok && strings.Contains(line[:sp], a)
+		}
+		if ok {
 			hit += n
 		}
 	}
@@ -274,6 +279,11 @@ func TestJITNodePerfMap(t *testing.T) {
 	if d := ours - theirs; d < -0.10 || d > 0.10 {
 		t.Errorf("rawstack %.1f%% vs perf %.1f%%: more than 10 points apart", 100*ours, 100*theirs)
 	}
+	// The kernel's frame-pointer chains go on through JIT code into node's
+	// own frames (V8 keeps frame pointers in the code it generates).
+	if through, _ := foldedShare(t, trace, "fibJit", "node::Start"); through < 0.75 {
+		t.Errorf("only %.1f%% of the samples reach node::Start through fibJit", 100*through)
+	}
 	// Every export names the frame with the runtime's name and the [jit] pseudo-module.
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"report", trace, "--top", "5", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
@@ -357,5 +367,26 @@ func TestJITJavaMapAtExit(t *testing.T) {
 	}
 	if d := ours - theirs; d < -0.10 || d > 0.10 {
 		t.Errorf("rawstack %.1f%% vs perf %.1f%%: more than 10 points apart", 100*ours, 100*theirs)
+	}
+}
+
+// TestJITNodeDWARF: in DWARF mode, JIT code has no CFI, and the unwinder
+// follows frame pointers there and CFI again in node's own code, both
+// online (on the host) and offline (--keep-raw, unwound by report).
+func TestJITNodeDWARF(t *testing.T) {
+	needPerfEvents(t)
+	node := testbuild.Need(t, "node", "the Node DWARF-mode test records node --perf-basic-prof")
+	dir := jitAppDir(t, "app.js")
+	for _, mode := range [][]string{{"--unwind", "dwarf"}, {"--unwind", "dwarf", "--keep-raw"}} {
+		t.Run(strings.TrimPrefix(mode[len(mode)-1], "--"), func(t *testing.T) {
+			trace, pid := jitRecord(t, dir, mode, node, "--perf-basic-prof", "app.js", nodeRounds)
+			removeJITFiles(t, dir, pid)
+			named, n := foldedShare(t, trace, "fibJit")
+			through, _ := foldedShare(t, trace, "fibJit", "node::Start")
+			t.Logf("%v: fibJit in %.1f%% of %d samples, %.1f%% reach node::Start through it", mode, 100*named, n, 100*through)
+			if named < 0.80 || through < 0.75 {
+				t.Errorf("fibJit in %.1f%% of the samples (want >= 80%%), %.1f%% through to node::Start (want >= 75%%)", 100*named, 100*through)
+			}
+		})
 	}
 }
