@@ -106,10 +106,15 @@ func foldedShare(t *testing.T, trace, sub string, also ...string) (float64, int6
 // whose symbol contains sub. perf names JIT frames from the same files, at
 // report time, so it must run before they are deleted.
 func perfShare(t *testing.T, dir, sub string, argv ...string) (float64, int) {
+	return perfShareWith(t, dir, sub, []string{"-g"}, argv...)
+}
+
+// perfShareWith is perfShare with other perf record call-graph flags.
+func perfShareWith(t *testing.T, dir, sub string, graph []string, argv ...string) (float64, int) {
 	t.Helper()
 	perf := testbuild.Need(t, "perf", "perf is the oracle for JIT frame attribution")
 	data := filepath.Join(t.TempDir(), "perf.data")
-	rec := exec.Command(perf, append([]string{"record", "-q", "-F", "999", "-g", "-o", data, "--"}, argv...)...)
+	rec := exec.Command(perf, append(append(append([]string{"record", "-q", "-F", "999"}, graph...), "-o", data, "--"), argv...)...)
 	rec.Dir = dir
 	if b, err := rec.CombinedOutput(); err != nil {
 		t.Fatalf("perf record: %v\n%s", err, b)
@@ -399,5 +404,49 @@ func TestJITNodeDWARF(t *testing.T) {
 				t.Errorf("fibJit in %.1f%% of the samples (want >= 80%%), %.1f%% through to node::Start (want >= 75%%)", 100*named, 100*through)
 			}
 		})
+	}
+}
+
+// python312 returns a Python with the perf trampoline (3.12 or later):
+// $RAWSTACK_TEST_PYTHON, else python3.13 or python3.12 on PATH. Debian 12
+// ships 3.11, which has none.
+func python312(t *testing.T) string {
+	cands := []string{os.Getenv("RAWSTACK_TEST_PYTHON"), "python3.13", "python3.12", "python3"}
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		p, err := exec.LookPath(c)
+		if err != nil {
+			continue
+		}
+		if exec.Command(p, "-X", "perf", "-c", "import sys; sys.exit(0 if sys.is_stack_trampoline_active() else 1)").Run() == nil {
+			return p
+		}
+	}
+	t.Skip("no Python >= 3.12 with the perf trampoline (set RAWSTACK_TEST_PYTHON; Debian 12 has 3.11)")
+	return ""
+}
+
+// TestJITPythonTrampoline records Python 3.12's perf trampoline (-X perf):
+// CPython is built without frame pointers, so only DWARF mode reaches the
+// trampolines, through libpython's CFI; the trampolines keep frame
+// pointers and have no CFI, where the unwinder falls back to them.
+func TestJITPythonTrampoline(t *testing.T) {
+	needPerfEvents(t)
+	py := python312(t)
+	dir := jitAppDir(t, "hot.py")
+	argv := []string{py, "-X", "perf", "hot.py", "300"}
+	trace, pid := jitRecord(t, dir, []string{"--unwind", "dwarf"}, argv...)
+	st := traceJITStats(t, trace)
+	removeJITFiles(t, dir, pid)
+	ours, n := foldedShare(t, trace, "py::hot_py:")
+	theirs, pn := perfShareWith(t, dir, "py::hot_py:", []string{"--call-graph", "dwarf"}, argv...)
+	t.Logf("hot_py named in %.1f%% of %d rawstack samples (--unwind dwarf), %.1f%% of %d perf samples (--call-graph dwarf); %v", 100*ours, n, 100*theirs, pn, st)
+	if ours < 0.80 {
+		t.Errorf("hot_py in %.1f%% of the samples, want >= 80%%", 100*ours)
+	}
+	if d := ours - theirs; d < -0.10 || d > 0.10 {
+		t.Errorf("rawstack %.1f%% vs perf %.1f%%: more than 10 points apart", 100*ours, 100*theirs)
 	}
 }
