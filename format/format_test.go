@@ -45,6 +45,10 @@ func sampleEvents() []Event {
 		{Kind: KindModuleUnload, ModuleUnload: ModuleUnload{Time: 1_007_000, Pid: 4242, ID: 2}},
 		{Kind: KindThreadEnd, ThreadEnd: ThreadEnd{Time: 1_008_000, Pid: 4242, Tid: 4243}},
 		{Kind: KindProcessEnd, ProcessEnd: ProcessEnd{Time: 1_009_000, Pid: 4242, ExitCode: -11}},
+		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 1, Labels: []Label{{"request", "GET /"}, {"tenant", ""}}}},
+		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 2, Labels: []Label{}}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_000, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 18, Labels: 1}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_100, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 1 << 40}},
 	}
 }
 
@@ -136,6 +140,8 @@ func cloneEvent(ev *Event) Event {
 		out.Counter = ev.Counter
 	case KindLost:
 		out.Lost = ev.Lost
+	case KindLabelSet:
+		out.LabelSet = LabelSet{ID: ev.LabelSet.ID, Labels: append([]Label{}, ev.LabelSet.Labels...)}
 	case KindUnknown:
 		out.Code = ev.Code
 		out.Unknown = append([]byte{}, ev.Unknown...)
@@ -194,7 +200,11 @@ func TestRoundTripRandom(t *testing.T) {
 				rng.Read(data)
 				want = append(want, Event{Kind: KindRawStack, RawStack: RawStack{Time: tm, Pid: rng.Uint32(), Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64(), RegMask: 0b101, Regs: []uint64{rng.Uint64(), rng.Uint64()}, StackAddr: rng.Uint64(), Data: data}})
 			default:
-				want = append(want, Event{Kind: KindSample, Sample: Sample{Time: tm, Pid: rng.Uint32() % 4, Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64() >> uint(rng.Intn(64)), Stack: rng.Uint64() >> uint(rng.Intn(64)), Flags: SampleFlags(rng.Intn(8))}})
+				s := Sample{Time: tm, Pid: rng.Uint32() % 4, Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64() >> uint(rng.Intn(64)), Stack: rng.Uint64() >> uint(rng.Intn(64)), Flags: SampleFlags(rng.Intn(8))}
+				if rng.Intn(2) == 0 {
+					s.Goroutine, s.Labels = rng.Uint64()>>uint(rng.Intn(64)), uint64(rng.Intn(3))
+				}
+				want = append(want, Event{Kind: KindSample, Sample: s})
 			}
 		}
 		data := encode(t, want, &WriterOptions{ChunkSize: 1 + rng.Intn(4096)})
@@ -447,6 +457,7 @@ func TestWriterAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(10000, func() {
 		tm += 1_000_000
 		w.WriteSample(Sample{Time: tm, Pid: 1, Tid: 2, CPU: 1, Weight: 1, Stack: uint64(tm % 1000)})
+		w.WriteSample(Sample{Time: tm, Pid: 1, Tid: 2, CPU: 1, Weight: 1, Stack: uint64(tm % 1000), Goroutine: uint64(tm % 5000), Labels: 3})
 		w.WriteStack(uint64(tm), pcs)
 		raw.Time = tm
 		w.WriteRawStack(raw)
