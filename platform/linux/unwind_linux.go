@@ -47,6 +47,8 @@ type unwinder struct {
 	size    int    // sample_stack_user
 	keepRaw bool
 	auto    bool
+	sizeSet bool // the user chose StackSize
+	leaf    bool // auto mode on a frame-pointer program: kernel chain + repairLeaf
 
 	procs map[uint32]*unwindProc
 	files map[string]*unwindFile
@@ -99,7 +101,8 @@ func newUnwinder(cfg platform.Config) *unwinder {
 	size &^= 7
 	return &unwinder{
 		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
-		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
+		sizeSet: cfg.StackSize > 0,
+		procs:   map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
 		pcs: make([]uint64, 0, 256),
 	}
 }
@@ -110,7 +113,9 @@ func (uw *unwinder) setAttr(attr *sys.PerfEventAttr) {
 	attr.Sample_type |= perfSampleRegsUser | perfSampleStackUser
 	attr.Sample_regs_user = uw.mask
 	attr.Sample_stack_user = uint32(uw.size)
-	attr.Bits |= perfBitExcludeCallchainUser
+	if !uw.leaf {
+		attr.Bits |= perfBitExcludeCallchainUser
+	}
 }
 
 func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
@@ -120,6 +125,9 @@ func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
 // registers and stack. It returns false when the sample was dropped.
 func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
+	if uw.leaf {
+		return uw.repairLeaf(s, r, sm)
+	}
 	kernel := sm.PCs[:0]
 	if r.Kernel {
 		kernel = sm.PCs
@@ -276,7 +284,7 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		uf := &unwindFile{f: f}
 		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
 		f.Close()
-		if uw.auto && keepsFramePointers(uw.arch, uf.table) {
+		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
 		return uf
@@ -318,7 +326,7 @@ func (uw *unwinder) vdsoFile() *unwindFile {
 		}
 		uw.vdso.f = f
 		uw.vdso.table, _ = arch.NewTableELF(f, "[vdso]")
-		if uw.auto {
+		if uw.auto && !uw.leaf {
 			uw.vdso.fp = keepsFramePointers(uw.arch, uw.vdso.table)
 		}
 		break
