@@ -4,6 +4,7 @@ package linux
 
 import (
 	"debug/elf"
+	"os"
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/platform"
@@ -28,18 +29,27 @@ func (uw *unwinder) chooseAuto(pid int) {
 		return
 	}
 	exe := procDir(pid) + "/exe"
+	real, err := os.Readlink(exe)
+	if err != nil {
+		return
+	}
 	f, err := elf.Open(exe)
 	if err != nil {
 		return // DWARF-style sampling works without knowing
 	}
-	t, _ := arch.NewTableELF(f, exe)
+	uf := &unwindFile{f: f}
+	uf.table, _ = arch.NewTableELF(f, real)
 	f.Close()
-	if !keepsFramePointers(uw.arch, t) {
-		return
-	}
-	uw.leaf = true
-	if !uw.sizeSet {
-		uw.size = leafWindow
+	fp := keepsFramePointers(uw.arch, uf.table)
+	if fp {
+		uw.leaf = true
+		if !uw.sizeSet {
+			uw.size = leafWindow
+		}
+	} else if uf.table != nil {
+		// openFile would build the same table again when the first
+		// sample passes through the executable.
+		uw.exePath, uw.exeFile = real, uf
 	}
 }
 

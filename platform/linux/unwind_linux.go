@@ -50,6 +50,9 @@ type unwinder struct {
 	sizeSet bool // the user chose StackSize
 	leaf    bool // auto mode on a frame-pointer program: kernel chain + repairLeaf
 
+	exePath string      // auto mode: the executable whose table chooseAuto built
+	exeFile *unwindFile // and that table, for openFile
+
 	procs map[uint32]*unwindProc
 	files map[string]*unwindFile
 	vdso  *unwindFile // read from this process on first use
@@ -272,6 +275,11 @@ func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
 // deleted or replaced since it was mapped) /proc/PID/map_files.
 func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 	path := strings.TrimSuffix(lm.path, " (deleted)")
+	if uw.exeFile != nil && path == uw.exePath {
+		uf := uw.exeFile
+		uw.exeFile = nil
+		return uf
+	}
 	dir := procDir(int(pid))
 	for _, name := range []string{dir + "/root" + path, path, fmt.Sprintf("%s/map_files/%x-%x", dir, lm.start, lm.end)} {
 		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
