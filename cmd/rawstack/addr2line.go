@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:  "addr2line",
-		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-dir DIR] [ADDR...]",
+		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-file-directory DIR]... [--no-debuginfod] [ADDR...]",
 		short: "symbolize addresses of a binary, printing what llvm-symbolizer prints",
 		run:   runAddr2line,
 	})
@@ -36,7 +36,9 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF (PE: the PDB to use)")
 	workers := fs.Int("j", runtime.NumCPU(), "compile units parsed in parallel")
 	var debugDirs multiFlag
-	fs.Var(&debugDirs, "debug-dir", "PE: directory searched for PDBs (repeatable)")
+	fs.Var(&debugDirs, "debug-file-directory", "directory of separate debug files (ELF: DIR/.build-id/xx/rest.debug and .gnu_debuglink names; PE: PDBs), searched before /usr/lib/debug (repeatable; llvm-symbolizer's spelling)")
+	fs.Var(&debugDirs, "debug-dir", "same as --debug-file-directory")
+	noDebuginfod := fs.Bool("no-debuginfod", false, "do not ask DEBUGINFOD_URLS servers for a missing debug file")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -52,7 +54,10 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	if pesrc.IsPE(*obj) {
 		src, err = openPESource(*obj, debugDirs, *debugFile)
 	} else {
-		src, err = elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
+		// The one location path report uses: build id under the debug
+		// directories, .gnu_debuglink, debuginfod.
+		opts := &symbolizer.Options{DebugDirs: debugDirs, NoDebuginfod: *noDebuginfod}
+		src, err = elfsrc.OpenLocated(*obj, opts, &elfsrc.Options{DebugFile: *debugFile})
 	}
 	if err != nil {
 		return err
