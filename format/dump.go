@@ -62,7 +62,22 @@ func DumpEvent(ev *Event) string {
 		return b.String()
 	case KindSample:
 		e := ev.Sample
-		return fmt.Sprintf("Sample t=%d pid=%d tid=%d cpu=%d weight=%d stack=%d flags=%#x", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, e.Stack, uint8(e.Flags))
+		s := fmt.Sprintf("Sample t=%d pid=%d tid=%d cpu=%d weight=%d stack=%d flags=%#x", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, e.Stack, uint8(e.Flags))
+		if e.Goroutine != 0 || e.Labels != 0 {
+			s += fmt.Sprintf(" goroutine=%d labels=%d", e.Goroutine, e.Labels)
+		}
+		return s
+	case KindLabelSet:
+		var b strings.Builder
+		fmt.Fprintf(&b, "LabelSet id=%d {", ev.LabelSet.ID)
+		for i, l := range ev.LabelSet.Labels {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%q:%q", l.Key, l.Value)
+		}
+		b.WriteByte('}')
+		return b.String()
 	case KindRawStack:
 		e := &ev.RawStack
 		return fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))

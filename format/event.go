@@ -28,6 +28,7 @@ const (
 	KindCounter      Kind = 15
 	KindLost         Kind = 16
 	KindProcessEnd   Kind = 17
+	KindLabelSet     Kind = 18  // an interned set of pprof labels (SPEC.md §6.18)
 	KindJITCode      Kind = 20  // code a JIT compiler wrote, with its name (SPEC.md §6.20)
 	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
@@ -54,6 +55,7 @@ var kindNames = [...]string{
 	KindProcessEnd:   "ProcessEnd",
 	KindJITCode:      "JITCode",
 	KindJITUnload:    "JITUnload",
+	KindLabelSet:     "LabelSet",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
@@ -297,6 +299,24 @@ type Sample struct {
 	Weight uint64 // 1 for a plain sample; period or ns where the sampler says so
 	Stack  uint64 // interned Stack id; 0 = no stack
 	Flags  SampleFlags
+	// Goroutine is the Go goroutine id the thread was running, 0 if
+	// unknown or not Go (SPEC.md §6.10, appended in 1.1).
+	Goroutine uint64
+	// Labels is the interned LabelSet of the goroutine's pprof labels, 0
+	// for none.
+	Labels uint64
+}
+
+// LabelSet is an interned set of key/value labels (a goroutine's pprof
+// labels), referred to by Sample.Labels.
+type LabelSet struct {
+	ID     uint64
+	Labels []Label
+}
+
+// Label is one key/value pair of a LabelSet.
+type Label struct {
+	Key, Value string
 }
 
 // NoCPU is the CPU field of a Sample whose CPU is not known.
@@ -421,6 +441,7 @@ type Event struct {
 	Lost         Lost
 	JITCode      JITCode
 	JITUnload    JITUnload
+	LabelSet     LabelSet
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
 }

@@ -52,6 +52,10 @@ func sampleEvents() []Event {
 			Code: []byte{0x55, 0x48, 0x89, 0xe5, 0xc3}, Lines: []JITLine{{Offset: 0x40, Line: 1, Column: 16, File: 4}, {Offset: 0x3a, Line: 2, File: 4}, {Offset: 0x1000, Line: 300, Column: 1, File: 0}}}},
 		{Kind: KindJITCode, JITCode: JITCode{Time: 1_000_900, Pid: 4242, Addr: 0x7f1c_ae7c_8000, Size: 0, Name: 0, Code: []byte{}}},
 		{Kind: KindJITUnload, JITUnload: JITUnload{Time: 1_000_850, Pid: 4242, Addr: 0x7f1c_ae7c_6180, Size: 0x180}},
+		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 1, Labels: []Label{{"request", "GET /"}, {"tenant", ""}}}},
+		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 2, Labels: []Label{}}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_000, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 18, Labels: 1}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_100, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 1 << 40}},
 	}
 }
 
@@ -153,6 +157,8 @@ func cloneEvent(ev *Event) Event {
 		}
 	case KindJITUnload:
 		out.JITUnload = ev.JITUnload
+	case KindLabelSet:
+		out.LabelSet = LabelSet{ID: ev.LabelSet.ID, Labels: append([]Label{}, ev.LabelSet.Labels...)}
 	case KindUnknown:
 		out.Code = ev.Code
 		out.Unknown = append([]byte{}, ev.Unknown...)
@@ -214,7 +220,11 @@ func TestRoundTripRandom(t *testing.T) {
 				rng.Read(data)
 				want = append(want, Event{Kind: KindRawStack, RawStack: RawStack{Time: tm, Pid: rng.Uint32(), Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64(), RegMask: 0b101, Regs: []uint64{rng.Uint64(), rng.Uint64()}, StackAddr: rng.Uint64(), Data: data}})
 			default:
-				want = append(want, Event{Kind: KindSample, Sample: Sample{Time: tm, Pid: rng.Uint32() % 4, Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64() >> uint(rng.Intn(64)), Stack: rng.Uint64() >> uint(rng.Intn(64)), Flags: SampleFlags(rng.Intn(8))}})
+				s := Sample{Time: tm, Pid: rng.Uint32() % 4, Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64() >> uint(rng.Intn(64)), Stack: rng.Uint64() >> uint(rng.Intn(64)), Flags: SampleFlags(rng.Intn(8))}
+				if rng.Intn(2) == 0 {
+					s.Goroutine, s.Labels = rng.Uint64()>>uint(rng.Intn(64)), uint64(rng.Intn(3))
+				}
+				want = append(want, Event{Kind: KindSample, Sample: s})
 			}
 		}
 		data := encode(t, want, &WriterOptions{ChunkSize: 1 + rng.Intn(4096)})
@@ -469,6 +479,7 @@ func TestWriterAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(10000, func() {
 		tm += 1_000_000
 		w.WriteSample(Sample{Time: tm, Pid: 1, Tid: 2, CPU: 1, Weight: 1, Stack: uint64(tm % 1000)})
+		w.WriteSample(Sample{Time: tm, Pid: 1, Tid: 2, CPU: 1, Weight: 1, Stack: uint64(tm % 1000), Goroutine: uint64(tm % 5000), Labels: 3})
 		w.WriteStack(uint64(tm), pcs)
 		raw.Time = tm
 		w.WriteRawStack(raw)

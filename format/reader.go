@@ -406,6 +406,18 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		r.pcs = pcs
 		ev.Stack.PCs = pcs
+	case KindLabelSet:
+		ls := &ev.LabelSet
+		ls.ID = d.uv()
+		cnt := d.uv()
+		if cnt > uint64(len(d.b))/2 { // every label takes at least two bytes
+			d.fail("label count exceeds event size")
+			cnt = 0
+		}
+		ls.Labels = ls.Labels[:0]
+		for i := uint64(0); i < cnt && d.err == nil; i++ {
+			ls.Labels = append(ls.Labels, Label{Key: d.str(), Value: d.str()})
+		}
 	case KindSample:
 		s := &ev.Sample
 		head := d.byte()
@@ -428,6 +440,11 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		s.Stack = r.lastStack + uint64(d.zz())
 		r.lastPid, r.lastTid, r.lastCPU1, r.lastStack = s.Pid, s.Tid, cpu1, s.Stack
+		s.Goroutine, s.Labels = 0, 0
+		if len(d.b) > 0 { // appended in 1.1, optional
+			s.Goroutine = d.uv()
+			s.Labels = d.uv()
+		}
 	case KindRawStack:
 		s := &ev.RawStack
 		s.Time = r.time(&d)

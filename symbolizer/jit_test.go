@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/folded"
@@ -139,7 +140,10 @@ func TestJITNamesByTime(t *testing.T) {
 	if !strings.Contains(fb.String(), "JS:*a app.js:1:1 4\n") {
 		t.Errorf("folded:\n%s", fb.String())
 	}
-	pp := pprof.Convert(p)
+	pp, err := profile.Parse(&pb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	found := false
 	for _, l := range pp.Location {
 		if l.Mapping != nil && l.Mapping.File == "[jit] node" && len(l.Line) == 1 && l.Line[0].Function.Name == "JS:*b app.js:2:1" {

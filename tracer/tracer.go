@@ -60,11 +60,13 @@ type Options struct {
 	// Unwind selects how user stacks are captured: UnwindFP (the default;
 	// the kernel follows frame pointers), UnwindDWARF (registers and a
 	// copy of the stack, unwound with the modules' CFI in the tracer's
-	// reading goroutine) or UnwindAuto (frame pointers in the modules
-	// that keep them, CFI elsewhere; a module keeps them when at least a
-	// tenth of its CFI rows compute the frame address from the frame
-	// pointer, so Go binaries, whose CFI counts from the stack pointer,
-	// get CFI). Samples the reader is too late to unwind are dropped and
+	// reading goroutine) or UnwindAuto (a program whose executable keeps
+	// frame pointers gets the kernel's chain with its leaf repaired from
+	// the sampled PC's CFI row and a 512-byte stack window; any other is
+	// sampled as in UnwindDWARF, with frame pointers in the modules that
+	// keep them; a module keeps them when at least a tenth of its CFI rows
+	// compute the frame address from the frame pointer, so Go binaries,
+	// whose CFI counts from the stack pointer, get CFI). Samples the reader is too late to unwind are dropped and
 	// reported as Lost (LostUnwind).
 	Unwind UnwindMode
 	// StackSize is the user stack copied per sample in the DWARF modes,

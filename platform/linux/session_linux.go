@@ -304,6 +304,7 @@ func (s *Session) attach() error {
 		sys.Close(fd)
 	}
 	if s.uw != nil {
+		s.uw.chooseAuto(s.pid)
 		s.uw.setAttr(&attr)
 	}
 
