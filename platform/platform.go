@@ -56,6 +56,7 @@ var ErrKernelThread = errors.New("kernel thread, no user stack")
 // debugger, strace): ptrace allows one tracer at a time.
 type TracedError struct {
 	Pid        int
+	Tid        int    // the traced thread, when not the process's main thread
 	Tracer     int    // TracerPid in /proc/PID/status
 	TracerName string // its command name, "" if unknown
 }
@@ -65,7 +66,11 @@ func (e *TracedError) Error() string {
 	if e.TracerName != "" {
 		name = " (" + e.TracerName + ")"
 	}
-	return fmt.Sprintf("pid %d is already traced by pid %d%s: detach that tracer first", e.Pid, e.Tracer, name)
+	who := fmt.Sprintf("pid %d", e.Pid)
+	if e.Tid != 0 && e.Tid != e.Pid {
+		who += fmt.Sprintf(" tid %d", e.Tid)
+	}
+	return fmt.Sprintf("%s is already traced by pid %d%s: detach that tracer first", who, e.Tracer, name)
 }
 
 // Config says what a back end samples.

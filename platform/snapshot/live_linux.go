@@ -364,7 +364,7 @@ func (s *stopper) stopAll() error {
 					continue
 				}
 				if tp, name := procinfo.Tracer(tid); err == unix.EPERM && tp != 0 && tp != os.Getpid() {
-					return &platform.TracedError{Pid: s.pid, Tracer: tp, TracerName: name}
+					return &platform.TracedError{Pid: s.pid, Tid: tid, Tracer: tp, TracerName: name}
 				}
 				if err == unix.EPERM {
 					return &platform.PermissionError{
