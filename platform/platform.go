@@ -94,6 +94,12 @@ type Config struct {
 	// KeepRaw, in DWARF or auto mode, reports each sample's registers and
 	// stack copy (Sample.Stack) instead of unwinding them on the host.
 	KeepRaw bool
+	// NoJIT turns off reading the perf maps and jitdump files of JIT
+	// runtimes (see JITHandler).
+	NoJIT bool
+	// JITCodeBytes copies the machine code of each jitdump code load into
+	// the trace (perf maps carry none).
+	JITCodeBytes bool
 }
 
 // UnwindMode says how a back end turns a sample into a user stack.

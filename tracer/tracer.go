@@ -76,6 +76,13 @@ type Options struct {
 	// stack copy) instead of unwinding on the host; the symbolizer unwinds
 	// them offline.
 	KeepRaw bool
+	// NoJIT turns off recording the code JIT runtimes publish in perf
+	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
+	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
+	// contents are copied into the trace as JITCode events.
+	NoJIT bool
+	// JITCodeBytes also copies the machine code of each jitdump code load.
+	JITCodeBytes bool
 }
 
 // UnwindMode says how user stacks are captured; see [Options.Unwind].
@@ -144,6 +151,8 @@ type Tracer struct {
 	procs    map[uint32]format.Process
 	threads  map[uint32]threadState
 	modules  map[uint64]format.ModuleLoad
+	jit      map[jitKey]format.JITCode // live JIT code, for snapshots
+	jitLines []format.JITLine
 	inChunk  uint64 // samples in the chunk being built
 	final    bool   // stopping: deliver chunks even if a stream is slow
 	closed   bool
@@ -428,6 +437,9 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	}
 	for id := 1; id <= t.stacks.len(); id++ {
 		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	}
+	for _, c := range t.jit {
+		w.WriteJITCode(&c)
 	}
 	w.Close()
 	return buf.b

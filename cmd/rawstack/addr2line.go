@@ -14,6 +14,7 @@ import (
 
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
+	"github.com/rawstack/rawstack/symbolizer/pesrc"
 )
 
 func init() {
@@ -32,7 +33,7 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(obj, "e", "", "same as --obj")
 	inlines := fs.Bool("inlines", true, "print one function and location per inlined frame (llvm-symbolizer's default)")
 	noInlines := fs.Bool("no-inlines", false, "print only the innermost frame")
-	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF")
+	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF (PE: the PDB to use)")
 	workers := fs.Int("j", runtime.NumCPU(), "compile units parsed in parallel")
 	var debugDirs multiFlag
 	fs.Var(&debugDirs, "debug-file-directory", "directory of separate debug files (ELF: DIR/.build-id/xx/rest.debug and .gnu_debuglink names; PE: PDBs), searched before /usr/lib/debug (repeatable; llvm-symbolizer's spelling)")
@@ -50,8 +51,8 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	debug.SetMemoryLimit(2 << 30)
 	var src symbolizer.Source
 	var err error
-	if isPEImage(*obj) {
-		src, err = openPESource(*obj, debugDirs)
+	if pesrc.IsPE(*obj) {
+		src, err = openPESource(*obj, debugDirs, *debugFile)
 	} else {
 		// The one location path report uses: build id under the debug
 		// directories, .gnu_debuglink, debuginfod.

@@ -95,6 +95,9 @@ func debugIfOther(r locate.Result) string {
 
 // Segments returns the file's PT_LOAD segments.
 func (s *Source) Segments() []symbolizer.Segment {
+	if s.f == nil {
+		return nil // DWARF of another container (NewDWARF)
+	}
 	var out []symbolizer.Segment
 	for _, p := range s.f.Progs {
 		if p.Type == elf.PT_LOAD {
