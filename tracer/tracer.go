@@ -441,8 +441,9 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	for i, s := range t.strList {
 		w.WriteString(uint64(i+1), s)
 	}
-	for id := 1; id <= t.stacks.len(); id++ {
-		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	first, last := t.stacks.ids()
+	for id := first; id <= last; id++ {
+		w.WriteStack(id, t.stacks.get(id))
 	}
 	for _, c := range t.jit {
 		w.WriteJITCode(&c)
