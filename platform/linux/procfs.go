@@ -29,6 +29,32 @@ func readSmall(path string, max int) ([]byte, error) {
 	return buf[:n], nil
 }
 
+// readInto reads a whole (proc) file of at most max bytes, appending to
+// buf, which it grows as needed: unlike readSmall it does not allocate the
+// maximum up front, so reading many processes' maps stays small.
+func readInto(path string, buf []byte, max int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return buf, err
+	}
+	defer f.Close()
+	for len(buf) < max {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		end := cap(buf)
+		if end > max {
+			end = max
+		}
+		m, err := f.Read(buf[len(buf):end])
+		buf = buf[:len(buf)+m]
+		if err != nil || m == 0 {
+			break
+		}
+	}
+	return buf, nil
+}
+
 // procComm returns the comm of /proc/PID[/task/TID].
 func procComm(dir string) string {
 	b, err := readSmall(dir+"/comm", 64)
