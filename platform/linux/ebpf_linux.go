@@ -3,7 +3,6 @@
 package linux
 
 import (
-	"bufio"
 	"bytes"
 	_ "embed"
 	"encoding/binary"
@@ -40,7 +39,10 @@ const (
 	bpfMaxStack  = 16384 // MAX_STACK
 
 	bpfKindCPU    = 1
-	bpfKindOffCPU = 2
+	bpfKindOffCPU = 2 // a thread left the CPU: its stack
+	bpfKindOnCPU  = 3 // it came back: header only
+
+	maxOffPending = 1 << 16 // threads off CPU whose stacks are held
 
 	bpfFlagRegs       = 1
 	bpfFlagStackFault = 2
@@ -61,6 +63,19 @@ type bpfState struct {
 	lost        uint64 // BPF-side drops reported so far
 	lastLost    time.Time
 	lostVals    []uint64
+
+	// Off CPU: the unwound stack of each thread that left the CPU,
+	// until it comes back; entries are reused.
+	offPending map[uint32]*offStack
+	offFree    []*offStack
+}
+
+type offStack struct {
+	time  uint64
+	pid   uint32
+	cpu   uint32
+	flags format.SampleFlags
+	pcs   []uint64
 }
 
 func (b *bpfState) close() {
@@ -187,7 +202,6 @@ func (s *Session) attachBPF() (err error) {
 	}
 	if !s.cfg.OffCPU {
 		delete(spec.Programs, "on_switch")
-		delete(spec.Programs, "on_return")
 	}
 	b.coll, err = ebpf.NewCollection(spec)
 	if err != nil {
@@ -271,18 +285,10 @@ func (s *Session) attachBPF() (err error) {
 		return fmt.Errorf("starting the BPF programs: %w", err)
 	}
 	if s.cfg.OffCPU {
+		b.offPending = map[uint32]*offStack{}
 		l, err := link.AttachTracing(link.TracingOptions{Program: b.coll.Programs["on_switch"]})
 		if err != nil {
 			return fmt.Errorf("attaching on_switch (tp_btf/sched_switch): %w", err)
-		}
-		b.links = append(b.links, l)
-		sym, err := finishTaskSwitch()
-		if err != nil {
-			return err
-		}
-		l, err = link.Kprobe(sym, b.coll.Programs["on_return"], nil)
-		if err != nil {
-			return fmt.Errorf("attaching a kprobe to %s: %w", sym, err)
 		}
 		b.links = append(b.links, l)
 	}
@@ -303,29 +309,6 @@ func loadError(err error) error {
 		return &platform.PermissionError{Op: "loading eBPF programs", Need: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
 	}
 	return fmt.Errorf("loading rawstack's BPF programs: %w", err)
-}
-
-// finishTaskSwitch returns the kernel symbol of finish_task_switch, which
-// compilers often rename (finish_task_switch.isra.0).
-func finishTaskSwitch() (string, error) {
-	f, err := os.Open("/proc/kallsyms")
-	if err != nil {
-		return "", &platform.NotSupportedError{Feature: "off-CPU sampling", Reason: "no /proc/kallsyms to find finish_task_switch"}
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Bytes()
-		i := bytes.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		name := line[i+1:]
-		if bytes.Equal(name, []byte("finish_task_switch")) || bytes.HasPrefix(name, []byte("finish_task_switch.isra.")) {
-			return string(name), nil
-		}
-	}
-	return "", &platform.NotSupportedError{Feature: "off-CPU sampling", Reason: "no finish_task_switch in /proc/kallsyms to probe"}
 }
 
 // reportAll reports every process of the host as it is now.
@@ -349,9 +332,12 @@ func (s *Session) reportAll() {
 }
 
 // readAllBPF is ReadAll for the eBPF back end: the perf rings' side-band
-// records and the BPF ring buffer's samples, merged by time.
+// records and the BPF ring buffer's samples, merged by time. Samples
+// stamped after the rings were looked at wait for the next call: the
+// mapping a sample needs may be in a ring record written meanwhile.
 func (s *Session) readAllBPF() {
 	b := s.bpf
+	until := uint64(sys.Monotonic())
 	live := s.live[:0]
 	for _, r := range s.rings {
 		if r == nil {
@@ -371,14 +357,14 @@ func (s *Session) readAllBPF() {
 	if !b.pending {
 		b.next()
 	}
-	for len(live) > 0 || b.pending {
+	for len(live) > 0 || (b.pending && b.pendingTime < until) {
 		best := -1
 		for i := range live {
 			if best < 0 || live[i].pendingTime < live[best].pendingTime {
 				best = i
 			}
 		}
-		if b.pending && (best < 0 || b.pendingTime <= live[best].pendingTime) {
+		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].pendingTime) {
 			s.handleBPF(b.rec.RawSample)
 			b.next()
 			continue
@@ -409,8 +395,8 @@ func (b *bpfState) next() {
 	b.pending = true
 	h := b.rec.RawSample
 	b.pendingTime = binary.LittleEndian.Uint64(h[16:])
-	if binary.LittleEndian.Uint32(h) == bpfKindOffCPU {
-		b.pendingTime += binary.LittleEndian.Uint64(h[24:]) // captured when the thread came back
+	if binary.LittleEndian.Uint32(h) == bpfKindOnCPU {
+		b.pendingTime += binary.LittleEndian.Uint64(h[24:]) // written when the thread came back
 	}
 }
 
@@ -437,6 +423,12 @@ func (s *Session) handleSide(rec []byte) {
 	r := &s.rec
 	if err := decodeRecord(rec, r); err != nil {
 		return
+	}
+	if r.Type == recExit && s.bpf.offPending != nil {
+		if o := s.bpf.offPending[r.Tid]; o != nil {
+			delete(s.bpf.offPending, r.Tid)
+			s.bpf.offFree = append(s.bpf.offFree, o)
+		}
 	}
 	if !s.system {
 		switch {
@@ -492,6 +484,10 @@ func decodeBPF(b []byte, r *record) (kind uint32, err error) {
 // handleBPF reports one BPF sample record.
 func (s *Session) handleBPF(b []byte) {
 	s.bytes.Add(uint64(len(b)))
+	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
+		s.onCPU(b)
+		return
+	}
 	r := &s.rec
 	kind, err := decodeBPF(b, r)
 	if err != nil {
@@ -514,10 +510,55 @@ func (s *Session) handleBPF(b []byte) {
 	}
 	switch kind {
 	case bpfKindCPU:
-		s.reportSample(r, 0, 0)
+		s.reportSample(r, 0)
 	case bpfKindOffCPU:
-		start := int64(r.Time)
-		r.Time += r.Period // unwound as of its return to the CPU
-		s.reportSample(r, format.SampleOffCPU, start)
+		s.offCPU(r)
 	}
+}
+
+// offCPU unwinds the stack of a thread that left the CPU and holds it
+// until the thread comes back.
+func (s *Session) offCPU(r *record) {
+	b := s.bpf
+	if b.offPending == nil || !s.prepareSample(r, format.SampleOffCPU) {
+		return
+	}
+	o := b.offPending[r.Tid]
+	if o == nil {
+		if len(b.offPending) >= maxOffPending {
+			s.lost.Add(1)
+			s.h.Lost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
+			return
+		}
+		if n := len(b.offFree); n > 0 {
+			o, b.offFree = b.offFree[n-1], b.offFree[:n-1]
+		} else {
+			o = &offStack{}
+		}
+		b.offPending[r.Tid] = o
+	}
+	sm := &s.sample
+	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
+	o.pcs = append(o.pcs[:0], sm.PCs...)
+}
+
+// onCPU reports the off-CPU sample of a thread that came back: the stack
+// it left with, weighted by the nanoseconds it was away.
+func (s *Session) onCPU(h []byte) {
+	b := s.bpf
+	le := binary.LittleEndian
+	tid, start, weight := le.Uint32(h[8:]), le.Uint64(h[16:]), le.Uint64(h[24:])
+	o := b.offPending[tid]
+	if o == nil {
+		return // its stack record was lost (and counted) or dropped
+	}
+	delete(b.offPending, tid)
+	b.offFree = append(b.offFree, o)
+	if o.time != start {
+		return // a stack from another switch: its record was lost
+	}
+	sm := &s.sample
+	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
+	s.samples.Add(1)
+	s.h.Sample(sm)
 }

@@ -703,7 +703,7 @@ func (s *Session) dispatch(r *record) {
 	t := int64(r.Time)
 	switch r.Type {
 	case recSample:
-		s.reportSample(r, 0, 0)
+		s.reportSample(r, 0)
 	case recMmap2:
 		if r.Prot&0x4 == 0 { // PROT_EXEC
 			return
@@ -807,10 +807,17 @@ func (s *Session) dispatch(r *record) {
 
 // reportSample reports a sample record (a perf sample, or one the eBPF
 // back end decoded into the same fields), unwinding its user stack in the
-// DWARF modes. flags are added to the sample's; a non-zero start replaces
-// its time once unwound (off-CPU samples are stamped with the time the
-// thread left the CPU, but unwound as of when it came back).
-func (s *Session) reportSample(r *record, flags format.SampleFlags, start int64) {
+// DWARF modes. flags are added to the sample's.
+func (s *Session) reportSample(r *record, flags format.SampleFlags) {
+	if s.prepareSample(r, flags) {
+		s.samples.Add(1)
+		s.h.Sample(&s.sample)
+	}
+}
+
+// prepareSample fills s.sample from r and unwinds it; it returns false
+// when the sample was dropped.
+func (s *Session) prepareSample(r *record, flags format.SampleFlags) bool {
 	sm := &s.sample
 	sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = int64(r.Time), r.Pid, r.Tid, r.CPU, r.Period
 	sm.Flags = flags
@@ -821,14 +828,7 @@ func (s *Session) reportSample(r *record, flags format.SampleFlags, start int64)
 		sm.Flags |= format.SampleTruncated
 	}
 	sm.PCs = r.PCs
-	if s.uw != nil && !s.uw.sample(s, r, sm) {
-		return
-	}
-	if start != 0 {
-		sm.Time = start
-	}
-	s.samples.Add(1)
-	s.h.Sample(sm)
+	return s.uw == nil || s.uw.sample(s, r, sm)
 }
 
 // copyModule reports, for a forked child, a module inherited from its parent.

@@ -10,6 +10,8 @@
  *	u64 user[nuser]      user frames (frame-pointer mode only)
  *	u8  stack[stack]     user stack from regs.sp up (stack-copy mode only)
  *
+ * except RS_ONCPU records, which are the header alone.
+ *
  * Licensed GPL-2.0 because the helpers it calls are GPL-only. */
 #include "types.h"
 #include <bpf/bpf_helpers.h>
@@ -22,7 +24,7 @@
 #define PAGE 4096
 #define NREGS 17
 
-enum { RS_CPU = 1, RS_OFFCPU = 2 };
+enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3 };
 enum { RS_REGS = 1, RS_STACK_FAULT = 2 };
 enum { LOST_RING = 0, LOST_NSTATS = 1 };
 
@@ -112,7 +114,7 @@ static __always_inline void count_lost(__u32 reason)
 
 /* emit captures the current thread's kernel and user stack into the
  * per-CPU scratch buffer and copies the used part to the ring buffer. ctx
- * is the program's context (perf event or kprobe registers): bpf_get_stack
+ * is the program's context (perf event registers or tracepoint arguments): bpf_get_stack
  * takes the kernel stack from it and the user part from the registers the
  * thread entered the kernel with. */
 static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now)
@@ -222,37 +224,42 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* Off CPU, part one: a selected thread leaves the CPU. */
+/* Off CPU. When a selected thread leaves the CPU, its stack (kernel
+ * and user, read in its own context) goes to the ring buffer at once, as
+ * an RS_OFFCPU record stamped with the time; when it comes back, a short
+ * RS_ONCPU record gives the time it left again and the time it is back.
+ * The recorder pairs them: an off-CPU sample weighted by the difference.
+ * Only the scheduler's tracepoint is needed (no kprobe on an internal
+ * function, which many kernels lack or rename). */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	__u32 tgid = prev->tgid, tid = prev->pid;
-	if (!running || tid == 0 || tgid == self_tgid || !selected(tgid))
-		return 0;
-	if (prev->flags & PF_KTHREAD)
+	if (!running)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY);
-	return 0;
-}
-
-/* Off CPU, part two: runs in the thread that comes back, right after the
- * switch (finish_task_switch), so its own user memory is readable and its
- * stack is the one it left with. */
-SEC("kprobe/finish_task_switch")
-int on_return(struct pt_regs *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	__u64 *start = bpf_map_lookup_elem(&offstart, &tid);
+	__u32 tgid = prev->tgid, tid = prev->pid;
+	if (tid != 0 && tgid != self_tgid && !(prev->flags & PF_KTHREAD) && selected(tgid)) {
+		bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY);
+		emit(ctx, RS_OFFCPU, 0, now);
+	}
+	__u32 ntid = next->pid;
+	__u64 *start = bpf_map_lookup_elem(&offstart, &ntid);
 	if (!start)
 		return 0;
 	__u64 t0 = *start;
-	bpf_map_delete_elem(&offstart, &tid);
-	__u64 now = bpf_ktime_get_ns();
+	bpf_map_delete_elem(&offstart, &ntid);
 	if (now <= t0 || now - t0 < offcpu_min_ns)
 		return 0;
-	emit(ctx, RS_OFFCPU, now - t0, t0);
+	struct rs_hdr h = {
+		.kind = RS_ONCPU,
+		.pid = next->tgid,
+		.tid = ntid,
+		.cpu = bpf_get_smp_processor_id(),
+		.time = t0,
+		.weight = now - t0,
+	};
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), 0) != 0)
+		count_lost(LOST_RING);
 	return 0;
 }
 
