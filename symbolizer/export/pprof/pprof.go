@@ -1,7 +1,8 @@
 // Package pprof exports a symbolized profile in pprof's protocol buffer
 // format (github.com/google/pprof/profile), readable by go tool pprof.
 //
-// Sample values are the sample count and the on-CPU nanoseconds; each
+// Sample values are the sample count and the on-CPU nanoseconds, and the
+// off-CPU nanoseconds when the profile has off-CPU samples; each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
@@ -26,10 +27,14 @@ func Convert(p *symbolizer.Profile) *profile.Profile {
 	if p.End > p.Start {
 		out.DurationNanos = p.End - p.Start
 	}
-	var count, cpu int64
+	var count, cpu, off int64
 	for _, s := range p.Samples {
 		count += s.Count
 		cpu += s.CPUNanos
+		off += s.OffCPUNanos
+	}
+	if off > 0 {
+		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "off-cpu", Unit: "nanoseconds"})
 	}
 	if count > 0 {
 		out.Period = cpu / count
@@ -83,6 +88,9 @@ func Convert(p *symbolizer.Profile) *profile.Profile {
 	}
 	for _, s := range p.Samples {
 		ps := &profile.Sample{Value: []int64{s.Count, s.CPUNanos}}
+		if off > 0 {
+			ps.Value = append(ps.Value, s.OffCPUNanos)
+		}
 		for _, li := range s.Locs {
 			ps.Location = append(ps.Location, locs[li])
 		}
