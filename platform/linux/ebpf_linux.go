@@ -63,6 +63,7 @@ type bpfState struct {
 	lost        uint64 // BPF-side drops reported so far
 	lastLost    time.Time
 	lostVals    []uint64
+	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
 
 	// Off CPU: the unwound stack of each thread that left the CPU,
 	// until it comes back; entries are reused.
@@ -484,6 +485,7 @@ func decodeBPF(b []byte, r *record) (kind uint32, err error) {
 // handleBPF reports one BPF sample record.
 func (s *Session) handleBPF(b []byte) {
 	s.bytes.Add(uint64(len(b)))
+	s.bpf.ringBytes += uint64(len(b))
 	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
 		s.onCPU(b)
 		return
