@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -86,6 +87,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer f.Close()
+	if be == platform.BackendEBPF && mode != platform.UnwindFP {
+		// Whole-system unwinding builds CFI tables for every module
+		// samples pass through; most of that is garbage once built. A soft
+		// limit keeps the heap (and RSS) near what is live instead of
+		// letting it double before each collection.
+		debug.SetMemoryLimit(40 << 20)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

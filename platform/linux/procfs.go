@@ -10,43 +10,26 @@ import (
 // procDir returns /proc/PID.
 func procDir(pid int) string { return "/proc/" + strconv.Itoa(pid) }
 
-// readSmall reads at most max bytes of a small (proc) file.
-func readSmall(path string, max int) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, max)
-	n := 0
-	for n < max {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil || m == 0 {
-			break
-		}
-	}
-	return buf[:n], nil
-}
+// readSmall reads at most max bytes of a small (proc) file, allocating
+// what the file holds, not max (a maps file's cap is 64 MiB, its size
+// usually a few KiB).
+func readSmall(path string, max int) ([]byte, error) { return readInto(path, nil, max) }
 
-// readInto reads a whole (proc) file of at most max bytes, appending to
-// buf, which it grows as needed: unlike readSmall it does not allocate the
-// maximum up front, so reading many processes' maps stays small.
-func readInto(path string, buf []byte, max int) ([]byte, error) {
+// readInto reads a whole (proc) file of at most limit bytes, appending to
+// buf and growing it as the file needs: unlike allocating limit up front,
+// reading many processes' maps stays small.
+func readInto(path string, buf []byte, limit int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return buf, err
 	}
 	defer f.Close()
-	for len(buf) < max {
+	for len(buf) < limit {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			grow := min(max(512, len(buf)), limit-len(buf))
+			buf = append(buf, make([]byte, grow)...)[:len(buf)]
 		}
-		end := cap(buf)
-		if end > max {
-			end = max
-		}
-		m, err := f.Read(buf[len(buf):end])
+		m, err := f.Read(buf[len(buf):min(cap(buf), limit)])
 		buf = buf[:len(buf)+m]
 		if err != nil || m == 0 {
 			break
