@@ -208,8 +208,12 @@ func (p *progress) update(t *tracer.Tracer, d time.Duration) {
 	}
 	p.last = d
 	st := t.Stats()
-	line := fmt.Sprintf("recording pid %d: %3.0fs, %d samples, %d lost, %d threads, %d modules",
-		st.Pid, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
+	what := "pid " + strconv.Itoa(st.Pid)
+	if st.Pid == 0 {
+		what = "all processes"
+	}
+	line := fmt.Sprintf("recording %s: %3.0fs, %d samples, %d lost, %d threads, %d modules",
+		what, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
 	if p.tty {
 		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
 		p.shown = true

@@ -48,7 +48,7 @@ const (
 	bpfFlagStackFault = 2
 
 	bpfRingBytes = 4 << 20 // default BPF ring buffer size
-	sidePages    = 16      // per-CPU perf ring for mmap/comm/fork/exit records
+	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
 )
 
 // bpfState is what the eBPF back end adds to a Session.
