@@ -72,9 +72,14 @@
 // So the window: complete chains for any code with CFI, no per-host table
 // pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
 // scratch buffer. A module whose table is built the first time a sample
-// passes through it stalls the reader meanwhile; samples it reaches more
-// than two seconds late are dropped and reported (LostUnwind), and a full
-// ring is reported as LostRingOverflow from a BPF counter.
+// passes through it stalls the reader meanwhile. With System set, a
+// sample the reader reaches more than half a second late builds no new
+// tables (it is unwound with those built, frame pointers elsewhere);
+// samples more than two seconds late are dropped and reported
+// (LostUnwind), and a full ring is reported as LostRingOverflow from a
+// BPF counter. On a host whose CPUs are oversubscribed (the benchmark
+// machine ran at a load of 30 on 2 vCPUs) the reader gets too little CPU
+// and most stack-copy samples are lost that way; --unwind fp loses none.
 //
 // Off-CPU time (Config.OffCPU) needs only the sched_switch tracepoint
 // (tp_btf), not a kprobe (many kernels, this one among them, have no

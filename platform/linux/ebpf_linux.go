@@ -162,6 +162,9 @@ func (s *Session) attachBPF() (err error) {
 	}
 	s.kernel = !s.cfg.NoKernel
 	s.event = "cpu-clock"
+	if s.uw != nil && s.system {
+		s.uw.lazyLag = maxBuildLag
+	}
 	b := &bpfState{}
 	s.bpf = b
 	defer func() {
