@@ -10,14 +10,34 @@ import (
 // procDir returns /proc/PID.
 func procDir(pid int) string { return "/proc/" + strconv.Itoa(pid) }
 
-// readSmall reads at most max bytes of a small (proc) file, allocating
-// what the file holds, not max (a maps file's cap is 64 MiB, its size
-// usually a few KiB).
-func readSmall(path string, max int) ([]byte, error) { return readInto(path, nil, max) }
+// readSmall reads at most max bytes of a small (proc) file.
+func readSmall(path string, max int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Grow up to max as the file turns out to need: /proc/PID/maps is
+	// read with a 64 MiB cap, and clearing that much memory up front was
+	// most of a short recording's CPU.
+	buf := make([]byte, min(max, 16<<10))
+	n := 0
+	for n < max {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, min(len(buf), max-len(buf)))...)
+		}
+		m, err := f.Read(buf[n:])
+		n += m
+		if err != nil || m == 0 {
+			break
+		}
+	}
+	return buf[:n], nil
+}
 
 // readInto reads a whole (proc) file of at most limit bytes, appending to
-// buf and growing it as the file needs: unlike allocating limit up front,
-// reading many processes' maps stays small.
+// buf and growing it as the file needs, so that reading every process's
+// maps (the eBPF back end's whole-host mode) reuses one buffer.
 func readInto(path string, buf []byte, limit int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -59,6 +59,7 @@ type Session struct {
 	bpf       *bpfState // BackendEBPF: programs, links and ring buffer
 	mapsBuf   []byte    // /proc/PID/maps, reused
 	system    bool      // BackendEBPF: every process of the host
+	jit       *jitTracker
 }
 
 type procState struct {
@@ -176,6 +177,9 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	if s.uw != nil {
 		s.rec.nUserRegs = s.uw.nRegs()
+	}
+	if s.jit = newJITTracker(cfg, h); s.jit != nil {
+		s.jit.fileBacked = s.fileBacked
 	}
 	return s
 }
@@ -314,6 +318,7 @@ func (s *Session) attach() error {
 		sys.Close(fd)
 	}
 	if s.uw != nil {
+		s.uw.chooseAuto(s.pid)
 		s.uw.setAttr(&attr)
 	}
 
@@ -449,6 +454,7 @@ func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
 	ps := &procState{comm: comm}
 	s.procs[pid] = ps
+	s.jit.track(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
@@ -610,14 +616,17 @@ func (s *Session) Run(ctx context.Context) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
+		s.jit.poll()
 		if ctx.Err() != nil {
 			s.ReadAll()
+			s.jit.finish()
 			return nil
 		}
 		if s.waited != nil {
 			select {
 			case <-s.waited:
 				s.ReadAll()
+				s.jit.finish()
 				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
 				return nil
 			default:
@@ -626,6 +635,7 @@ func (s *Session) Run(ctx context.Context) error {
 			lastCheck = time.Now()
 			if !sys.ProcessAlive(s.pid) {
 				s.ReadAll()
+				s.jit.finish()
 				return nil
 			}
 		}
@@ -705,6 +715,9 @@ func (s *Session) dispatch(r *record) {
 	case recSample:
 		s.reportSample(r, 0)
 	case recMmap2:
+		if s.jit.mmap(r.Pid, string(r.Filename)) {
+			return // a jitdump file announced by its runtime, not code
+		}
 		if r.Prot&0x4 == 0 { // PROT_EXEC
 			return
 		}
@@ -734,6 +747,7 @@ func (s *Session) dispatch(r *record) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
+			s.jit.track(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
@@ -768,6 +782,7 @@ func (s *Session) dispatch(r *record) {
 			delete(ps.names, r.Tid)
 		}
 		if r.Pid == r.Tid {
+			s.jit.exit(r.Pid)
 			if ps := s.procs[r.Pid]; ps != nil {
 				for _, m := range ps.modules {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
@@ -859,6 +874,7 @@ func (s *Session) Close() error {
 		if s.bpf != nil {
 			s.bpf.close()
 		}
+		s.jit.close()
 	})
 	return nil
 }
