@@ -99,3 +99,20 @@ func mingwGXX(t testing.TB) string {
 		Out:    "stl.exe",
 	})
 }
+
+// rustPE builds testdata/rust/main.rs for x86_64-pc-windows-gnu with
+// Debian's rustc and its Windows standard library
+// (libstd-rust-dev-windows): DWARF inside the PE, legacy Rust mangling.
+func rustPE(t testing.TB) string {
+	t.Helper()
+	const rustc = "/usr/bin/rustc" // rustup's rustc has no Windows std here
+	if _, err := os.Stat("/usr/lib/rustlib/x86_64-pc-windows-gnu"); err != nil {
+		t.Skip("Rust's Windows standard library is not installed (apt-get install libstd-rust-dev-windows)")
+	}
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   rustc,
+		Args:   []string{"--target", "x86_64-pc-windows-gnu", "-C", "debuginfo=2", "-O", "-o", "{dir}/rs.exe", "{in0}"},
+		Inputs: []string{"testdata/rust/main.rs"},
+		Out:    "rs.exe",
+	})
+}

@@ -249,6 +249,17 @@ func demanglerGivesUp(ours, theirs string) string {
 	return "llvm-demangler-gives-up"
 }
 
+// TestOracleRust: a Rust program for x86_64-pc-windows-gnu (DWARF inside
+// the PE, its standard library's too).
+func TestOracleRust(t *testing.T) {
+	exe := rustPE(t)
+	c := compareDirect(t, "rust-windows-gnu", exe)
+	if c.inlined < 100 {
+		t.Errorf("only %d addresses with inlined frames", c.inlined)
+	}
+	c.check(t, 99.9)
+}
+
 // TestOracleClangDWARF: clang --target=x86_64-w64-mingw32 -gdwarf, linked
 // by lld.
 func TestOracleClangDWARF(t *testing.T) {
