@@ -125,6 +125,12 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 	if count > 0 {
 		e.b.uint(fProfilePeriod, uint64(cpu/count))
 	}
+	// pprof shows the last sample type unless told: with off-CPU time
+	// that would hide on-CPU time behind waiting, so cpu stays the default
+	// view and -sample_index=off-cpu picks the other.
+	if nv == 3 {
+		e.b.uint(fProfileDefaultSampleType, uint64(e.str("cpu")))
+	}
 	// The string table last: every string is known by now. pprof reads
 	// fields in any order.
 	for _, s := range e.strTab {
@@ -135,15 +141,16 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 
 // Field numbers of profile.proto.
 const (
-	fProfileSampleType  = 1
-	fProfileSample      = 2
-	fProfileMapping     = 3
-	fProfileLocation    = 4
-	fProfileFunction    = 5
-	fProfileStringTable = 6
-	fProfileDuration    = 10
-	fProfilePeriodType  = 11
-	fProfilePeriod      = 12
+	fProfileSampleType        = 1
+	fProfileSample            = 2
+	fProfileMapping           = 3
+	fProfileLocation          = 4
+	fProfileFunction          = 5
+	fProfileStringTable       = 6
+	fProfileDuration          = 10
+	fProfilePeriodType        = 11
+	fProfilePeriod            = 12
+	fProfileDefaultSampleType = 14
 
 	fValueTypeType = 1
 	fValueTypeUnit = 2
