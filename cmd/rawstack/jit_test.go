@@ -281,7 +281,8 @@ func TestJITNodePerfMap(t *testing.T) {
 	needPerfEvents(t)
 	node := needNode(t, "the Node JIT test records node --perf-basic-prof")
 	dir := jitAppDir(t, "app.js")
-	trace, pid := jitRecord(t, dir, nil, node, "--perf-basic-prof", "app.js", nodeRounds)
+	// Frame pointers, as perf record -g: the kernel's call chains.
+	trace, pid := jitRecord(t, dir, []string{"--unwind", "fp"}, node, "--perf-basic-prof", "app.js", nodeRounds)
 	st := traceJITStats(t, trace)
 	removeJITFiles(t, dir, pid)
 	ours, n := foldedShare(t, trace, "fibJit")
@@ -337,7 +338,7 @@ func TestJITNodeJitdump(t *testing.T) {
 	needPerfEvents(t)
 	node := needNode(t, "the Node jitdump test records node --perf-prof")
 	dir := jitAppDir(t, "app.js")
-	trace, pid := jitRecord(t, dir, nil, node, "--perf-prof", "app.js", nodeRounds)
+	trace, pid := jitRecord(t, dir, nil, node, "--perf-prof", "app.js", nodeRounds) // record's default unwinding (auto)
 	st := traceJITStats(t, trace)
 	removeJITFiles(t, dir, pid)
 	if st.sources[format.JITSourceJitdump] == 0 {
@@ -367,7 +368,7 @@ func TestJITJavaMapAtExit(t *testing.T) {
 	// so that the method the test names owns its samples.
 	argv := []string{java, "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit", "-XX:+PreserveFramePointer",
 		"-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,HotJava::mixHotJava", "-cp", dir, "HotJava", "8000"}
-	trace, pid := jitRecord(t, t.TempDir(), nil, argv...)
+	trace, pid := jitRecord(t, t.TempDir(), []string{"--unwind", "fp"}, argv...)
 	st := traceJITStats(t, trace)
 	removeJITFiles(t, dir, pid)
 	if st.sources[format.JITSourcePerfMap] == 0 {
