@@ -139,12 +139,33 @@ func perfShareWith(t *testing.T, dir, sub string, graph []string, argv ...string
 	if all == 0 {
 		t.Fatal("perf recorded no samples")
 	}
-	// Leave no maps behind: perf's own run wrote them too.
-	if p := rec.Process; p != nil {
-		os.Remove(fmt.Sprintf("/tmp/perf-%d.map", p.Pid))
-		os.Remove(filepath.Join(dir, fmt.Sprintf("jit-%d.dump", p.Pid)))
+	// Leave no maps behind: the runtime perf ran (its child) wrote them too.
+	for _, pid := range scriptPids(b) {
+		os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid))
+		os.Remove(filepath.Join(dir, fmt.Sprintf("jit-%d.dump", pid)))
 	}
 	return float64(hit) / float64(all), all
+}
+
+// scriptPids returns the thread ids in the header lines ("comm tid") of
+// perf script -F comm,tid,... output; a process's main thread id is its pid.
+func scriptPids(out []byte) []int {
+	seen := map[int]bool{}
+	var pids []int
+	for _, line := range strings.Split(string(out), "\n") {
+		if line == "" || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if pid, err := strconv.Atoi(f[len(f)-1]); err == nil && !seen[pid] {
+			seen[pid] = true
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // jitTraceStats returns the JIT events' count and encoded bytes (with the
