@@ -515,3 +515,20 @@ func TestJITNodeAttach(t *testing.T) {
 		t.Errorf("fibJit in %.1f%% of the samples, want >= 80%%", 100*share)
 	}
 }
+
+// TestJITHintWithoutMaps: node run without --perf-basic-prof leaves its
+// JIT code unnamed, and report says how to name it.
+func TestJITHintWithoutMaps(t *testing.T) {
+	needPerfEvents(t)
+	node := needNode(t, "the hint test records node without its perf map")
+	dir := jitAppDir(t, "app.js")
+	trace, _ := jitRecord(t, dir, []string{"--unwind", "fp"}, node, "app.js", "1500")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"report", trace, "--top", "3", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("report: %s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "node --perf-basic-prof") {
+		t.Errorf("no hint about JIT maps:\n%s\n%s", stderr.String(), stdout.String())
+	}
+	t.Log(strings.TrimSpace(stderr.String()))
+}
