@@ -68,6 +68,10 @@ type Config struct {
 	// KeepRaw, in DWARF or auto mode, reports each sample's registers and
 	// stack copy (Sample.Stack) instead of unwinding them on the host.
 	KeepRaw bool
+	// Goroutines reads, for samples of Go code, the goroutine id and its
+	// pprof labels from the target's memory (the g register from the
+	// sample's user registers, field offsets from the executable's DWARF).
+	Goroutines bool
 }
 
 // UnwindMode says how a back end turns a sample into a user stack.
@@ -123,6 +127,13 @@ type Sample struct {
 	Regs      []uint64
 	StackAddr uint64
 	Stack     []byte
+	// Goroutine is the Go goroutine id the thread ran (Config.Goroutines;
+	// 0: unknown or not Go); LabelSet its pprof labels' set id (0: none),
+	// numbered by the back end from 1; NewLabels, set on the first sample
+	// of a set, holds the set's labels.
+	Goroutine uint64
+	LabelSet  uint64
+	NewLabels []format.Label
 }
 
 // Handler receives a back end's events, in order, from one goroutine.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"runtime"
@@ -55,7 +56,8 @@ type Session struct {
 	records   atomic.Uint64
 	bytes     atomic.Uint64
 	closeOnce sync.Once
-	uw        *unwinder // DWARF and auto modes
+	uw        *unwinder   // DWARF and auto modes
+	gos       *goSampling // Config.Goroutines
 }
 
 type procState struct {
@@ -168,6 +170,18 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	if s.uw != nil {
 		s.rec.nUserRegs = s.uw.nRegs()
+	}
+	if cfg.Goroutines {
+		s.gos = newGoSampling()
+	}
+	if s.gos != nil {
+		mask := s.gos.mask
+		if s.uw != nil {
+			mask = s.uw.mask // holds both registers already
+		} else {
+			s.rec.nUserRegs, s.rec.regsOnly = bits.OnesCount64(mask), true
+		}
+		s.gos.place(mask)
 	}
 	return s
 }
@@ -301,6 +315,9 @@ func (s *Session) attach() error {
 	}
 	if s.uw != nil {
 		s.uw.setAttr(&attr)
+	} else if s.gos != nil {
+		attr.Sample_type |= perfSampleRegsUser
+		attr.Sample_regs_user = s.gos.mask
 	}
 
 	s.reportInitial(tids)
@@ -684,6 +701,10 @@ func (s *Session) handle(b []byte) {
 			sm.Flags |= format.SampleTruncated
 		}
 		sm.PCs = r.PCs
+		sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
+		if s.gos != nil && r.UserABI != 0 && len(r.UserRegs) > max(s.gos.gIdx, s.gos.sIdx) {
+			sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.gr.goroutine(r.Pid, r.UserRegs[s.gos.gIdx], r.UserRegs[s.gos.sIdx], exePath(r.Pid))
+		}
 		if s.uw != nil && !s.uw.sample(s, r, sm) {
 			return
 		}
@@ -704,6 +725,9 @@ func (s *Session) handle(b []byte) {
 				}
 				ps.modules = ps.modules[:0]
 				ps.comm = name
+			}
+			if s.gos != nil {
+				s.gos.gr.forget(r.Pid)
 			}
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid))})
 		}
@@ -758,6 +782,9 @@ func (s *Session) handle(b []byte) {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
 				}
 				delete(s.procs, r.Pid)
+			}
+			if s.gos != nil {
+				s.gos.gr.forget(r.Pid)
 			}
 			if int(r.Pid) != s.pid || s.cmd == nil {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})

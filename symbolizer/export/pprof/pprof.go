@@ -83,6 +83,18 @@ func Convert(p *symbolizer.Profile) *profile.Profile {
 	}
 	for _, s := range p.Samples {
 		ps := &profile.Sample{Value: []int64{s.Count, s.CPUNanos}}
+		// pprof labels as string labels (go tool pprof -tagfocus
+		// key=value), the goroutine as a numeric one, as Go's own
+		// profiles label samples.
+		for _, l := range s.Labels {
+			if ps.Label == nil {
+				ps.Label = map[string][]string{}
+			}
+			ps.Label[l.Key] = append(ps.Label[l.Key], l.Value)
+		}
+		if s.Goroutine != 0 {
+			ps.NumLabel = map[string][]int64{"goroutine": {int64(s.Goroutine)}}
+		}
 		for _, li := range s.Locs {
 			ps.Location = append(ps.Location, locs[li])
 		}
