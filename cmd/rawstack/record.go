@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] (-p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--goroutines] (-p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -38,6 +38,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	unwind := fs.String("unwind", "fp", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (fp where a module keeps frame pointers, CFI elsewhere)")
 	stackSize := fs.Int("stack-size", 8192, "with --unwind dwarf/auto: bytes of user stack copied per sample")
 	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
+	goroutines := fs.Bool("goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -78,7 +79,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
-		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw}
+		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, Goroutines: *goroutines}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)

@@ -173,14 +173,15 @@ type labelEntry struct {
 // goReader reads the goroutine of samples of Go processes.
 type goReader struct {
 	read  func(pid uint32, addr uint64, buf []byte) bool
+	exe   func(pid uint32) string // the process's executable
 	procs map[uint32]*goProc
 	// Label sets are numbered by content across processes, from 1.
 	ids  map[string]uint64
 	sets [][]format.Label // by id-1
 }
 
-func newGoReader(read func(pid uint32, addr uint64, buf []byte) bool) *goReader {
-	return &goReader{read: read, procs: map[uint32]*goProc{}, ids: map[string]uint64{}}
+func newGoReader(read func(pid uint32, addr uint64, buf []byte) bool, exe func(pid uint32) string) *goReader {
+	return &goReader{read: read, exe: exe, procs: map[uint32]*goProc{}, ids: map[string]uint64{}}
 }
 
 // forget drops a process's state (it exited or exec'd).
@@ -188,13 +189,14 @@ func (gr *goReader) forget(pid uint32) { delete(gr.procs, pid) }
 
 // goroutine returns the goroutine id and label set id (0: none) of a
 // sample of pid whose g register held g and stack pointer sp, and the
-// labels when the set is new (nil otherwise). exe opens the process's
-// executable the first time.
-func (gr *goReader) goroutine(pid uint32, g, sp uint64, exe func() string) (goid, set uint64, fresh []format.Label) {
+// labels when the set is new (nil otherwise). The process's executable
+// is read the first time; a known g with known labels costs two reads
+// and no allocation.
+func (gr *goReader) goroutine(pid uint32, g, sp uint64) (goid, set uint64, fresh []format.Label) {
 	p := gr.procs[pid]
 	if p == nil {
 		p = &goProc{sets: map[uint64]labelEntry{}}
-		if path := exe(); path != "" {
+		if path := gr.exe(pid); path != "" {
 			p.layout, _ = goLayoutOf(path)
 		}
 		if p.layout != nil {

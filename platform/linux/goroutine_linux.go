@@ -34,7 +34,7 @@ func newGoSampling() *goSampling {
 		return nil
 	}
 	gs.gReg, gs.sReg, gs.mask = g, sp, 1<<g|1<<sp
-	gs.gr = newGoReader(gs.read)
+	gs.gr = newGoReader(gs.read, exePath)
 	return gs
 }
 
@@ -53,6 +53,4 @@ func (gs *goSampling) read(pid uint32, addr uint64, buf []byte) bool {
 	return err == nil && n == len(buf)
 }
 
-func exePath(pid uint32) func() string {
-	return func() string { return "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/exe" }
-}
+func exePath(pid uint32) string { return "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/exe" }

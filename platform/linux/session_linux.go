@@ -703,7 +703,7 @@ func (s *Session) handle(b []byte) {
 		sm.PCs = r.PCs
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
 		if s.gos != nil && r.UserABI != 0 && len(r.UserRegs) > max(s.gos.gIdx, s.gos.sIdx) {
-			sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.gr.goroutine(r.Pid, r.UserRegs[s.gos.gIdx], r.UserRegs[s.gos.sIdx], exePath(r.Pid))
+			sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.gr.goroutine(r.Pid, r.UserRegs[s.gos.gIdx], r.UserRegs[s.gos.sIdx])
 		}
 		if s.uw != nil && !s.uw.sample(s, r, sm) {
 			return
