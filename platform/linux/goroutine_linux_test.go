@@ -29,7 +29,6 @@ func newFakeG(goid uint64, key, val string) *fakeG {
 
 func (f *fakeG) addr() uint64 { return uint64(uintptr(unsafe.Pointer(&f.g[0]))) }
 
-var fakeLayout = goLayout{stackLo: 0, stackHi: 8, goid: 16, labels: 24, span: 32, listOff: 0, labelSize: 32, keyOff: 0, valueOff: 16, hasLabels: true}
 
 // TestGoReader reads goroutines and labels from this process's memory
 // through process_vm_readv, checks the stack-bound test and the label
