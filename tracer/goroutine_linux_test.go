@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
@@ -105,8 +106,21 @@ func TestGoroutineLabelsOfCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A stream joining once label sets exist gets them replayed.
+			var late bytes.Buffer
+			for deadline := time.Now().Add(30 * time.Second); tr.Stats().Samples < 300; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no samples within 30 s")
+				}
+			}
+			if err := tr.AddStream(&late); err != nil {
+				t.Fatal(err)
+			}
 			if err := tr.Wait(); err != nil {
 				t.Fatal(err)
+			}
+			if la, lb, _, _ := labelSplit(t, late.Bytes()); la+lb == 0 {
+				t.Error("the stream that joined late has no labelled samples")
 			}
 			var trueA, trueB int64
 			if _, err := fmt.Sscanf(stdout.String(), "split a=%d b=%d", &trueA, &trueB); err != nil {
