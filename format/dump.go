@@ -96,6 +96,20 @@ func DumpEvent(ev *Event) string {
 	case KindLost:
 		e := ev.Lost
 		return fmt.Sprintf("Lost t=%d pid=%d count=%d reason=%v", e.Time, e.Pid, e.Count, e.Reason)
+	case KindJITCode:
+		e := &ev.JITCode
+		var b strings.Builder
+		fmt.Fprintf(&b, "JITCode t=%d pid=%d addr=%#x size=%#x name=%d source=%v", e.Time, e.Pid, e.Addr, e.Size, e.Name, e.Source)
+		if e.Code != nil {
+			fmt.Fprintf(&b, " code=%d bytes", len(e.Code))
+		}
+		for _, l := range e.Lines {
+			fmt.Fprintf(&b, " +%#x:%d:%d:%d", l.Offset, l.File, l.Line, l.Column)
+		}
+		return b.String()
+	case KindJITUnload:
+		e := ev.JITUnload
+		return fmt.Sprintf("JITUnload t=%d pid=%d addr=%#x size=%#x", e.Time, e.Pid, e.Addr, e.Size)
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
 	}

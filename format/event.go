@@ -6,9 +6,9 @@ import "fmt"
 // to the stream (see SPEC.md §5); codes are never reused.
 type Kind uint8
 
-// Event kinds. Codes 0 and 18..127 are reserved for future versions of this
-// format; 128..255 are free for private extensions. Readers skip events of
-// unknown kinds by their length.
+// Event kinds. Code 0 and the codes 18..127 not named here are reserved for
+// future versions of this format; 128..255 are free for private extensions.
+// Readers skip events of unknown kinds by their length.
 const (
 	KindInvalid      Kind = 0
 	KindProcess      Kind = 1
@@ -28,7 +28,9 @@ const (
 	KindCounter      Kind = 15
 	KindLost         Kind = 16
 	KindProcessEnd   Kind = 17
-	KindLabelSet     Kind = 18
+	KindLabelSet     Kind = 18  // an interned set of pprof labels (SPEC.md §6.18)
+	KindJITCode      Kind = 20  // code a JIT compiler wrote, with its name (SPEC.md §6.20)
+	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
@@ -51,11 +53,14 @@ var kindNames = [...]string{
 	KindCounter:      "Counter",
 	KindLost:         "Lost",
 	KindProcessEnd:   "ProcessEnd",
+	KindJITCode:      "JITCode",
+	KindJITUnload:    "JITUnload",
 	KindLabelSet:     "LabelSet",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
-const NumKinds = int(KindLabelSet) + 1
+// Codes below it that have no name (kindNames) are reserved, not defined.
+const NumKinds = int(KindJITUnload) + 1
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -434,6 +439,8 @@ type Event struct {
 	Marker       Marker
 	Counter      Counter
 	Lost         Lost
+	JITCode      JITCode
+	JITUnload    JITUnload
 	LabelSet     LabelSet
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
@@ -473,6 +480,10 @@ func (e *Event) Time() (int64, bool) {
 		return e.Counter.Time, true
 	case KindLost:
 		return e.Lost.Time, true
+	case KindJITCode:
+		return e.JITCode.Time, true
+	case KindJITUnload:
+		return e.JITUnload.Time, true
 	}
 	return 0, false
 }

@@ -82,6 +82,7 @@ type Reader struct {
 	ev    Event
 	pcs   []uint64
 	regs  []uint64
+	lines []JITLine
 	stats ReaderStats
 }
 
@@ -493,6 +494,14 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		l.Pid = d.u32()
 		l.Count = d.uv()
 		l.Reason = LostReason(d.byte())
+	case KindJITCode:
+		r.decodeJITCode(&d, &ev.JITCode)
+	case KindJITUnload:
+		u := &ev.JITUnload
+		u.Time = r.time(&d)
+		u.Pid = d.u32()
+		u.Addr = d.uv()
+		u.Size = d.uv()
 	default:
 		if code == 0 {
 			return nil, r.badEvent(off, "event type 0")

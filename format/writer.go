@@ -585,6 +585,10 @@ func (w *Writer) WriteEvent(e *Event) error {
 		return w.WriteCounter(e.Counter)
 	case KindLost:
 		return w.WriteLost(e.Lost)
+	case KindJITCode:
+		return w.WriteJITCode(&e.JITCode)
+	case KindJITUnload:
+		return w.WriteJITUnload(e.JITUnload)
 	case KindLabelSet:
 		return w.WriteLabelSet(e.LabelSet.ID, e.LabelSet.Labels)
 	case KindUnknown:

@@ -48,6 +48,31 @@ func (e *PermissionError) Error() string {
 
 func (e *PermissionError) Unwrap() error { return e.Err }
 
+// ErrKernelThread says the target is a kernel thread: it has no user
+// stack to sample or unwind (a permission error would mislead).
+var ErrKernelThread = errors.New("kernel thread, no user stack")
+
+// TracedError says the target is already traced by another process (a
+// debugger, strace): ptrace allows one tracer at a time.
+type TracedError struct {
+	Pid        int
+	Tid        int    // the traced thread, when not the process's main thread
+	Tracer     int    // TracerPid in /proc/PID/status
+	TracerName string // its command name, "" if unknown
+}
+
+func (e *TracedError) Error() string {
+	name := ""
+	if e.TracerName != "" {
+		name = " (" + e.TracerName + ")"
+	}
+	who := fmt.Sprintf("pid %d", e.Pid)
+	if e.Tid != 0 && e.Tid != e.Pid {
+		who += fmt.Sprintf(" tid %d", e.Tid)
+	}
+	return fmt.Sprintf("%s is already traced by pid %d%s: detach that tracer first", who, e.Tracer, name)
+}
+
 // Config says what a back end samples.
 type Config struct {
 	// Pid is the process to sample; 0 means the calling process.
@@ -63,11 +88,18 @@ type Config struct {
 	// frame pointers (the kernel walks them).
 	Unwind UnwindMode
 	// StackSize is how many bytes of user stack a DWARF or auto mode
-	// sample copies (a multiple of 8, at most 65000); 0 means 8192.
+	// sample copies (a multiple of 8, at most 65000); 0 means 8192 (512
+	// for UnwindAuto on a frame-pointer program).
 	StackSize int
 	// KeepRaw, in DWARF or auto mode, reports each sample's registers and
 	// stack copy (Sample.Stack) instead of unwinding them on the host.
 	KeepRaw bool
+	// NoJIT turns off reading the perf maps and jitdump files of JIT
+	// runtimes (see JITHandler).
+	NoJIT bool
+	// JITCodeBytes copies the machine code of each jitdump code load into
+	// the trace (perf maps carry none).
+	JITCodeBytes bool
 	// Goroutines reads, for samples of Go code, the goroutine id and its
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
@@ -83,8 +115,13 @@ const (
 	// UnwindDWARF samples registers and a copy of the user stack and
 	// unwinds them with each module's call frame information.
 	UnwindDWARF
-	// UnwindAuto samples like UnwindDWARF but follows frame pointers in
-	// the modules that keep them, and CFI in the others.
+	// UnwindAuto decides by the target's executable. One that keeps frame
+	// pointers gets the kernel's frame-pointer chain plus registers and a
+	// small stack window (512 bytes), from which the CFI row of the
+	// sampled PC recovers a caller the chain misses (a function sampled
+	// before it links its frame: shrink-wrapped code, leaves, prologues).
+	// Any other is sampled like UnwindDWARF, following frame pointers in
+	// the modules that keep them and CFI in the others.
 	UnwindAuto
 )
 

@@ -53,18 +53,22 @@ type Options struct {
 	// are dropped; 0 means 256.
 	StreamQueue int
 	// FlushInterval bounds how long events wait before they are written;
-	// 0 means one second.
+	// 0 means 200 ms. With the back end reading its buffers at least every
+	// 50 ms, a recorder killed outright (SIGKILL, OOM) loses at most the
+	// last 250 ms of the trace.
 	FlushInterval time.Duration
 	// ChunkSize is the format chunk payload size; 0 means the format's default.
 	ChunkSize int
 	// Unwind selects how user stacks are captured: UnwindFP (the default;
 	// the kernel follows frame pointers), UnwindDWARF (registers and a
 	// copy of the stack, unwound with the modules' CFI in the tracer's
-	// reading goroutine) or UnwindAuto (frame pointers in the modules
-	// that keep them, CFI elsewhere; a module keeps them when at least a
-	// tenth of its CFI rows compute the frame address from the frame
-	// pointer, so Go binaries, whose CFI counts from the stack pointer,
-	// get CFI). Samples the reader is too late to unwind are dropped and
+	// reading goroutine) or UnwindAuto (a program whose executable keeps
+	// frame pointers gets the kernel's chain with its leaf repaired from
+	// the sampled PC's CFI row and a 512-byte stack window; any other is
+	// sampled as in UnwindDWARF, with frame pointers in the modules that
+	// keep them; a module keeps them when at least a tenth of its CFI rows
+	// compute the frame address from the frame pointer, so Go binaries,
+	// whose CFI counts from the stack pointer, get CFI). Samples the reader is too late to unwind are dropped and
 	// reported as Lost (LostUnwind).
 	Unwind UnwindMode
 	// StackSize is the user stack copied per sample in the DWARF modes,
@@ -83,6 +87,13 @@ type Options struct {
 	// record (24 bytes); the DWARF modes sample them already. RawStack
 	// events (KeepRaw) carry no goroutine.
 	Goroutines bool
+	// NoJIT turns off recording the code JIT runtimes publish in perf
+	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
+	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
+	// contents are copied into the trace as JITCode events.
+	NoJIT bool
+	// JITCodeBytes also copies the machine code of each jitdump code load.
+	JITCodeBytes bool
 }
 
 // UnwindMode says how user stacks are captured; see [Options.Unwind].
@@ -154,6 +165,8 @@ type Tracer struct {
 	procs     map[uint32]format.Process
 	threads   map[uint32]threadState
 	modules   map[uint64]format.ModuleLoad
+	jit       map[jitKey]format.JITCode // live JIT code, for snapshots
+	jitLines  []format.JITLine
 	inChunk   uint64 // samples in the chunk being built
 	final     bool   // stopping: deliver chunks even if a stream is slow
 	closed    bool
@@ -175,6 +188,10 @@ func (s sink) Write(p []byte) (int, error) {
 	s.t.fanout(p)
 	return len(p), nil
 }
+
+// DefaultFlushInterval is Options.FlushInterval's default: what a killed
+// recorder can lose, less the back end's 50 ms read interval.
+const DefaultFlushInterval = 200 * time.Millisecond
 
 // Start begins recording according to opts. Recording stops when ctx is
 // done, [Tracer.Stop] is called, or the target exits.
@@ -208,7 +225,7 @@ func newTracer(opts Options) (*Tracer, error) {
 		opts.StreamQueue = 256
 	}
 	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
+		opts.FlushInterval = DefaultFlushInterval
 	}
 	t := &Tracer{
 		opts:    opts,
@@ -436,8 +453,12 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	for i, s := range t.strList {
 		w.WriteString(uint64(i+1), s)
 	}
-	for id := 1; id <= t.stacks.len(); id++ {
-		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	first, last := t.stacks.ids()
+	for id := first; id <= last; id++ {
+		w.WriteStack(id, t.stacks.get(id))
+	}
+	for _, c := range t.jit {
+		w.WriteJITCode(&c)
 	}
 	for i, ls := range t.labelSets {
 		w.WriteLabelSet(uint64(i+1), ls)

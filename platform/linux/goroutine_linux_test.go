@@ -29,7 +29,6 @@ func newFakeG(goid uint64, key, val string) *fakeG {
 
 func (f *fakeG) addr() uint64 { return uint64(uintptr(unsafe.Pointer(&f.g[0]))) }
 
-
 // TestGoReader reads goroutines and labels from this process's memory
 // through process_vm_readv, checks the stack-bound test and the label
 // cache, and pins the steady state at zero allocations.

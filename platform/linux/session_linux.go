@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -56,7 +57,8 @@ type Session struct {
 	records   atomic.Uint64
 	bytes     atomic.Uint64
 	closeOnce sync.Once
-	uw        *unwinder   // DWARF and auto modes
+	uw        *unwinder // DWARF and auto modes
+	jit       *jitTracker
 	gos       *goSampling // Config.Goroutines
 }
 
@@ -97,6 +99,9 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 		s.pid = cfg.Pid
 		if !sys.ProcessAlive(s.pid) {
 			return nil, fmt.Errorf("pid %d: no such process", s.pid)
+		}
+		if procinfo.KernelThread(s.pid) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.pid, procinfo.Comm(s.pid), platform.ErrKernelThread)
 		}
 	}
 	if err := s.attach(); err != nil {
@@ -170,6 +175,9 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	if s.uw != nil {
 		s.rec.nUserRegs = s.uw.nRegs()
+	}
+	if s.jit = newJITTracker(cfg, h); s.jit != nil {
+		s.jit.fileBacked = s.fileBacked
 	}
 	if cfg.Goroutines {
 		s.gos = newGoSampling()
@@ -314,6 +322,7 @@ func (s *Session) attach() error {
 		sys.Close(fd)
 	}
 	if s.uw != nil {
+		s.uw.chooseAuto(s.pid)
 		s.uw.setAttr(&attr)
 	} else if s.gos != nil {
 		attr.Sample_type |= perfSampleRegsUser
@@ -447,6 +456,7 @@ func (s *Session) reportInitial(tids []int) {
 	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(s.pid)), Name: comm, Cmdline: procCmdline(s.pid)})
 	ps := &procState{comm: comm}
 	s.procs[pid] = ps
+	s.jit.track(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
@@ -607,14 +617,17 @@ func (s *Session) Run(ctx context.Context) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
+		s.jit.poll()
 		if ctx.Err() != nil {
 			s.ReadAll()
+			s.jit.finish()
 			return nil
 		}
 		if s.waited != nil {
 			select {
 			case <-s.waited:
 				s.ReadAll()
+				s.jit.finish()
 				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
 				return nil
 			default:
@@ -623,6 +636,7 @@ func (s *Session) Run(ctx context.Context) error {
 			lastCheck = time.Now()
 			if !sys.ProcessAlive(s.pid) {
 				s.ReadAll()
+				s.jit.finish()
 				return nil
 			}
 		}
@@ -711,6 +725,9 @@ func (s *Session) handle(b []byte) {
 		s.samples.Add(1)
 		s.h.Sample(sm)
 	case recMmap2:
+		if s.jit.mmap(r.Pid, string(r.Filename)) {
+			return // a jitdump file announced by its runtime, not code
+		}
 		if r.Prot&0x4 == 0 { // PROT_EXEC
 			return
 		}
@@ -743,6 +760,7 @@ func (s *Session) handle(b []byte) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
+			s.jit.track(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
@@ -777,6 +795,7 @@ func (s *Session) handle(b []byte) {
 			delete(ps.names, r.Tid)
 		}
 		if r.Pid == r.Tid {
+			s.jit.exit(r.Pid)
 			if ps := s.procs[r.Pid]; ps != nil {
 				for _, m := range ps.modules {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
@@ -842,6 +861,7 @@ func (s *Session) Close() error {
 			sys.Close(fd)
 		}
 		s.fds, s.rings, s.polls = nil, nil, nil
+		s.jit.close()
 	})
 	return nil
 }
