@@ -78,7 +78,7 @@ func TestSnapshotGoroutinesGroup(t *testing.T) {
 	if err := rs.Run(); err != nil {
 		t.Fatalf("rawstack snapshot --goroutines: %v\n%s", err, errb.String())
 	}
-	blocks := regexp.MustCompile(`(?s)goroutine \d+ \[chan receive\]:\n.*?main\.stage2\(\.\.\.\) \(inlined\)\n.*?created by main\.main\n`).FindAllString(out.String(), -1)
+	blocks := regexp.MustCompile(`(?s)goroutine \d+ \[chan receive(, \d+s)?\]:\n.*?main\.stage2\(\.\.\.\) \(inlined\)\n.*?created by main\.main\n`).FindAllString(out.String(), -1)
 	if len(blocks) != 50 {
 		t.Errorf("%d workers listed with their chain and creator, want 50\n%s", len(blocks), out.String())
 	}
