@@ -78,6 +78,18 @@ type Options struct {
 	// stack copy) instead of unwinding on the host; the symbolizer unwinds
 	// them offline.
 	KeepRaw bool
+	// Backend selects the sampling mechanism: BackendPerf (the default,
+	// perf_event ring buffers) or BackendEBPF (BPF programs; needs
+	// CAP_BPF and CAP_PERFMON, or root). The eBPF back end unwinds user
+	// stacks with CFI unless Unwind is UnwindFP.
+	Backend Backend
+	// System, with BackendEBPF, samples every process of the host; Pid
+	// and Command must not be set.
+	System bool
+	// OffCPU, with BackendEBPF, also records off-CPU time: a sample
+	// flagged format.SampleOffCPU, weighted by the nanoseconds a thread
+	// waited, each time it comes back on CPU.
+	OffCPU bool
 	// NoJIT turns off recording the code JIT runtimes publish in perf
 	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
 	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
@@ -86,6 +98,15 @@ type Options struct {
 	// JITCodeBytes also copies the machine code of each jitdump code load.
 	JITCodeBytes bool
 }
+
+// Backend selects the sampling mechanism; see [Options.Backend].
+type Backend = platform.Backend
+
+// Back ends.
+const (
+	BackendPerf = platform.BackendPerf
+	BackendEBPF = platform.BackendEBPF
+)
 
 // UnwindMode says how user stacks are captured; see [Options.Unwind].
 type UnwindMode = platform.UnwindMode
@@ -187,6 +208,9 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 	if opts.Command != nil && opts.Pid != 0 {
 		return nil, errors.New("tracer: set Pid or Command, not both")
 	}
+	if opts.System && (opts.Command != nil || opts.Pid != 0) {
+		return nil, errors.New("tracer: System samples every process: do not set Pid or Command")
+	}
 	t, err := newTracer(opts)
 	if err != nil {
 		return nil, err
@@ -217,7 +241,7 @@ func newTracer(opts Options) (*Tracer, error) {
 	}
 	t := &Tracer{
 		opts:    opts,
-		self:    opts.Pid == 0 && opts.Command == nil,
+		self:    opts.Pid == 0 && opts.Command == nil && !opts.System,
 		done:    make(chan struct{}),
 		flushQ:  make(chan struct{}),
 		stacks:  newStackTable(),

@@ -34,6 +34,7 @@ package pesrc
 import (
 	"bytes"
 	"context"
+	debugpe "debug/pe"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -133,6 +134,7 @@ func newSource(img *pe.File, path string, opts *Options) (*Source, error) {
 		Symbols:    syms,
 		NoDemangle: opts != nil && opts.NoDemangle,
 		Dir0:       true,
+		Demangle:   demangler(img.Machine == debugpe.IMAGE_FILE_MACHINE_I386),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pesrc: %w", err)
