@@ -30,7 +30,11 @@ type collector struct {
 
 func newCollector() *collector { return &collector{threads: map[uint32]bool{}} }
 
-func (c *collector) Process(e *format.Process) { c.mu.Lock(); c.procs = append(c.procs, *e); c.mu.Unlock() }
+func (c *collector) Process(e *format.Process) {
+	c.mu.Lock()
+	c.procs = append(c.procs, *e)
+	c.mu.Unlock()
+}
 func (c *collector) ProcessEnd(e *format.ProcessEnd) {
 	c.mu.Lock()
 	c.ends = append(c.ends, *e)
