@@ -144,7 +144,11 @@ func (w *Wine) GoTest(t testing.TB, dir string) string {
 // returns its path.
 func (w *Wine) GoBuild(t testing.TB, pkg string, flags ...string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg)+".exe")
+	name := filepath.Base(pkg)
+	if name == "." || name == string(filepath.Separator) {
+		name = "prog"
+	}
+	out := filepath.Join(t.TempDir(), name+".exe")
 	args := append(append([]string{"build", "-o", out}, flags...), pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")

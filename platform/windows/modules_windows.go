@@ -10,6 +10,11 @@ import (
 	"github.com/rawstack/rawstack/internal/win"
 )
 
+type dllEvent struct {
+	win.DLLEvent
+	time int64
+}
+
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // memImage reads a loaded image by RVA from the target's memory through
@@ -49,11 +54,10 @@ func (m *memImage) ReadRVA(rva uint32, p []byte) error {
 	return nil
 }
 
-// pollModules compares the loader list with the modules known and reports
+// applyModules compares a loader list with the modules known and reports
 // the differences. Out of process it runs periodically; in process once,
 // after the DLL notification is registered.
-func (s *Session) pollModules(now int64) {
-	ms, err := win.Modules(s.pid)
+func (s *Session) applyModules(ms []win.Module, err error, now int64) {
 	if err != nil {
 		return // e.g. a process created suspended has no loader list yet
 	}
@@ -85,11 +89,22 @@ func (s *Session) pollModules(now int64) {
 	}
 }
 
+// findModule returns the module holding pc.
+func (s *Session) findModule(pc uint64) *module {
+	for _, m := range s.mods {
+		if pc-m.base < m.size {
+			return m
+		}
+	}
+	return nil
+}
+
 // dllEvent runs on the loading thread, under the loader lock: it only
-// queues the event.
+// queues the event with its time.
 func (s *Session) dllEvent(e win.DLLEvent) {
+	t := s.now()
 	s.dllMu.Lock()
-	s.dllQ = append(s.dllQ, e)
+	s.dllQ = append(s.dllQ, dllEvent{e, t})
 	s.dllMu.Unlock()
 	s.dllN.Add(1)
 }
@@ -100,8 +115,8 @@ func (s *Session) drainDLLs() {
 	s.dllQ = nil
 	s.dllN.Store(0)
 	s.dllMu.Unlock()
-	now := s.now()
-	for _, e := range q {
+	for _, x := range q {
+		e, now := x.DLLEvent, x.time
 		switch e.Reason {
 		case win.DLLLoaded:
 			if m := s.mods[e.Base]; m != nil {

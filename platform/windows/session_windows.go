@@ -28,6 +28,9 @@ const (
 	batchSize     = 64       // threads per request to the native thread
 	refreshPeriod = 100 * time.Millisecond
 	maxFrames     = 512
+	// syncPollPeriod limits the module snapshots taken because a sample's
+	// PC was in no known module.
+	syncPollPeriod = 50 * time.Millisecond
 )
 
 // Session samples one process.
@@ -46,7 +49,6 @@ type Session struct {
 	samplerID uint32 // the OS thread Run is locked to
 	threads   []*thread
 	byTid     map[uint32]*thread
-	tidBuf    []win.Thread
 	handles   []win.Handle
 	batch     []*thread
 
@@ -55,16 +57,33 @@ type Session struct {
 	nextMod uint64
 	cookie  uintptr
 	dllMu   sync.Mutex
-	dllQ    []win.DLLEvent
+	dllQ    []dllEvent
 	dllN    atomic.Int32
 
-	qpcFreq   int64
-	pcs       []uint64
-	sample    platform.Sample
-	samples   atomic.Uint64
-	lost      atomic.Uint64
-	suspended hist
-	closeOnce sync.Once
+	lists chan lists // from the lister goroutine
+	// lastModPoll is the time of the last module snapshot: a module a
+	// later snapshot finds was loaded after it, and is reported with this
+	// time so that samples taken in it before it was seen find it.
+	lastModPoll  int64
+	lastSyncPoll time.Time
+	syncPolled   int64
+	qpcFreq      int64
+	pcs          []uint64
+	sample       platform.Sample
+	samples      atomic.Uint64
+	lost         atomic.Uint64
+	suspended    hist
+	closeOnce    sync.Once
+}
+
+// lists are the thread and module lists of one Toolhelp32 round. Under
+// Wine a thread snapshot takes ~100 ms on a loaded machine, so a goroutine
+// takes them and the sampler applies them between ticks.
+type lists struct {
+	threads []win.Thread
+	modules []win.Module
+	modErr  error
+	taken   int64 // stream time the snapshots began
 }
 
 type thread struct {
@@ -182,9 +201,43 @@ func (s *Session) start() error {
 		name = filepath.Base(os.Args[0])
 	}
 	s.h.Process(&format.Process{Time: now, Pid: s.pid, Name: name})
-	s.pollModules(now)
-	s.refreshThreads(now)
+	ms, err := win.Modules(s.pid)
+	s.applyModules(ms, err, now)
+	s.lastModPoll = now
+	ts, err := win.Threads(s.pid, nil)
+	if err != nil {
+		return err
+	}
+	s.applyThreads(ts, now)
 	return nil
+}
+
+// lister takes thread (and, out of process, module) snapshots one after
+// the other, each at least refreshPeriod after the previous one began,
+// and hands them to the sampler.
+func (s *Session) lister(ctx context.Context) {
+	defer close(s.lists)
+	for {
+		began := time.Now()
+		l := lists{taken: s.now()}
+		var err error
+		if l.threads, err = win.Threads(s.pid, nil); err != nil {
+			l.threads = nil
+		}
+		if !s.self {
+			l.modules, l.modErr = win.Modules(s.pid)
+		}
+		select {
+		case s.lists <- l:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-time.After(refreshPeriod - time.Since(began)):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Pid returns the target's process id.
@@ -239,7 +292,10 @@ func (s *Session) Run(ctx context.Context) error {
 	period := time.Second / time.Duration(s.cfg.Frequency)
 	tk := time.NewTicker(period)
 	defer tk.Stop()
-	lastRefresh := time.Now()
+	lctx, stopLister := context.WithCancel(ctx)
+	defer stopLister()
+	s.lists = make(chan lists)
+	go s.lister(lctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -247,14 +303,8 @@ func (s *Session) Run(ctx context.Context) error {
 		case <-s.waited:
 			s.end()
 			return nil
-		case <-tk.C:
-		}
-		now := s.now()
-		if s.dllN.Load() > 0 {
-			s.drainDLLs()
-		}
-		if time.Since(lastRefresh) >= refreshPeriod {
-			lastRefresh = time.Now()
+		case l := <-s.lists:
+			now := s.now()
 			if !s.self && win.Exited(s.proc) {
 				if s.waited != nil {
 					<-s.waited
@@ -262,10 +312,22 @@ func (s *Session) Run(ctx context.Context) error {
 				s.end()
 				return nil
 			}
-			if !s.self {
-				s.pollModules(now)
+			if !s.self && l.taken > s.syncPolled {
+				// (A list older than a snapshot taken since would
+				// unload what that snapshot found.)
+				s.applyModules(l.modules, l.modErr, s.lastModPoll)
+				if l.modErr == nil {
+					s.lastModPoll = l.taken
+				}
 			}
-			s.refreshThreads(now)
+			if l.threads != nil {
+				s.applyThreads(l.threads, now)
+			}
+			continue
+		case <-tk.C:
+		}
+		if s.dllN.Load() > 0 {
+			s.drainDLLs()
 		}
 		s.sampleAll()
 	}
@@ -311,6 +373,14 @@ func (s *Session) emit(j int, t *thread) {
 		return
 	}
 	mem := arch.StackCopy{Addr: c.Regs.R[arch.AMD64RSP], Data: s.win.stack(j)}
+	if !s.self && s.findModule(c.Regs.R[arch.AMD64RIP]) == nil && time.Since(s.lastSyncPoll) > syncPollPeriod {
+		// A module loaded since the last poll: look now, while the copy
+		// is still here to unwind through it.
+		s.lastSyncPoll = time.Now()
+		s.syncPolled = s.now()
+		ms, err := win.Modules(s.pid)
+		s.applyModules(ms, err, s.lastModPoll)
+	}
 	s.pcs = s.unwind(&c, &mem, s.pcs[:0])
 	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: 1, PCs: s.pcs}
 	s.samples.Add(1)
@@ -355,18 +425,13 @@ func fpStep(c *winunwind.Context, mem arch.Memory) error {
 	return nil
 }
 
-// refreshThreads brings the thread list up to date with a Toolhelp32
+// applyThreads brings the thread list up to date with a Toolhelp32
 // snapshot: new threads are opened and reported, ended ones closed.
-func (s *Session) refreshThreads(now int64) {
-	var err error
-	s.tidBuf, err = win.Threads(s.pid, s.tidBuf[:0])
-	if err != nil {
-		return
-	}
+func (s *Session) applyThreads(list []win.Thread, now int64) {
 	for _, t := range s.threads {
 		t.seen = false
 	}
-	for _, x := range s.tidBuf {
+	for _, x := range list {
 		if x.Tid == s.samplerID || (s.win != nil && x.Tid == s.win.tid) {
 			continue
 		}
