@@ -4,7 +4,6 @@ package windows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -381,48 +380,10 @@ func (s *Session) emit(j int, t *thread) {
 		ms, err := win.Modules(s.pid)
 		s.applyModules(ms, err, s.lastModPoll)
 	}
-	s.pcs = s.unwind(&c, &mem, s.pcs[:0])
+	s.pcs, _ = s.unw.Walk(&c, &mem, s.pcs[:0], maxFrames)
 	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: 1, PCs: s.pcs}
 	s.samples.Add(1)
 	s.h.Sample(&s.sample)
-}
-
-// unwind walks c over the stack copy: with the images' unwind data where
-// the PC is in a known image, by frame pointers elsewhere.
-func (s *Session) unwind(c *winunwind.Context, mem *arch.StackCopy, pcs []uint64) []uint64 {
-	for len(pcs) < maxFrames {
-		pc := c.Regs.R[arch.AMD64RIP]
-		if pc == 0 {
-			break
-		}
-		pcs = append(pcs, pc)
-		sp := c.Regs.R[arch.AMD64RSP]
-		err := s.unw.Step(c, mem)
-		if errors.Is(err, winunwind.ErrNoModule) {
-			err = fpStep(c, mem)
-		}
-		if err != nil || c.Regs.R[arch.AMD64RSP] <= sp {
-			break
-		}
-	}
-	return pcs
-}
-
-// fpStep unwinds one frame through the frame pointer: [rbp] is the
-// caller's rbp, [rbp+8] the return address.
-func fpStep(c *winunwind.Context, mem arch.Memory) error {
-	bp := c.Regs.R[arch.AMD64RBP]
-	if bp < c.Regs.R[arch.AMD64RSP] || bp&7 != 0 {
-		return arch.ErrBadAddress
-	}
-	var b [16]byte
-	if err := mem.ReadMemory(bp, b[:]); err != nil {
-		return err
-	}
-	c.Regs.R[arch.AMD64RBP] = le64(b[:])
-	c.Regs.R[arch.AMD64RIP] = le64(b[8:])
-	c.Regs.R[arch.AMD64RSP] = bp + 16
-	return nil
 }
 
 // applyThreads brings the thread list up to date with a Toolhelp32
