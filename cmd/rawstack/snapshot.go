@@ -27,8 +27,8 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR]) [-o FILE] [--no-symbols | --dwarf] [--stats]",
-		short: "print the stacks of all threads of a live process or a core dump, like eu-stack",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--stats]",
+		short: "print the stacks of all threads of a live process, a core dump or a Windows minidump, like eu-stack",
 		run:   runSnapshot,
 	})
 }
@@ -45,11 +45,16 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	dwarf := fs.Bool("dwarf", false, "name functions from DWARF too, with the innermost inlined function and its file:line (slower: indexes debug info)")
 	stats := fs.Bool("stats", false, "print timings to stderr")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
+	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
+	writeDump := fs.String("write-minidump", "", "also write the threads, their stacks and the modules as a minidump (Windows processes, minidumps)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
-	if (*pid == 0) == (*core == "") {
-		return &usageError{"give exactly one of -p PID and --core FILE"}
+	if n := btoi(*pid != 0) + btoi(*core != "") + btoi(*minidump != ""); n != 1 {
+		return &usageError{"give exactly one of -p PID, --core FILE and --minidump FILE"}
+	}
+	if *writeDump != "" && *core != "" {
+		return &usageError{"--write-minidump writes Windows processes and minidumps, not ELF cores"}
 	}
 	if fs.NArg() > 0 {
 		return &usageError{"unexpected argument " + strconv.Quote(fs.Arg(0))}
@@ -63,9 +68,12 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	t0 := time.Now()
 	var snap *snapshot.Snapshot
 	var err error
-	if *core != "" {
+	switch {
+	case *core != "":
 		snap, err = snapshot.Core(*core, opts)
-	} else {
+	case *minidump != "" || *writeDump != "":
+		snap, err = snapshotDump(*pid, *minidump, *writeDump, opts)
+	default:
 		snap, err = snapshot.Process(*pid, opts)
 	}
 	if err != nil {
@@ -242,6 +250,10 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if m.Kind == format.ModulePE {
+				out[i] = openPENamer(m.File)
+				return
+			}
 			dbg := debugFileFor(m.BuildID)
 			if dwarf {
 				if src, err := elfsrc.Open(m.File, &elfsrc.Options{DebugFile: dbg}); err == nil {

@@ -124,7 +124,7 @@ func Modules(pid uint32) ([]Module, error) {
 
 // Access rights the sampler asks for.
 const (
-	ThreadSample  = windows.THREAD_SUSPEND_RESUME | windows.THREAD_GET_CONTEXT | windows.THREAD_QUERY_LIMITED_INFORMATION | windows.SYNCHRONIZE
+	ThreadSample  = windows.THREAD_SUSPEND_RESUME | windows.THREAD_GET_CONTEXT | windows.THREAD_QUERY_INFORMATION | windows.SYNCHRONIZE
 	ProcessSample = windows.PROCESS_VM_READ | windows.PROCESS_QUERY_LIMITED_INFORMATION | windows.SYNCHRONIZE
 )
 
@@ -329,3 +329,50 @@ const CreateSuspended = windows.CREATE_SUSPENDED
 // Ptr turns the address of memory outside the Go heap (VirtualAlloc's, or
 // another module's) into a pointer.
 func Ptr(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
+
+// SuspendThread suspends thread h.
+func SuspendThread(h Handle) error {
+	r, _, err := syscall.SyscallN(procSuspendThread.Addr(), uintptr(h))
+	if uint32(r) == 0xFFFFFFFF {
+		return fmt.Errorf("SuspendThread: %w", err)
+	}
+	return nil
+}
+
+// ResumeThread resumes thread h once.
+func ResumeThread(h Handle) error {
+	_, err := windows.ResumeThread(h)
+	return err
+}
+
+// GetThreadContext fills ctx (an x64 CONTEXT of 1232 bytes or more, whose
+// ContextFlags the caller set) for the suspended thread h. ctx need not be
+// aligned: it is copied through an aligned buffer.
+func GetThreadContext(h Handle, ctx []byte) error {
+	var buf [0x4d0 + 16]byte
+	off := (16 - uintptr(unsafe.Pointer(&buf[0]))%16) % 16
+	a := buf[off : off+0x4d0]
+	copy(a, ctx)
+	r, _, err := syscall.SyscallN(procGetThreadContext.Addr(), uintptr(h), uintptr(unsafe.Pointer(&a[0])))
+	if r == 0 {
+		return fmt.Errorf("GetThreadContext: %w", err)
+	}
+	copy(ctx, a)
+	return nil
+}
+
+var procNtQueryInformationThread = ntdll.NewProc("NtQueryInformationThread")
+
+// ThreadTEB returns the address of thread h's TEB (its NT_TIB: the stack
+// base at +8, the stack limit at +16).
+func ThreadTEB(h Handle) (uint64, error) {
+	// THREAD_BASIC_INFORMATION: ExitStatus, TebBaseAddress, ClientId,
+	// AffinityMask, Priority, BasePriority.
+	var tbi [48]byte
+	var n uint32
+	r, _, _ := syscall.SyscallN(procNtQueryInformationThread.Addr(), uintptr(h), 0, uintptr(unsafe.Pointer(&tbi[0])), uintptr(len(tbi)), uintptr(unsafe.Pointer(&n)))
+	if r != 0 {
+		return 0, fmt.Errorf("NtQueryInformationThread: ntstatus %#x", uint32(r))
+	}
+	return *(*uint64)(unsafe.Pointer(&tbi[8])), nil
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
 	"unicode/utf16"
 )
 
@@ -65,9 +66,10 @@ type Minidump struct {
 	Memory    []MinidumpRange // sorted by Start
 	Exception *MinidumpException
 
-	r      io.ReaderAt
-	size   int64
-	closer io.Closer
+	r       io.ReaderAt
+	size    int64
+	closer  io.Closer
+	stopped time.Duration // a live capture: how long the threads were suspended
 }
 
 // MinidumpThread is one MINIDUMP_THREAD.
@@ -130,6 +132,10 @@ func OpenMinidump(path string) (*Minidump, error) {
 	d.closer = f
 	return d, nil
 }
+
+// Stopped is, for a capture of a live process, how long its threads were
+// suspended; 0 for a dump read from a file.
+func (d *Minidump) Stopped() time.Duration { return d.stopped }
 
 // Close closes the file OpenMinidump opened.
 func (d *Minidump) Close() error {

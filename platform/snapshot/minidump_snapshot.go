@@ -72,6 +72,11 @@ func (d *Minidump) Snapshot(opts *Options) (*Snapshot, error) {
 		if d.Exception != nil && d.Exception.Tid == dt.Tid && len(d.Exception.Context) >= winunwind.ContextSize {
 			ctx = d.Exception.Context // the faulting frame, not the handler's
 		}
+		if len(ctx) == 0 {
+			t.Err = &MinidumpError{File: d.Name, Msg: "thread " + itoa(int(dt.Tid)) + ": the dump holds no CONTEXT for it (dbghelp leaves out the thread that writes the dump)"}
+			s.Threads = append(s.Threads, t)
+			continue
+		}
 		if err := winunwind.DecodeContext(ctx, &c); err != nil {
 			t.Err = &MinidumpError{File: d.Name, Msg: "thread " + itoa(int(dt.Tid)) + ": " + err.Error()}
 			s.Threads = append(s.Threads, t)
