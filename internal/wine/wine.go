@@ -53,7 +53,7 @@ func Need(t testing.TB) *Wine {
 	shim := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "x86_64-w64-mingw32-gcc",
 		Args:   []string{"-O2", "-shared", "-s", "-o", "{dir}/bcryptprimitives.dll", "{in0}", "-ladvapi32"},
-		Inputs: []string{shimSource()},
+		Inputs: []string{ShimSource()},
 		Out:    "bcryptprimitives.dll",
 	})
 	once.Do(func() { shared, initErr = setup(wineBin, shim) })
@@ -63,9 +63,9 @@ func Need(t testing.TB) *Wine {
 	return shared
 }
 
-// shimSource is the shim's source, found from this file so that any
-// package's test can build it.
-func shimSource() string {
+// ShimSource is the shim's C source, found from this file so that any
+// package's test (or the benchmarks) can build it.
+func ShimSource() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "testdata", "processprng.c")
 }
@@ -78,6 +78,16 @@ func PrefixDir() string {
 		root = os.TempDir()
 	}
 	return filepath.Join(root, "rawstack-test", "wineprefix")
+}
+
+// Open sets up the shared prefix outside a test (the benchmarks) with a
+// shim DLL the caller built from ShimSource.
+func Open(shimDLL string) (*Wine, error) {
+	wineBin, err := exec.LookPath("wine")
+	if err != nil {
+		return nil, err
+	}
+	return setup(wineBin, shimDLL)
 }
 
 func setup(wineBin, shim string) (*Wine, error) {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"sort"
@@ -49,13 +50,10 @@ func (d *Minidump) Snapshot(opts *Options) (*Snapshot, error) {
 		}
 		img := &dumpImage{d: d, base: dm.Base, size: uint64(dm.Size)}
 		if file := resolvePE(dm.Name, opts); file != "" {
-			if f, err := pe.Open(file); err == nil && f.TimeDateStamp == dm.TimeDateStamp {
+			if f, err := openPEInMemory(file); err == nil && f.TimeDateStamp == dm.TimeDateStamp {
 				img.file = f
-				defer f.Close()
 				m.File = file
 				m.Bias, m.HaveBias = dm.Base-f.ImageBase, true
-			} else if err == nil {
-				f.Close() // another build of the image than the one dumped
 			}
 		}
 		if fns := img.functions(); fns != nil {
@@ -142,6 +140,27 @@ func resolvePE(name string, opts *Options) string {
 		}
 	}
 	return ""
+}
+
+// maxImageFile caps the image files read whole.
+const maxImageFile = 512 << 20
+
+// openPEInMemory reads an image file whole: an unwind reads unwind info
+// and code bytes many times in small pieces, and each read of a file
+// costs a system call (under Wine, a wineserver round trip).
+func openPEInMemory(path string) (*pe.File, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxImageFile {
+		return pe.Open(path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return pe.NewFile(bytes.NewReader(b), path, int64(len(b)))
 }
 
 // dumpImage reads an image by RVA from the dump's memory, else from its

@@ -211,9 +211,9 @@ func (s *Session) start() error {
 	return nil
 }
 
-// lister takes thread (and, out of process, module) snapshots one after
-// the other, each at least refreshPeriod after the previous one began,
-// and hands them to the sampler.
+// lister takes thread (and, out of process, module) snapshots, each at
+// least refreshPeriod after the previous one began and never more than a
+// fifth of the time, and hands them to the sampler.
 func (s *Session) lister(ctx context.Context) {
 	defer close(s.lists)
 	for {
@@ -231,8 +231,12 @@ func (s *Session) lister(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		// Under Wine a thread snapshot can take a second on a loaded
+		// machine, and wineserver serves the sampler's calls too: rest
+		// at least four times as long as the snapshot took.
+		took := time.Since(began)
 		select {
-		case <-time.After(refreshPeriod - time.Since(began)):
+		case <-time.After(max(refreshPeriod-took, 4*took)):
 		case <-ctx.Done():
 			return
 		}
