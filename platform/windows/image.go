@@ -82,6 +82,9 @@ func ReadImageInfo(read func(rva uint32, p []byte) error) (ImageInfo, error) {
 	default:
 		return ii, &ImageError{nt + 24, fmt.Sprintf("optional header magic %#x", le.Uint16(o))}
 	}
+	if uint32(len(o)) < dirOff {
+		return ii, &ImageError{nt + 20, fmt.Sprintf("optional header of %d bytes has no data directories", len(o))}
+	}
 	ii.SizeOfImage = le.Uint32(o[56:])
 	n := le.Uint32(o[nDirs:])
 	dir := func(i uint32) (rva, size uint32) {
