@@ -29,8 +29,7 @@ func (u *Unwinder) Walk(c *Context, mem arch.Memory, pcs []uint64, max int) ([]u
 		}
 		switch {
 		case err != nil:
-			var ue *UnwindError
-			if errors.As(err, &ue) {
+			if _, ok := err.(*UnwindError); ok { // (errors.As would allocate)
 				return pcs, arch.StopNoRule
 			}
 			return pcs, arch.StopBadMemory

@@ -5,6 +5,7 @@ package windows
 import (
 	"encoding/binary"
 
+	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/arch/winunwind"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/win"
@@ -16,6 +17,22 @@ type dllEvent struct {
 }
 
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// stackMem is a thread's stack copy; unlike arch.StackCopy it reports a
+// read outside the copy — how every unwind ends — with the bare sentinel,
+// without formatting an error.
+type stackMem struct {
+	addr uint64
+	data []byte
+}
+
+func (s *stackMem) ReadMemory(addr uint64, p []byte) error {
+	if addr < s.addr || addr-s.addr > uint64(len(s.data)) || uint64(len(p)) > uint64(len(s.data))-(addr-s.addr) {
+		return arch.ErrBadAddress
+	}
+	copy(p, s.data[addr-s.addr:])
+	return nil
+}
 
 // memImage reads a loaded image by RVA from the target's memory through
 // ReadProcessMemory (which fails cleanly where memory is gone, unlike a

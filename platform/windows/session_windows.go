@@ -68,6 +68,8 @@ type Session struct {
 	syncPolled   int64
 	qpcFreq      int64
 	pcs          []uint64
+	ctx          winunwind.Context // the sample being unwound: fields, as the unwinder keeps pointers to them
+	mem          stackMem
 	sample       platform.Sample
 	samples      atomic.Uint64
 	lost         atomic.Uint64
@@ -370,12 +372,12 @@ func (s *Session) emit(j int, t *thread) {
 		s.lost.Add(1)
 		return
 	}
-	var c winunwind.Context
-	if err := winunwind.DecodeContext(s.win.context(j), &c); err != nil {
+	c, mem := &s.ctx, &s.mem // fields: the unwinder keeps pointers to them during a walk
+	if err := winunwind.DecodeContext(s.win.context(j), c); err != nil {
 		s.lost.Add(1)
 		return
 	}
-	mem := arch.StackCopy{Addr: c.Regs.R[arch.AMD64RSP], Data: s.win.stack(j)}
+	*mem = stackMem{addr: c.Regs.R[arch.AMD64RSP], data: s.win.stack(j)}
 	if !s.self && s.findModule(c.Regs.R[arch.AMD64RIP]) == nil && time.Since(s.lastSyncPoll) > syncPollPeriod {
 		// A module loaded since the last poll: look now, while the copy
 		// is still here to unwind through it.
@@ -384,7 +386,7 @@ func (s *Session) emit(j int, t *thread) {
 		ms, err := win.Modules(s.pid)
 		s.applyModules(ms, err, s.lastModPoll)
 	}
-	s.pcs, _ = s.unw.Walk(&c, &mem, s.pcs[:0], maxFrames)
+	s.pcs, _ = s.unw.Walk(c, mem, s.pcs[:0], maxFrames)
 	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: 1, PCs: s.pcs}
 	s.samples.Add(1)
 	s.h.Sample(&s.sample)

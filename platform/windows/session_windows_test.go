@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/win"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -168,4 +169,42 @@ func TestLaunchExits(t *testing.T) {
 		t.Errorf("process ends: %+v", c.ends)
 	}
 	t.Logf("%d samples, %d modules", len(c.samples), len(c.modules))
+}
+
+type nopHandler struct{ samples int }
+
+func (*nopHandler) Process(*format.Process)           {}
+func (*nopHandler) ProcessEnd(*format.ProcessEnd)     {}
+func (*nopHandler) ThreadStart(*format.ThreadStart)   {}
+func (*nopHandler) ThreadName(*format.ThreadName)     {}
+func (*nopHandler) ThreadEnd(*format.ThreadEnd)       {}
+func (*nopHandler) ModuleLoad(*format.ModuleLoad)     {}
+func (*nopHandler) ModuleUnload(*format.ModuleUnload) {}
+func (h *nopHandler) Sample(*platform.Sample)         { h.samples++ }
+func (*nopHandler) Lost(*format.Lost)                 {}
+
+// TestSampleAllocs pins that a round of samples — the native window, then
+// decoding each context and unwinding each copy — allocates nothing once
+// the images' unwind pages are cached.
+func TestSampleAllocs(t *testing.T) {
+	h := &nopHandler{}
+	s, err := Open(platform.Config{Frequency: 100}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s.samplerID = win.CurrentThreadID()
+	if th := s.byTid[s.samplerID]; th != nil {
+		s.dropThread(th, s.now())
+	}
+	for i := 0; i < 5; i++ {
+		s.sampleAll()
+	}
+	n := testing.AllocsPerRun(20, s.sampleAll)
+	t.Logf("%d threads, %d samples; %.1f allocations per round", len(s.threads), h.samples, n)
+	if n != 0 || h.samples == 0 {
+		t.Errorf("%.1f allocations per round of %d threads, want 0", n, len(s.threads))
+	}
 }

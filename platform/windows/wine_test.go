@@ -36,7 +36,7 @@ func TestUnderWine(t *testing.T) {
 		Out:    "spin.dll",
 	})
 	exe := w.GoTest(t, ".")
-	tests := []string{"TestSelfSampling", "TestLaunchExits", "TestDLLLoadedAfterStart", "TestHeapHammerNoDeadlock"}
+	tests := []string{"TestSelfSampling", "TestLaunchExits", "TestDLLLoadedAfterStart", "TestHeapHammerNoDeadlock", "TestSampleAllocs"}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	args := []string{"-test.v", "-test.run", "^(" + strings.Join(tests, "|") + ")$"}
