@@ -7,3 +7,10 @@ require (
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	golang.org/x/sys v0.49.0
 )
+
+require (
+	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/go-delve/delve v1.27.2
+	golang.org/x/arch v0.28.0 // indirect
+	golang.org/x/telemetry v0.0.0-20241106142447-58a1122356f5 // indirect
+)

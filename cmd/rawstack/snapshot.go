@@ -27,19 +27,22 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--stats]",
-		short: "print the stacks of all threads of a live process, a core dump or a Windows minidump, like eu-stack",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
 		run:   runSnapshot,
 	})
 }
 
 func runSnapshot(args []string, stdout, stderr io.Writer) error {
+	if wantsGoroutines(args) {
+		return runGoroutines(args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pid := fs.Int("p", 0, "the live process to snapshot")
 	core := fs.String("core", "", "an ELF core dump to read instead of a live process")
 	exe := fs.String("exe", "", "with --core: the main executable, where the core's path does not exist here")
-	root := fs.String("root", "", "with --core: a sysroot prepended to the paths the core names")
+	root := fs.String("root", "", "with --core: a sysroot prepended to the paths the core names; with --minidump: where C:\\... is DIR/c:/... (a Wine prefix's dosdevices)")
 	out := fs.String("o", "", "write an event stream to FILE instead of printing")
 	noSyms := fs.Bool("no-symbols", false, "print module+offset instead of function names")
 	dwarf := fs.Bool("dwarf", false, "name functions from DWARF too, with the innermost inlined function and its file:line (slower: indexes debug info)")

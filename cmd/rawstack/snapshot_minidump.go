@@ -53,12 +53,13 @@ func snapshotDump(pid int, path, writePath string, opts *snapshot.Options) (*sna
 	return s, nil
 }
 
-// peNamer names frames of a PE image from its PDB (or exports); addresses
+// peNamer names frames of a PE image from its PDB, DWARF, Go tables or
+// symbol tables (pesrc decides per address); addresses
 // are virtual addresses (ImageBase + RVA).
 type peNamer struct{ src symbolizer.Source }
 
 func openPENamer(path string) namer {
-	src, err := openPESource(path, nil)
+	src, err := openPESource(path, nil, "")
 	if err != nil {
 		return nil
 	}
