@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,9 +80,10 @@ func TestSnapshotWineMinidump(t *testing.T) {
 	}
 }
 
-// TestSnapshotLiveUnderWine snapshots a live Windows process with 100
-// parked threads with the Windows build of rawstack under Wine, and writes
-// a minidump of it that the Linux build reads back to the same chains.
+// TestSnapshotLiveUnderWine records (record -p) and snapshots a live
+// Windows process with 100 parked threads with the Windows build of
+// rawstack under Wine, and writes a minidump of it that the Linux build
+// reads back to the same chains.
 func TestSnapshotLiveUnderWine(t *testing.T) {
 	w := wine.Need(t)
 	exe := buildWinThreads(t)
@@ -107,8 +109,26 @@ func TestSnapshotLiveUnderWine(t *testing.T) {
 			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
 	}
+	// record -p: every parked thread is sampled (wall-clock) in the chain.
+	trace := filepath.Join(dir, "threads.rawstack")
+	out, err := w.Command(ctx, rawstack, "record", "-p", strconv.Itoa(pid), "-F", "20", "--duration", "2s", "-o", wine.Path(trace)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("wine rawstack.exe record -p %d: %v\n%s", pid, err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+	var rep bytes.Buffer
+	if err := runReport([]string{trace, "--top", "10", "--debug-dir", filepath.Dir(exe)}, &rep, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"leaf_wait", "middle", "outer", "worker"} {
+		if !regexp.MustCompile(`(?m) ` + fn + `  \[`).Match(rep.Bytes()) {
+			t.Errorf("report of record -p does not name %s:\n%s", fn, rep.String())
+			break
+		}
+	}
+
 	dump := filepath.Join(dir, "live.dmp")
-	out, err := w.Command(ctx, rawstack, "snapshot", "-p", strconv.Itoa(pid), "--stats", "--write-minidump", wine.Path(dump)).CombinedOutput()
+	out, err = w.Command(ctx, rawstack, "snapshot", "-p", strconv.Itoa(pid), "--stats", "--write-minidump", wine.Path(dump)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("wine rawstack.exe snapshot -p %d: %v\n%s", pid, err, out)
 	}
