@@ -2,7 +2,8 @@
 // format (profile.proto of github.com/google/pprof), readable by go tool
 // pprof.
 //
-// Sample values are the sample count and the on-CPU nanoseconds; each
+// Sample values are the sample count and the on-CPU nanoseconds, and the
+// off-CPU nanoseconds when the profile has off-CPU samples; each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
@@ -33,18 +34,26 @@ func Write(w io.Writer, p *symbolizer.Profile) error {
 // Encode appends p's uncompressed profile.proto message to b.
 func Encode(b []byte, p *symbolizer.Profile) []byte {
 	e := &encoder{strs: map[string]int64{"": 0}, strTab: []string{""}}
-	var count, cpu int64
+	var count, cpu, off int64
 	for _, s := range p.Samples {
 		count += s.Count
 		cpu += s.CPUNanos
+		off += s.OffCPUNanos
 	}
+	// A third value, off-CPU nanoseconds, only when the profile has
+	// off-CPU time: on-CPU profiles keep their two.
+	nv := 2
 	var m enc
 	m.msg(&e.b, fProfileSampleType, valueType(e, "samples", "count"))
 	m.msg(&e.b, fProfileSampleType, valueType(e, "cpu", "nanoseconds"))
+	if off > 0 {
+		nv = 3
+		m.msg(&e.b, fProfileSampleType, valueType(e, "off-cpu", "nanoseconds"))
+	}
 	for _, s := range p.Samples {
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
-		m.packed(fSampleValue, 2, func(i int) uint64 { return uint64([2]int64{s.Count, s.CPUNanos}[i]) })
+		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[i]) })
 		e.b.msg(&e.b, fProfileSample, m.b)
 	}
 	mapID := map[*symbolizer.Module]uint64{}
@@ -116,6 +125,12 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 	if count > 0 {
 		e.b.uint(fProfilePeriod, uint64(cpu/count))
 	}
+	// pprof shows the last sample type unless told: with off-CPU time
+	// that would hide on-CPU time behind waiting, so cpu stays the default
+	// view and -sample_index=off-cpu picks the other.
+	if nv == 3 {
+		e.b.uint(fProfileDefaultSampleType, uint64(e.str("cpu")))
+	}
 	// The string table last: every string is known by now. pprof reads
 	// fields in any order.
 	for _, s := range e.strTab {
@@ -126,15 +141,16 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 
 // Field numbers of profile.proto.
 const (
-	fProfileSampleType  = 1
-	fProfileSample      = 2
-	fProfileMapping     = 3
-	fProfileLocation    = 4
-	fProfileFunction    = 5
-	fProfileStringTable = 6
-	fProfileDuration    = 10
-	fProfilePeriodType  = 11
-	fProfilePeriod      = 12
+	fProfileSampleType        = 1
+	fProfileSample            = 2
+	fProfileMapping           = 3
+	fProfileLocation          = 4
+	fProfileFunction          = 5
+	fProfileStringTable       = 6
+	fProfileDuration          = 10
+	fProfilePeriodType        = 11
+	fProfilePeriod            = 12
+	fProfileDefaultSampleType = 14
 
 	fValueTypeType = 1
 	fValueTypeUnit = 2
