@@ -233,4 +233,10 @@ type Stats struct {
 	Lost    uint64
 	Records uint64 // kernel records read
 	Bytes   uint64 // ring-buffer bytes read
+
+	// Back ends that suspend threads to sample them (Windows) report how
+	// long each thread stayed suspended: the number of suspensions and
+	// the median, 99th percentile and longest window in ns.
+	Suspensions                        uint64
+	SuspendP50, SuspendP99, SuspendMax int64
 }

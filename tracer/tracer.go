@@ -145,6 +145,11 @@ type Stats struct {
 	Processes int    // processes seen
 	Modules   int    // modules seen
 	Stacks    int    // distinct stacks
+	// Back ends that suspend threads to sample them (Windows): how many
+	// times a thread was suspended, and how long it stayed suspended
+	// (median, 99th percentile, longest).
+	Suspensions                        uint64
+	SuspendP50, SuspendP99, SuspendMax time.Duration
 }
 
 // backend is what a per-OS back end provides.
@@ -393,6 +398,11 @@ func (t *Tracer) Stats() Stats {
 		Processes: t.nProcs,
 		Modules:   t.nModules,
 		Stacks:    t.stacks.len(),
+
+		Suspensions: bs.Suspensions,
+		SuspendP50:  time.Duration(bs.SuspendP50),
+		SuspendP99:  time.Duration(bs.SuspendP99),
+		SuspendMax:  time.Duration(bs.SuspendMax),
 	}
 }
 

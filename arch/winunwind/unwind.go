@@ -76,9 +76,18 @@ func (m *Module) lookup(rva uint32) (RuntimeFunction, bool) {
 	return f[i], true
 }
 
-// Unwinder holds the modules of one process.
+// Unwinder holds the modules of one process. Its Step reuses scratch
+// space held here, so that unwinding allocates nothing: an Unwinder is for
+// one goroutine at a time.
 type Unwinder struct {
 	mods []*Module // sorted by Base
+
+	st    stepper
+	info  [maxUnwindInfoBytes]byte
+	codes [256]uint16
+	chain RuntimeFunction
+	codeb [16]byte
+	word  [16]byte
 }
 
 // Add adds a module.
@@ -159,10 +168,26 @@ type UnwindInfo struct {
 // DecodeUnwindInfo decodes an UNWIND_INFO record from b (which may extend
 // beyond it).
 func DecodeUnwindInfo(b []byte) (*UnwindInfo, error) {
-	if len(b) < 4 {
-		return nil, errors.New("short unwind info")
+	ui := &UnwindInfo{}
+	if err := decodeUnwindInfo(b, ui, make([]uint16, 256), new(RuntimeFunction)); err != nil {
+		return nil, err
 	}
-	ui := &UnwindInfo{
+	ui.Codes = append([]uint16(nil), ui.Codes...)
+	return ui, nil
+}
+
+var (
+	errShortUnwindInfo = errors.New("short unwind info")
+	errTruncatedChain  = errors.New("truncated chained function entry")
+)
+
+// decodeUnwindInfo decodes into ui, with the codes in codes (256 slots)
+// and a chained entry in chain: no allocation.
+func decodeUnwindInfo(b []byte, ui *UnwindInfo, codes []uint16, chain *RuntimeFunction) error {
+	if len(b) < 4 {
+		return errShortUnwindInfo
+	}
+	*ui = UnwindInfo{
 		Version:       b[0] & 7,
 		Flags:         b[0] >> 3,
 		SizeOfProlog:  b[1],
@@ -170,26 +195,27 @@ func DecodeUnwindInfo(b []byte) (*UnwindInfo, error) {
 		FrameOffset:   b[3] >> 4,
 	}
 	if ui.Version != 1 && ui.Version != 2 {
-		return nil, fmt.Errorf("unwind info version %d", ui.Version)
+		return fmt.Errorf("unwind info version %d", ui.Version)
 	}
 	n := int(b[2])
 	if len(b) < 4+2*n {
-		return nil, fmt.Errorf("%d unwind codes exceed the data", n)
+		return fmt.Errorf("%d unwind codes exceed the data", n)
 	}
-	ui.Codes = make([]uint16, n)
+	ui.Codes = codes[:n]
 	for i := range ui.Codes {
 		ui.Codes[i] = binary.LittleEndian.Uint16(b[4+2*i:])
 	}
 	tail := b[min(len(b), 4+2*((n+1)&^1)):]
 	if ui.Flags&unwFlagChainInfo != 0 {
 		if len(tail) < 12 {
-			return nil, errors.New("truncated chained function entry")
+			return errTruncatedChain
 		}
-		ui.Chained = &RuntimeFunction{le32(tail), le32(tail[4:]), le32(tail[8:])}
+		*chain = RuntimeFunction{le32(tail), le32(tail[4:]), le32(tail[8:])}
+		ui.Chained = chain
 	} else if ui.Flags&3 != 0 && len(tail) >= 4 {
 		ui.Handler = le32(tail)
 	}
-	return ui, nil
+	return nil
 }
 
 // codeSlots returns how many 16-bit slots the code at codes[i] takes.
@@ -214,6 +240,7 @@ type stepper struct {
 	c   *Context
 	mem arch.Memory
 	pc  uint64
+	u   *Unwinder
 }
 
 func (s *stepper) reg(win uint8) uint64 { return s.c.Regs.R[winToDWARF[win&15]] }
@@ -225,11 +252,11 @@ func (s *stepper) setReg(win uint8, v uint64) {
 func (s *stepper) sp() uint64     { return s.c.Regs.R[arch.AMD64RSP] }
 func (s *stepper) setSP(v uint64) { s.setReg(4, v) }
 func (s *stepper) read64(a uint64) (uint64, error) {
-	var b [8]byte
-	if err := s.mem.ReadMemory(a, b[:]); err != nil {
+	b := s.u.word[:8]
+	if err := s.mem.ReadMemory(a, b); err != nil {
 		return 0, err
 	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	return binary.LittleEndian.Uint64(b), nil
 }
 
 // restore loads integer register win from the stack at addr.
@@ -246,7 +273,9 @@ func (s *stepper) restore(win uint8, addr uint64) error {
 // the return address). It needs RIP and RSP; other registers are used when
 // the unwind data refers to them.
 func (u *Unwinder) Step(c *Context, mem arch.Memory) error {
-	s := &stepper{c: c, mem: mem, pc: c.Regs.R[arch.AMD64RIP]}
+	u.st = stepper{c: c, mem: mem, pc: c.Regs.R[arch.AMD64RIP], u: u}
+	s := &u.st
+	defer func() { u.st = stepper{} }() // hold no reference to the caller's memory
 	c.XMMMask = 0
 	m := u.module(s.pc)
 	if m == nil {
@@ -265,7 +294,7 @@ func (u *Unwinder) Step(c *Context, mem arch.Memory) error {
 		if depth >= maxChain {
 			return &UnwindError{PC: s.pc, RVA: fn.UnwindInfo, Msg: "chained unwind info too deep"}
 		}
-		var buf [maxUnwindInfoBytes]byte
+		buf := &u.info
 		b := buf[:4]
 		if err := m.Image.ReadRVA(fn.UnwindInfo, b); err != nil {
 			return &UnwindError{PC: s.pc, RVA: fn.UnwindInfo, Msg: err.Error()}
@@ -279,8 +308,9 @@ func (u *Unwinder) Step(c *Context, mem arch.Memory) error {
 				return &UnwindError{PC: s.pc, RVA: fn.UnwindInfo, Msg: err.Error()}
 			}
 		}
-		ui, err := DecodeUnwindInfo(b)
-		if err != nil {
+		var uiv UnwindInfo
+		ui := &uiv
+		if err := decodeUnwindInfo(b, ui, u.codes[:], &u.chain); err != nil {
 			return &UnwindError{PC: s.pc, RVA: fn.UnwindInfo, Msg: err.Error()}
 		}
 
@@ -418,9 +448,10 @@ func (s *stepper) popReturn() error {
 // maxEpilogBytes caps how far the epilog scanner reads and follows jumps.
 const maxEpilogBytes = 64
 
-// code reads up to n code bytes at rva (fewer at the end of a section).
-func code(m *Module, rva uint32, n int) []byte {
-	p := make([]byte, n)
+// code reads up to n (≤ 16) code bytes at rva (fewer at the end of a
+// section) into the unwinder's scratch space.
+func (u *Unwinder) code(m *Module, rva uint32, n int) []byte {
+	p := u.codeb[:n]
 	for n > 0 {
 		if m.Image.ReadRVA(rva, p[:n]) == nil {
 			return p[:n]
@@ -434,7 +465,7 @@ func code(m *Module, rva uint32, n int) []byte {
 // "add rsp, imm" or "lea rsp, [reg+disp]", pops, and a return (following
 // jumps that stay inside the function).
 func (u *Unwinder) inEpilog(m *Module, fn RuntimeFunction, rva uint32) (bool, error) {
-	p := code(m, rva, 16)
+	p := u.code(m, rva, 16)
 	if len(p) < 1 {
 		return false, nil
 	}
@@ -468,7 +499,7 @@ func (u *Unwinder) inEpilog(m *Module, fn RuntimeFunction, rva uint32) (bool, er
 		}
 	}
 	for steps := 0; steps < maxEpilogBytes; steps++ {
-		p = code(m, at, 8)
+		p = u.code(m, at, 8)
 		if len(p) == 0 {
 			return false, nil
 		}
@@ -504,7 +535,7 @@ func (u *Unwinder) inEpilog(m *Module, fn RuntimeFunction, rva uint32) (bool, er
 // emulateEpilog runs the rest of an epilog from rva: the stack adjustment,
 // the pops and the return.
 func (s *stepper) emulateEpilog(m *Module, rva uint32) error {
-	p := code(m, rva, 16)
+	p := s.u.code(m, rva, 16)
 	at := rva
 	if len(p) >= 3 && p[0]&0xF8 == 0x48 {
 		switch p[1] {
@@ -526,7 +557,7 @@ func (s *stepper) emulateEpilog(m *Module, rva uint32) error {
 		}
 	}
 	for steps := 0; steps < maxEpilogBytes; steps++ {
-		p = code(m, at, 8)
+		p = s.u.code(m, at, 8)
 		if len(p) == 0 {
 			break
 		}

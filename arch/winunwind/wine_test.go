@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/wine"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
 
@@ -62,13 +63,12 @@ func runSelfUnwind(t *testing.T, compiler []string) (exe string, base, size uint
 		if out, err := exec.Command(compiler[0], args...).CombinedOutput(); err != nil {
 			t.Fatalf("%s %v: %v\n%s", compiler[0], args, err, out)
 		}
-		prefix := filepath.Join(cacheRoot, "wineprefix")
-		// The first run boots the prefix (about a minute); a Wine that
-		// hangs must not hold the test run forever.
+		// The shared prefix (internal/wine); a Wine that hangs must not
+		// hold the test run forever.
+		w := wine.Need(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "wine", exe, outPath+".tmp")
-		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix, "WINEDEBUG=-all")
+		cmd := w.Command(ctx, exe, outPath+".tmp")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("wine %s: %v\n%s", exe, err, out)
 		}

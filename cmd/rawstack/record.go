@@ -172,6 +172,10 @@ loop:
 	}
 	fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
 		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, event, *hz, time.Since(start).Seconds())
+	if st.Suspensions > 0 {
+		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v\n",
+			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax)
+	}
 	if exitErr != nil {
 		var ee *exec.ExitError
 		if errors.As(exitErr, &ee) {

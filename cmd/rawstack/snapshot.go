@@ -22,8 +22,8 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR]) [-o FILE] [--no-symbols | --dwarf] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
-		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process or a core dump",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
 		run:   runSnapshot,
 	})
 }
@@ -37,17 +37,22 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	pid := fs.Int("p", 0, "the live process to snapshot")
 	core := fs.String("core", "", "an ELF core dump to read instead of a live process")
 	exe := fs.String("exe", "", "with --core: the main executable, where the core's path does not exist here")
-	root := fs.String("root", "", "with --core: a sysroot prepended to the paths the core names")
+	root := fs.String("root", "", "with --core: a sysroot prepended to the paths the core names; with --minidump: where C:\\... is DIR/c:/... (a Wine prefix's dosdevices)")
 	out := fs.String("o", "", "write an event stream to FILE instead of printing")
 	noSyms := fs.Bool("no-symbols", false, "print module+offset instead of function names")
 	dwarf := fs.Bool("dwarf", false, "name functions from DWARF too, with the innermost inlined function and its file:line (slower: indexes debug info)")
 	stats := fs.Bool("stats", false, "print timings to stderr")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
+	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
+	writeDump := fs.String("write-minidump", "", "also write the threads, their stacks and the modules as a minidump (Windows processes, minidumps)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
-	if (*pid == 0) == (*core == "") {
-		return &usageError{"give exactly one of -p PID and --core FILE"}
+	if n := btoi(*pid != 0) + btoi(*core != "") + btoi(*minidump != ""); n != 1 {
+		return &usageError{"give exactly one of -p PID, --core FILE and --minidump FILE"}
+	}
+	if *writeDump != "" && *core != "" {
+		return &usageError{"--write-minidump writes Windows processes and minidumps, not ELF cores"}
 	}
 	if fs.NArg() > 0 {
 		return &usageError{"unexpected argument " + strconv.Quote(fs.Arg(0))}
@@ -61,9 +66,12 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	t0 := time.Now()
 	var snap *snapshot.Snapshot
 	var err error
-	if *core != "" {
+	switch {
+	case *core != "":
 		snap, err = snapshot.Core(*core, opts)
-	} else {
+	case *minidump != "" || *writeDump != "":
+		snap, err = snapshotDump(*pid, *minidump, *writeDump, opts)
+	default:
 		snap, err = snapshot.Process(*pid, opts)
 	}
 	if err != nil {
@@ -240,6 +248,10 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if m.Kind == format.ModulePE {
+				out[i] = openPENamer(m.File)
+				return
+			}
 			dbg := debugFileFor(m.File, m.BuildID)
 			if dwarf {
 				if src, err := elfsrc.Open(m.File, &elfsrc.Options{DebugFile: dbg}); err == nil {

@@ -52,6 +52,10 @@ func main() {
 	st := t.Stats()
 	fmt.Fprintf(os.Stderr, "selfprofile: wrote %s: %d samples, %d lost, %d threads, %d modules (%d)\n",
 		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, n%2)
+	if st.Suspensions > 0 { // back ends that suspend threads (Windows)
+		fmt.Fprintf(os.Stderr, "selfprofile: threads suspended %d times, p50 %v, p99 %v, max %v\n",
+			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax)
+	}
 }
 
 //go:noinline

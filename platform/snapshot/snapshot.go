@@ -55,6 +55,10 @@ type Snapshot struct {
 	// Stopped is how long the threads of a live process were stopped:
 	// from the first interrupt to the last detach.
 	Stopped time.Duration
+	// OS is the target's OS; the zero value means Linux. Windows
+	// snapshots (minidumps, live Windows processes) have PE modules and
+	// QPC times.
+	OS format.OS
 }
 
 // Thread is one thread's stack.
@@ -89,6 +93,12 @@ type Module struct {
 	BuildID  []byte
 	// HasCFI says the module's .eh_frame or .debug_frame was parsed.
 	HasCFI bool
+	// PE identity (Kind ModulePE): CodeView RSDS and code id.
+	PDBGUID       [16]byte
+	PDBAge        uint32
+	PDBPath       string
+	TimeDateStamp uint32
+	SizeOfImage   uint32
 }
 
 // Module returns the module holding addr, or nil.
@@ -148,6 +158,8 @@ func (s *Snapshot) Write(w *format.Writer) error {
 			Time: s.Time, Pid: pid, ID: uint64(i + 1),
 			Base: m.Start, Size: m.End - m.Start, FileOffset: m.Offset,
 			Kind: m.Kind, Path: m.Path, BuildID: m.BuildID,
+			PDBGUID: m.PDBGUID, PDBAge: m.PDBAge, PDBPath: m.PDBPath,
+			TimeDateStamp: m.TimeDateStamp, SizeOfImage: m.SizeOfImage,
 		})
 	}
 	// Threads parked in the same place share one interned Stack.
@@ -178,5 +190,8 @@ func (s *Snapshot) Write(w *format.Writer) error {
 
 // Header returns the stream header for a snapshot of s.
 func (s *Snapshot) Header() format.Header {
+	if s.OS == format.OSWindows {
+		return format.Header{Version: format.Version1, PointerSize: 8, OS: format.OSWindows, Arch: format.Arch(s.Arch), Clock: format.ClockQPC}
+	}
 	return format.Header{Version: format.Version1, PointerSize: 8, OS: format.OSLinux, Arch: format.Arch(s.Arch), Clock: format.ClockMonotonic}
 }

@@ -1,0 +1,188 @@
+// Package wine runs Windows test programs under Wine on a Linux host: one
+// cached Wine prefix shared by every package's tests, the ProcessPrng shim
+// Go programs need on Wine 8, Windows builds of Go test binaries and
+// conversions between Unix paths and the Z: drive Wine maps them to.
+//
+//	w := wine.Need(t)                                   // skips without wine
+//	exe := w.GoTest(t, ".")                             // GOOS=windows go test -c
+//	out, err := w.Command(exe, "-test.run=^TestX$").CombinedOutput()
+//
+// Go 1.21 and later fill their random state through ProcessPrng from
+// bcryptprimitives.dll, which Wine 8 does not have; the prefix gets a
+// bcryptprimitives.dll built from testdata/processprng.c with mingw-w64
+// that implements it with SystemFunction036 (RtlGenRandom), and programs
+// run with WINEDLLOVERRIDES preferring it over Wine's builtin.
+package wine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
+)
+
+// Wine is a ready prefix.
+type Wine struct {
+	Prefix string // WINEPREFIX
+	wine   string // the wine program
+}
+
+var (
+	once    sync.Once
+	shared  *Wine
+	initErr error
+)
+
+// Need returns the shared prefix, booting it and installing the shim the
+// first time (about a minute). It skips the test when wine or mingw-w64 is
+// missing and fails it when the prefix cannot be set up.
+func Need(t testing.TB) *Wine {
+	t.Helper()
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("Wine tests run on linux/amd64 hosts, not %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	wineBin := testbuild.Need(t, "wine", "runs the Windows back end's tests")
+	shim := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "x86_64-w64-mingw32-gcc",
+		Args:   []string{"-O2", "-shared", "-s", "-o", "{dir}/bcryptprimitives.dll", "{in0}", "-ladvapi32"},
+		Inputs: []string{ShimSource()},
+		Out:    "bcryptprimitives.dll",
+	})
+	once.Do(func() { shared, initErr = setup(wineBin, shim) })
+	if initErr != nil {
+		t.Fatalf("wine prefix: %v", initErr)
+	}
+	return shared
+}
+
+// ShimSource is the shim's C source, found from this file so that any
+// package's test (or the benchmarks) can build it.
+func ShimSource() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "testdata", "processprng.c")
+}
+
+// PrefixDir is where the shared prefix lives: the directory
+// arch/winunwind's tests use too.
+func PrefixDir() string {
+	root, err := os.UserCacheDir()
+	if err != nil {
+		root = os.TempDir()
+	}
+	return filepath.Join(root, "rawstack-test", "wineprefix")
+}
+
+// Open sets up the shared prefix outside a test (the benchmarks) with a
+// shim DLL the caller built from ShimSource.
+func Open(shimDLL string) (*Wine, error) {
+	wineBin, err := exec.LookPath("wine")
+	if err != nil {
+		return nil, err
+	}
+	return setup(wineBin, shimDLL)
+}
+
+func setup(wineBin, shim string) (*Wine, error) {
+	w := &Wine{Prefix: PrefixDir(), wine: wineBin}
+	sys32 := filepath.Join(w.Prefix, "drive_c", "windows", "system32")
+	if _, err := os.Stat(sys32); err != nil {
+		// The first boot creates the prefix; a Wine that hangs must
+		// not hold the test run forever.
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, wineBin, "wineboot", "-i")
+		cmd.Env = w.Env()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("wineboot in %s: %v\n%s", w.Prefix, err, out)
+		}
+	}
+	b, err := os.ReadFile(shim)
+	if err != nil {
+		return nil, err
+	}
+	dst := filepath.Join(sys32, "bcryptprimitives.dll")
+	if old, err := os.ReadFile(dst); err != nil || string(old) != string(b) {
+		tmp := dst + ".tmp" + fmt.Sprint(os.Getpid())
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, dst); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Env is the environment Windows programs run with: the prefix, no Wine
+// debug output, the shim preferred over Wine's builtin DLL.
+func (w *Wine) Env() []string {
+	return append(os.Environ(), "WINEPREFIX="+w.Prefix, "WINEDEBUG=-all",
+		"WINEDLLOVERRIDES=bcryptprimitives=n,b")
+}
+
+// Command returns a command running the Windows program exe under Wine.
+func (w *Wine) Command(ctx context.Context, exe string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, w.wine, append([]string{exe}, args...)...)
+	cmd.Env = w.Env()
+	return cmd
+}
+
+// GoTest builds the Windows test binary of the package in dir (relative
+// to the test's working directory) into a temporary directory and returns
+// its path. Go's build cache makes rebuilds cheap.
+func (w *Wine) GoTest(t testing.TB, dir string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "pkg.test.exe")
+	cmd := exec.Command("go", "test", "-c", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("GOOS=windows go test -c in %s: %v\n%s", dir, err, b)
+	}
+	return out
+}
+
+// GoBuild builds the Windows program pkg (a package path or ./dir) and
+// returns its path.
+func (w *Wine) GoBuild(t testing.TB, pkg string, flags ...string) string {
+	t.Helper()
+	name := filepath.Base(pkg)
+	if name == "." || name == string(filepath.Separator) {
+		name = "prog"
+	}
+	out := filepath.Join(t.TempDir(), name+".exe")
+	args := append(append([]string{"build", "-o", out}, flags...), pkg)
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("GOOS=windows go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return out
+}
+
+// Path converts an absolute Unix path to the Windows path Wine maps it to
+// (its Z: drive).
+func Path(unix string) string {
+	abs, err := filepath.Abs(unix)
+	if err != nil {
+		abs = unix
+	}
+	return "Z:" + strings.ReplaceAll(abs, "/", `\`)
+}
+
+// UnixPath converts a path on Wine's Z: drive back to the Unix path; other
+// paths are returned unchanged.
+func UnixPath(win string) string {
+	if len(win) >= 2 && (win[0] == 'Z' || win[0] == 'z') && win[1] == ':' {
+		return strings.ReplaceAll(win[2:], `\`, "/")
+	}
+	return win
+}

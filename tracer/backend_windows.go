@@ -1,0 +1,37 @@
+//go:build windows
+
+package tracer
+
+import (
+	"sync"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/win"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/windows"
+)
+
+const (
+	hostOS    = format.OSWindows
+	hostClock = format.ClockQPC
+)
+
+func openBackend(opts Options, h platform.Handler) (backend, error) {
+	cfg := platform.Config{Pid: opts.Pid, Frequency: opts.Frequency, NoKernel: opts.NoKernel,
+		Unwind: opts.Unwind, StackSize: opts.StackSize, KeepRaw: opts.KeepRaw}
+	if opts.Command != nil {
+		return windows.Launch(opts.Command, cfg, h)
+	}
+	return windows.Open(cfg, h)
+}
+
+var qpcFrequency = sync.OnceValue(win.QPCFrequency)
+
+// monotonic is QueryPerformanceCounter in ns, the clock the back end
+// stamps samples with.
+func monotonic() int64 {
+	t, qpcFreq := win.QPC(), qpcFrequency()
+	return t/qpcFreq*1e9 + t%qpcFreq*1e9/qpcFreq
+}
+
+func gettid() int { return int(win.CurrentThreadID()) }
