@@ -82,6 +82,9 @@ type Profile struct {
 	// events, unwound here with arch's CFI and frame-pointer unwinder;
 	// UnknownStacks samples whose stack id was never defined.
 	Lost, BadChunks, RawStacks, UnknownStacks int64
+	// Timeline is the time-resolved view, kept when Options.Timeline
+	// is set (timeline.go).
+	Timeline *Timeline
 }
 
 // TotalCount returns the number of samples in the profile.
@@ -102,6 +105,9 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	}
 	b := newBuilder(r.Header())
 	b.opts = opts
+	if opts.Timeline {
+		b.tl = newTimelineBuilder()
+	}
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
@@ -120,6 +126,9 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	}
 	b.finish()
 	b.raw.close()
+	if b.tl != nil {
+		b.p.Timeline = b.tl.finish()
+	}
 	if err := b.symbolize(opts); err != nil {
 		return nil, err
 	}
@@ -149,6 +158,7 @@ type builder struct {
 	first   bool
 	opts    *Options
 	raw     *rawUnwinder
+	tl      *timelineBuilder // nil unless Options.Timeline
 }
 
 func newBuilder(h format.Header) *builder {
@@ -164,6 +174,9 @@ func newBuilder(h format.Header) *builder {
 }
 
 func (b *builder) event(ev *format.Event) {
+	if b.tl != nil {
+		b.tl.event(b, ev)
+	}
 	switch ev.Kind {
 	case format.KindModuleLoad:
 		b.db.Load(&ev.ModuleLoad)
@@ -199,6 +212,9 @@ func (b *builder) sample(s *format.Sample) {
 		}
 	}
 	b.add(locs, s.Weight, s.Flags)
+	if b.tl != nil {
+		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs)
+	}
 }
 
 // add aggregates one sample with the given locations.
