@@ -3,7 +3,7 @@ package perfetto
 // Field numbers of the Perfetto trace protos this package writes, from
 // the published definitions in github.com/google/perfetto, directory
 // protos/perfetto/trace/ (file named per block). Only numbers are taken;
-// the messages are encoded by hand with protowire.
+// the messages are encoded by hand (perfetto.go).
 
 // trace.proto: Trace.
 const fTracePacket = 1 // repeated TracePacket packet

@@ -24,8 +24,6 @@ import (
 	"math"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protowire"
-
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/internal/frames"
 )
@@ -52,7 +50,7 @@ func Write(w io.Writer, p *symbolizer.Profile) error {
 }
 
 type strKey struct {
-	field protowire.Number
+	field number
 	s     string
 }
 
@@ -69,7 +67,7 @@ type encoder struct {
 	intd []byte // InternedData of the first packet
 
 	strs   map[strKey]uint64 // interned strings per InternedData field
-	nStr   map[protowire.Number]uint64
+	nStr   map[number]uint64
 	mods   map[*symbolizer.Module]uint64
 	frames map[frameKey]uint64
 	stacks map[string]uint64
@@ -81,8 +79,7 @@ func (e *encoder) packet(b []byte) {
 	if e.err != nil {
 		return
 	}
-	e.tmp = protowire.AppendTag(e.tmp[:0], fTracePacket, protowire.BytesType)
-	e.tmp = protowire.AppendVarint(e.tmp, uint64(len(b)))
+	e.tmp = appendUvarint(appendTag(e.tmp[:0], fTracePacket, wireBytes), uint64(len(b)))
 	if _, err := e.w.Write(e.tmp); err != nil {
 		e.err = err
 		return
@@ -92,29 +89,59 @@ func (e *encoder) packet(b []byte) {
 	}
 }
 
-func appendVarint(b []byte, f protowire.Number, v uint64) []byte {
-	b = protowire.AppendTag(b, f, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+// The protobuf wire encoding, the four pieces this package needs. (The
+// protobuf module's protowire does the same, but linking it runs its
+// internal/detrand init, which hashes the executable, in every rawstack
+// command at start-up; the test decodes with protowire.)
+
+type number int32
+
+const (
+	wireVarint  = 0
+	wireFixed64 = 1
+	wireBytes   = 2
+)
+
+func appendUvarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
 }
 
-func appendBytes(b []byte, f protowire.Number, v []byte) []byte {
-	b = protowire.AppendTag(b, f, protowire.BytesType)
-	return protowire.AppendBytes(b, v)
+func appendTag(b []byte, f number, wire uint64) []byte {
+	return appendUvarint(b, uint64(f)<<3|wire)
 }
 
-func appendString(b []byte, f protowire.Number, v string) []byte {
-	b = protowire.AppendTag(b, f, protowire.BytesType)
-	return protowire.AppendString(b, v)
+func appendVarint(b []byte, f number, v uint64) []byte {
+	return appendUvarint(appendTag(b, f, wireVarint), v)
+}
+
+func appendBytes(b []byte, f number, v []byte) []byte {
+	b = appendUvarint(appendTag(b, f, wireBytes), uint64(len(v)))
+	return append(b, v...)
+}
+
+func appendString(b []byte, f number, v string) []byte {
+	b = appendUvarint(appendTag(b, f, wireBytes), uint64(len(v)))
+	return append(b, v...)
+}
+
+func appendDouble(b []byte, f number, v float64) []byte {
+	b = appendTag(b, f, wireFixed64)
+	u := math.Float64bits(v)
+	return append(b, byte(u), byte(u>>8), byte(u>>16), byte(u>>24), byte(u>>32), byte(u>>40), byte(u>>48), byte(u>>56))
 }
 
 // intern returns the iid of s in InternedData field f, adding it.
-func (e *encoder) intern(f protowire.Number, s string) uint64 {
+func (e *encoder) intern(f number, s string) uint64 {
 	k := strKey{f, s}
 	if id, ok := e.strs[k]; ok {
 		return id
 	}
 	if e.nStr == nil {
-		e.nStr = map[protowire.Number]uint64{}
+		e.nStr = map[number]uint64{}
 	}
 	e.nStr[f]++
 	id := e.nStr[f]
@@ -179,7 +206,7 @@ func (e *encoder) callstack(locs []int) uint64 {
 	}
 	e.key = e.key[:0]
 	for _, l := range locs {
-		e.key = protowire.AppendVarint(e.key, uint64(l))
+		e.key = appendUvarint(e.key, uint64(l))
 	}
 	if id, ok := e.stacks[string(e.key)]; ok {
 		return id
@@ -226,8 +253,7 @@ func (e *encoder) run(tl *symbolizer.Timeline) {
 		}
 	}
 	first := e.startPacket(tl.Start, seqIncrementalCleared)
-	first = protowire.AppendTag(first, fPacketFirstOnSequence, protowire.VarintType)
-	first = protowire.AppendVarint(first, 1)
+	first = appendVarint(first, fPacketFirstOnSequence, 1)
 	first = appendBytes(first, fPacketInternedData, e.intd)
 	e.packet(first)
 
@@ -303,8 +329,7 @@ func (e *encoder) run(tl *symbolizer.Timeline) {
 			for _, pt := range c.Points {
 				ev := appendVarint(nil, fEventType, typeCounter)
 				ev = appendVarint(ev, fEventTrackUUID, counterUUID(i))
-				ev = protowire.AppendTag(ev, fEventDoubleValue, protowire.Fixed64Type)
-				ev = protowire.AppendFixed64(ev, math.Float64bits(pt.Value))
+				ev = appendDouble(ev, fEventDoubleValue, pt.Value)
 				e.packet(appendBytes(e.start(pt.Time), fPacketTrackEvent, ev))
 			}
 		}
