@@ -78,12 +78,26 @@ func serveView(ctx context.Context, a *driver.HTTPServerArgs, stdout io.Writer) 
 	if err != nil {
 		return err
 	}
+	// As pprof's own server: the UI under /ui/, "/" redirected there,
+	// and only local clients served when listening on a local address.
+	local := isLocal(a.Host)
+	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); local && (err != nil || !isLocal(host)) {
+			http.Error(w, "permission denied", http.StatusForbidden)
+			return
+		}
+		h := a.Handlers[r.URL.Path]
+		if h == nil {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 	mux := http.NewServeMux()
-	for path, h := range a.Handlers {
-		mux.Handle(path, h)
-	}
+	mux.Handle("/ui/", http.StripPrefix("/ui", ui))
+	mux.Handle("/", http.RedirectHandler("/ui/", http.StatusTemporaryRedirect))
 	srv := &http.Server{Handler: mux}
-	fmt.Fprintf(stdout, "rawstack view: serving http://%s/ (flame graph: http://%s/ui/flamegraph); stop with Ctrl-C\n", ln.Addr(), ln.Addr())
+	fmt.Fprintf(stdout, "rawstack view: http://%s/ui/ (flame graph; top, source and tag filters in the menus); stop with Ctrl-C\n", ln.Addr())
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -93,6 +107,14 @@ func serveView(ctx context.Context, a *driver.HTTPServerArgs, stdout io.Writer) 
 		return nil
 	}
 	return err
+}
+
+func isLocal(host string) bool {
+	switch host {
+	case "localhost", "127.0.0.1", "::1", "[::1]":
+		return true
+	}
+	return false
 }
 
 // fixedFetcher hands pprof the symbolized profile whatever the source.
