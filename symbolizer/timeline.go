@@ -50,7 +50,8 @@ type TimedSample struct {
 // Span is a span of a thread: [Begin, End) with a name. Spans of a
 // thread nest: Depth is the number of spans enclosing it. A span whose
 // end was not recorded ends at the timeline's end (Open); one that
-// outlived its enclosing span is clipped to it (Clipped).
+// outlived its enclosing span is clipped to it, one that ended before it
+// began has no length (Clipped).
 type Span struct {
 	Name       string
 	Begin, End int64
@@ -222,8 +223,12 @@ func (tb *timelineBuilder) finish() *Timeline {
 		sort.SliceStable(th.Samples, func(i, j int) bool { return th.Samples[i].Time < th.Samples[j].Time })
 		sort.SliceStable(th.Markers, func(i, j int) bool { return th.Markers[i].Time < th.Markers[j].Time })
 		for i := range th.Spans {
-			if th.Spans[i].End < 0 {
-				th.Spans[i].End, th.Spans[i].Open = tl.End, true
+			s := &th.Spans[i]
+			if s.End < 0 {
+				s.End, s.Open = tl.End, true
+			}
+			if s.End < s.Begin { // an end stamped before its begin
+				s.End, s.Clipped = s.Begin, true
 			}
 		}
 		sort.SliceStable(th.Spans, func(i, j int) bool {
