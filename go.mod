@@ -8,4 +8,10 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require google.golang.org/protobuf v1.36.12
+require (
+	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/go-delve/delve v1.27.2
+	golang.org/x/arch v0.28.0 // indirect
+	golang.org/x/telemetry v0.0.0-20241106142447-58a1122356f5 // indirect
+	google.golang.org/protobuf v1.36.12 // test: decodes the Perfetto export
+)

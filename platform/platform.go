@@ -63,11 +63,18 @@ type Config struct {
 	// frame pointers (the kernel walks them).
 	Unwind UnwindMode
 	// StackSize is how many bytes of user stack a DWARF or auto mode
-	// sample copies (a multiple of 8, at most 65000); 0 means 8192.
+	// sample copies (a multiple of 8, at most 65000); 0 means 8192 (512
+	// for UnwindAuto on a frame-pointer program).
 	StackSize int
 	// KeepRaw, in DWARF or auto mode, reports each sample's registers and
 	// stack copy (Sample.Stack) instead of unwinding them on the host.
 	KeepRaw bool
+	// NoJIT turns off reading the perf maps and jitdump files of JIT
+	// runtimes (see JITHandler).
+	NoJIT bool
+	// JITCodeBytes copies the machine code of each jitdump code load into
+	// the trace (perf maps carry none).
+	JITCodeBytes bool
 }
 
 // UnwindMode says how a back end turns a sample into a user stack.
@@ -79,8 +86,13 @@ const (
 	// UnwindDWARF samples registers and a copy of the user stack and
 	// unwinds them with each module's call frame information.
 	UnwindDWARF
-	// UnwindAuto samples like UnwindDWARF but follows frame pointers in
-	// the modules that keep them, and CFI in the others.
+	// UnwindAuto decides by the target's executable. One that keeps frame
+	// pointers gets the kernel's frame-pointer chain plus registers and a
+	// small stack window (512 bytes), from which the CFI row of the
+	// sampled PC recovers a caller the chain misses (a function sampled
+	// before it links its frame: shrink-wrapped code, leaves, prologues).
+	// Any other is sampled like UnwindDWARF, following frame pointers in
+	// the modules that keep them and CFI in the others.
 	UnwindAuto
 )
 

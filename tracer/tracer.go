@@ -60,11 +60,13 @@ type Options struct {
 	// Unwind selects how user stacks are captured: UnwindFP (the default;
 	// the kernel follows frame pointers), UnwindDWARF (registers and a
 	// copy of the stack, unwound with the modules' CFI in the tracer's
-	// reading goroutine) or UnwindAuto (frame pointers in the modules
-	// that keep them, CFI elsewhere; a module keeps them when at least a
-	// tenth of its CFI rows compute the frame address from the frame
-	// pointer, so Go binaries, whose CFI counts from the stack pointer,
-	// get CFI). Samples the reader is too late to unwind are dropped and
+	// reading goroutine) or UnwindAuto (a program whose executable keeps
+	// frame pointers gets the kernel's chain with its leaf repaired from
+	// the sampled PC's CFI row and a 512-byte stack window; any other is
+	// sampled as in UnwindDWARF, with frame pointers in the modules that
+	// keep them; a module keeps them when at least a tenth of its CFI rows
+	// compute the frame address from the frame pointer, so Go binaries,
+	// whose CFI counts from the stack pointer, get CFI). Samples the reader is too late to unwind are dropped and
 	// reported as Lost (LostUnwind).
 	Unwind UnwindMode
 	// StackSize is the user stack copied per sample in the DWARF modes,
@@ -74,6 +76,13 @@ type Options struct {
 	// stack copy) instead of unwinding on the host; the symbolizer unwinds
 	// them offline.
 	KeepRaw bool
+	// NoJIT turns off recording the code JIT runtimes publish in perf
+	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
+	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
+	// contents are copied into the trace as JITCode events.
+	NoJIT bool
+	// JITCodeBytes also copies the machine code of each jitdump code load.
+	JITCodeBytes bool
 }
 
 // UnwindMode says how user stacks are captured; see [Options.Unwind].
@@ -142,6 +151,8 @@ type Tracer struct {
 	procs    map[uint32]format.Process
 	threads  map[uint32]threadState
 	modules  map[uint64]format.ModuleLoad
+	jit      map[jitKey]format.JITCode // live JIT code, for snapshots
+	jitLines []format.JITLine
 	inChunk  uint64 // samples in the chunk being built
 	final    bool   // stopping: deliver chunks even if a stream is slow
 	closed   bool
@@ -430,6 +441,9 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	}
 	for id := 1; id <= t.stacks.len(); id++ {
 		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	}
+	for _, c := range t.jit {
+		w.WriteJITCode(&c)
 	}
 	w.Close()
 	return buf.b

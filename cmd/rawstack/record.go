@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] (-p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] (-p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -35,8 +35,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	dur := fs.Duration("duration", 0, "with -p: stop after this long (default: until the process exits or Ctrl-C)")
 	noKernel := fs.Bool("no-kernel", false, "leave out kernel frames")
 	quiet := fs.Bool("q", false, "no progress line")
-	unwind := fs.String("unwind", "fp", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (fp where a module keeps frame pointers, CFI elsewhere)")
-	stackSize := fs.Int("stack-size", 8192, "with --unwind dwarf/auto: bytes of user stack copied per sample")
+	unwind := fs.String("unwind", "auto", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (a frame-pointer program: fp with the leaf repaired from CFI; any other: dwarf)")
+	stackSize := fs.Int("stack-size", 0, "with --unwind dwarf/auto: bytes of user stack copied per sample (default 8192; auto on a frame-pointer program 512)")
+	noJIT := fs.Bool("no-jit", false, "do not copy JIT runtimes' perf maps and jitdump files (node --perf-basic-prof/--perf-prof, java -XX:+DumpPerfMapAtExit) into the trace")
+	jitCode := fs.Bool("jit-code", false, "also copy the machine code of each jitdump code load")
 	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
@@ -61,7 +63,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *keepRaw && mode == platform.UnwindFP {
 		return &usageError{"--keep-raw needs --unwind dwarf or auto"}
 	}
-	if *stackSize <= 0 || *stackSize > 65000 {
+	if *stackSize < 0 || *stackSize > 65000 {
 		return &usageError{"--stack-size must be in 1..65000"}
 	}
 
@@ -78,7 +80,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
-		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw}
+		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)

@@ -27,13 +27,16 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR]) [-o FILE] [--no-symbols | --dwarf] [--stats]",
-		short: "print the stacks of all threads of a live process or a core dump, like eu-stack",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR]) [-o FILE] [--no-symbols | --dwarf] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process or a core dump",
 		run:   runSnapshot,
 	})
 }
 
 func runSnapshot(args []string, stdout, stderr io.Writer) error {
+	if wantsGoroutines(args) {
+		return runGoroutines(args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pid := fs.Int("p", 0, "the live process to snapshot")

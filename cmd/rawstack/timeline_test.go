@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,9 +151,15 @@ func freeAddr(t *testing.T) string {
 func TestViewChromium(t *testing.T) {
 	browser := chromium(t)
 	trace := spansRecording(t)
+	// rawstack view runs the rawstack-view command, found on PATH here.
+	bin := t.TempDir()
+	if b, err := exec.Command("go", "build", "-o", bin, "../rawstack-view").CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/rawstack-view: %v\n%s", err, b)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- runView(ctx, []string{trace, "--no-browser", "--http", addr}, &stdout, &stderr)
@@ -279,4 +286,23 @@ func TestSpeedscopeChromium(t *testing.T) {
 			t.Errorf("speedscope, from the Chrome JSON, does not list %s", fn)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a command's output goroutines and
+// the test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

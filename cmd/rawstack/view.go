@@ -1,20 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"strings"
+	"os"
+	"os/signal"
 	"time"
 
-	"github.com/google/pprof/driver"
-	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/symbolizer/export/pprof"
 )
+
+// viewHelper serves a pprof profile through github.com/google/pprof's web
+// UI (its driver package); linking that here would add its package
+// initialisation (html/template and more) to every command's start.
+const viewHelper = "rawstack-view"
 
 func init() {
 	register(&command{
@@ -22,12 +25,18 @@ func init() {
 		usage: "FILE [--http ADDR] [--no-browser] [--bucket DUR] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
 		short: "symbolize a trace and serve pprof's web UI (flame graph, top, source) on localhost",
 		run: func(args []string, stdout, stderr io.Writer) error {
-			return runView(context.Background(), args, stdout, stderr)
+			// Ctrl-C stops rawstack-view (it gets the signal too) and
+			// rawstack, which then removes the profile it wrote.
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			return runView(ctx, args, stdout, stderr)
 		},
 	})
 }
 
-// runView serves until ctx is done (tests) or the process is stopped.
+// runView symbolizes the trace into a pprof profile whose samples carry
+// thread and time tags, and has rawstack-view serve it until ctx is done
+// (tests) or the user stops it.
 func runView(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("view", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -46,6 +55,10 @@ func runView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return &usageError{fmt.Sprintf("--http %q: want HOST:PORT", *addr)}
 	}
+	helper, err := findCompanion(viewHelper, "view")
+	if err != nil {
+		return err
+	}
 	o, err := sf.options(stderr)
 	if err != nil {
 		return err
@@ -55,107 +68,26 @@ func runView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	pp := pprof.ConvertTimeline(p, int64(*bucket))
-	ui := &viewUI{stderr: stderr, browser: !*noBrowser}
-	pargs := []string{"-http=" + *addr}
-	if *noBrowser {
-		pargs = append(pargs, "-no_browser")
-	}
-	pargs = append(pargs, pos[0])
-	return driver.PProf(&driver.Options{
-		Flagset: &viewFlags{FlagSet: flag.NewFlagSet("pprof", flag.ContinueOnError), args: pargs},
-		Fetch:   fixedFetcher{pp},
-		UI:      ui,
-		HTTPServer: func(a *driver.HTTPServerArgs) error {
-			return serveView(ctx, a, stdout)
-		},
-	})
-}
-
-// serveView serves pprof's handlers and prints the URL.
-func serveView(ctx context.Context, a *driver.HTTPServerArgs, stdout io.Writer) error {
-	ln, err := net.Listen("tcp", a.Hostport)
+	f, err := os.CreateTemp("", "rawstack-view-*.pb.gz")
 	if err != nil {
 		return err
 	}
-	// As pprof's own server: the UI under /ui/, "/" redirected there,
-	// and only local clients served when listening on a local address.
-	local := isLocal(a.Host)
-	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); local && (err != nil || !isLocal(host)) {
-			http.Error(w, "permission denied", http.StatusForbidden)
-			return
-		}
-		h := a.Handlers[r.URL.Path]
-		if h == nil {
-			http.NotFound(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-	mux := http.NewServeMux()
-	mux.Handle("/ui/", http.StripPrefix("/ui", ui))
-	mux.Handle("/", http.RedirectHandler("/ui/", http.StatusTemporaryRedirect))
-	srv := &http.Server{Handler: mux}
-	fmt.Fprintf(stdout, "rawstack view: http://%s/ui/ (flame graph; top, source and tag filters in the menus); stop with Ctrl-C\n", ln.Addr())
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	err = srv.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+	defer os.Remove(f.Name())
+	bw := bufio.NewWriter(f)
+	err = pprof.WriteTimeline(bw, p, int64(*bucket))
+	if err == nil {
+		err = bw.Flush()
 	}
-	return err
-}
-
-func isLocal(host string) bool {
-	switch host {
-	case "localhost", "127.0.0.1", "::1", "[::1]":
-		return true
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return false
-}
-
-// fixedFetcher hands pprof the symbolized profile whatever the source.
-type fixedFetcher struct{ p *profile.Profile }
-
-func (f fixedFetcher) Fetch(string, time.Duration, time.Duration) (*profile.Profile, string, error) {
-	return f.p, "", nil
-}
-
-// viewFlags is pprof's flag set, parsed from the arguments view chose.
-type viewFlags struct {
-	*flag.FlagSet
-	args  []string
-	extra []string
-}
-
-func (f *viewFlags) StringList(name, def, usage string) *[]*string {
-	s := f.String(name, def, usage)
-	return &[]*string{s}
-}
-
-func (f *viewFlags) ExtraUsage() string      { return strings.Join(f.extra, "\n") }
-func (f *viewFlags) AddExtraUsage(eu string) { f.extra = append(f.extra, eu) }
-
-func (f *viewFlags) Parse(usage func()) []string {
-	f.FlagSet.Usage = usage
-	if err := f.FlagSet.Parse(f.args); err != nil {
-		return nil
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", f.Name(), err)
 	}
-	return f.FlagSet.Args()
+	vargs := []string{"--http", *addr, "--name", pos[0]}
+	if *noBrowser {
+		vargs = append(vargs, "--no-browser")
+	}
+	vargs = append(vargs, f.Name())
+	return runCompanion(ctx, helper, "view", vargs, stdout, stderr)
 }
-
-// viewUI is pprof's UI: messages go to stderr, no interactive input.
-type viewUI struct {
-	stderr  io.Writer
-	browser bool
-}
-
-func (u *viewUI) ReadLine(string) (string, error)     { return "", io.EOF }
-func (u *viewUI) Print(a ...any)                      { fmt.Fprintln(u.stderr, a...) }
-func (u *viewUI) PrintErr(a ...any)                   { fmt.Fprintln(u.stderr, a...) }
-func (u *viewUI) IsTerminal() bool                    { return false }
-func (u *viewUI) WantBrowser() bool                   { return u.browser }
-func (u *viewUI) SetAutoComplete(func(string) string) {}

@@ -17,9 +17,15 @@ func readSmall(path string, max int) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, max)
+	// Grow up to max as the file turns out to need: /proc/PID/maps is
+	// read with a 64 MiB cap, and clearing that much memory up front was
+	// most of a short recording's CPU.
+	buf := make([]byte, min(max, 16<<10))
 	n := 0
 	for n < max {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, min(len(buf), max-len(buf)))...)
+		}
 		m, err := f.Read(buf[n:])
 		n += m
 		if err != nil || m == 0 {

@@ -56,6 +56,7 @@ type Session struct {
 	bytes     atomic.Uint64
 	closeOnce sync.Once
 	uw        *unwinder // DWARF and auto modes
+	jit       *jitTracker
 }
 
 type procState struct {
@@ -168,6 +169,9 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	if s.uw != nil {
 		s.rec.nUserRegs = s.uw.nRegs()
+	}
+	if s.jit = newJITTracker(cfg, h); s.jit != nil {
+		s.jit.fileBacked = s.fileBacked
 	}
 	return s
 }
@@ -300,6 +304,7 @@ func (s *Session) attach() error {
 		sys.Close(fd)
 	}
 	if s.uw != nil {
+		s.uw.chooseAuto(s.pid)
 		s.uw.setAttr(&attr)
 	}
 
@@ -430,6 +435,7 @@ func (s *Session) reportInitial(tids []int) {
 	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(s.pid)), Name: comm, Cmdline: procCmdline(s.pid)})
 	ps := &procState{comm: comm}
 	s.procs[pid] = ps
+	s.jit.track(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
@@ -590,14 +596,17 @@ func (s *Session) Run(ctx context.Context) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
+		s.jit.poll()
 		if ctx.Err() != nil {
 			s.ReadAll()
+			s.jit.finish()
 			return nil
 		}
 		if s.waited != nil {
 			select {
 			case <-s.waited:
 				s.ReadAll()
+				s.jit.finish()
 				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
 				return nil
 			default:
@@ -606,6 +615,7 @@ func (s *Session) Run(ctx context.Context) error {
 			lastCheck = time.Now()
 			if !sys.ProcessAlive(s.pid) {
 				s.ReadAll()
+				s.jit.finish()
 				return nil
 			}
 		}
@@ -690,6 +700,9 @@ func (s *Session) handle(b []byte) {
 		s.samples.Add(1)
 		s.h.Sample(sm)
 	case recMmap2:
+		if s.jit.mmap(r.Pid, string(r.Filename)) {
+			return // a jitdump file announced by its runtime, not code
+		}
 		if r.Prot&0x4 == 0 { // PROT_EXEC
 			return
 		}
@@ -719,6 +732,7 @@ func (s *Session) handle(b []byte) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
+			s.jit.track(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
@@ -753,6 +767,7 @@ func (s *Session) handle(b []byte) {
 			delete(ps.names, r.Tid)
 		}
 		if r.Pid == r.Tid {
+			s.jit.exit(r.Pid)
 			if ps := s.procs[r.Pid]; ps != nil {
 				for _, m := range ps.modules {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
@@ -815,6 +830,7 @@ func (s *Session) Close() error {
 			sys.Close(fd)
 		}
 		s.fds, s.rings, s.polls = nil, nil, nil
+		s.jit.close()
 	})
 	return nil
 }

@@ -47,6 +47,11 @@ type unwinder struct {
 	size    int    // sample_stack_user
 	keepRaw bool
 	auto    bool
+	sizeSet bool // the user chose StackSize
+	leaf    bool // auto mode on a frame-pointer program: kernel chain + repairLeaf
+
+	exePath string      // auto mode: the executable whose table chooseAuto built
+	exeFile *unwindFile // and that table, for openFile
 
 	procs map[uint32]*unwindProc
 	files map[string]*unwindFile
@@ -99,7 +104,8 @@ func newUnwinder(cfg platform.Config) *unwinder {
 	size &^= 7
 	return &unwinder{
 		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
-		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
+		sizeSet: cfg.StackSize > 0,
+		procs:   map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
 		pcs: make([]uint64, 0, 256),
 	}
 }
@@ -110,7 +116,9 @@ func (uw *unwinder) setAttr(attr *sys.PerfEventAttr) {
 	attr.Sample_type |= perfSampleRegsUser | perfSampleStackUser
 	attr.Sample_regs_user = uw.mask
 	attr.Sample_stack_user = uint32(uw.size)
-	attr.Bits |= perfBitExcludeCallchainUser
+	if !uw.leaf {
+		attr.Bits |= perfBitExcludeCallchainUser
+	}
 }
 
 func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
@@ -120,6 +128,9 @@ func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
 // registers and stack. It returns false when the sample was dropped.
 func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
+	if uw.leaf {
+		return uw.repairLeaf(s, r, sm)
+	}
 	kernel := sm.PCs[:0]
 	if r.Kernel {
 		kernel = sm.PCs
@@ -264,6 +275,11 @@ func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
 // deleted or replaced since it was mapped) /proc/PID/map_files.
 func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 	path := strings.TrimSuffix(lm.path, " (deleted)")
+	if uw.exeFile != nil && path == uw.exePath {
+		uf := uw.exeFile
+		uw.exeFile = nil
+		return uf
+	}
 	dir := procDir(int(pid))
 	for _, name := range []string{dir + "/root" + path, path, fmt.Sprintf("%s/map_files/%x-%x", dir, lm.start, lm.end)} {
 		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
@@ -276,7 +292,7 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		uf := &unwindFile{f: f}
 		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
 		f.Close()
-		if uw.auto && keepsFramePointers(uw.arch, uf.table) {
+		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
 		return uf
@@ -318,7 +334,7 @@ func (uw *unwinder) vdsoFile() *unwindFile {
 		}
 		uw.vdso.f = f
 		uw.vdso.table, _ = arch.NewTableELF(f, "[vdso]")
-		if uw.auto {
+		if uw.auto && !uw.leaf {
 			uw.vdso.fp = keepsFramePointers(uw.arch, uw.vdso.table)
 		}
 		break

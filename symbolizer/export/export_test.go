@@ -122,7 +122,14 @@ func TestPprofRoundTrip(t *testing.T) {
 func TestPprofMainMappingFirst(t *testing.T) {
 	p := handProfile()
 	p.Modules[0], p.Modules[1] = p.Modules[1], p.Modules[0] // the library loaded first
-	pp := pprof.Convert(p)
+	var b bytes.Buffer
+	if err := pprof.Write(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if pp.Mapping[0].File != "/bin/app" {
 		t.Errorf("first mapping %s, want the executable /bin/app (go tool pprof names the profile after it)", pp.Mapping[0].File)
 	}

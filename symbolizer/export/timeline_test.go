@@ -9,12 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/pprof/profile"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/chrome"
 	"github.com/rawstack/rawstack/symbolizer/export/firefox"
 	"github.com/rawstack/rawstack/symbolizer/export/perfetto"
+	"github.com/rawstack/rawstack/symbolizer/export/pprof"
 	"github.com/rawstack/rawstack/symbolizer/export/speedscope"
 )
 
@@ -501,4 +503,36 @@ func decodePerfetto(t *testing.T, b []byte) *perfettoTrace {
 		t.Errorf("slices left open: %v", left)
 	}
 	return tr
+}
+
+// TestPprofTimeline: the profile rawstack view serves splits samples by
+// thread and time bucket with the labels pprof's tag filters use.
+func TestPprofTimeline(t *testing.T) {
+	var b bytes.Buffer
+	if err := pprof.WriteTimeline(&b, timelineProfile(), 2e6); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, s := range p.Sample {
+		th := s.Label[pprof.ThreadTag]
+		tm := s.NumLabel[pprof.TimeTag]
+		if len(th) != 1 || len(tm) != 1 || s.NumUnit[pprof.TimeTag][0] != "nanoseconds" {
+			t.Fatalf("sample labels %v %v %v", s.Label, s.NumLabel, s.NumUnit)
+		}
+		got[fmt.Sprintf("%s@%d:%s", th[0], tm[0], s.Location[0].Line[0].Function.Name)] += s.Value[0]
+	}
+	want := map[string]int64{
+		"app (100)@0:lex": 2, "app (100)@2000000:run": 2,
+		"thread (101)@0:libgone.so+0x123": 1, "thread (101)@0:0xdead": 1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("samples by thread@bucket:leaf %v, want %v", got, want)
+	}
 }

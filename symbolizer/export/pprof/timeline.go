@@ -1,14 +1,15 @@
 package pprof
 
 import (
+	"compress/gzip"
 	"encoding/binary"
+	"io"
 	"strconv"
 
-	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/symbolizer"
 )
 
-// Tag keys of ConvertTimeline's samples.
+// Label keys of WriteTimeline's samples.
 const (
 	// ThreadTag is a string label: the thread's name and tid, "name (tid)".
 	ThreadTag = "thread"
@@ -17,30 +18,46 @@ const (
 	TimeTag = "time"
 )
 
-// ConvertTimeline builds the pprof profile of p, which must have been
-// built with its timeline, with samples split by thread and by time
-// bucket (bucket ns; ≤ 0 means 100 ms) and tagged with ThreadTag and
-// TimeTag, so pprof's tag filters select threads and time ranges
-// (pprof -tagfocus=thread=worker, -tagfocus=time=1s:2s). Without a
-// timeline it is Convert.
-func ConvertTimeline(p *symbolizer.Profile, bucket int64) *profile.Profile {
-	out := Convert(p)
-	tl := p.Timeline
-	if tl == nil {
-		return out
-	}
+// Field numbers of profile.proto's Sample.label and Label.
+const (
+	fSampleLabel  = 3
+	fLabelKey     = 1
+	fLabelStr     = 2
+	fLabelNum     = 3
+	fLabelNumUnit = 4
+)
+
+// WriteTimeline writes p, which must have been built with its timeline
+// (symbolizer.Options.Timeline), as a gzipped pprof profile whose samples
+// are split by thread and by time bucket (bucket ns; ≤ 0 means 100 ms)
+// and labelled with ThreadTag and TimeTag, so that pprof's tag filters
+// select threads and time ranges (-tagfocus=thread=worker,
+// -tagfocus=time=1s:2s). Without a timeline it writes what Write writes.
+func WriteTimeline(w io.Writer, p *symbolizer.Profile, bucket int64) error {
 	if bucket <= 0 {
 		bucket = 100e6
 	}
-	out.Sample = out.Sample[:0]
-	byKey := map[string]*profile.Sample{}
+	zw := gzip.NewWriter(w)
+	if _, err := zw.Write(encode(nil, p, bucket)); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// timelineSamples encodes the timeline's samples, aggregated by thread,
+// time bucket and stack.
+func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64) {
+	type agg struct {
+		thread int
+		bucket int64
+		locs   []int
+		count  int64
+		cpu    int64
+	}
+	var order []*agg
+	byKey := map[string]*agg{}
 	var key []byte
 	for ti, th := range tl.Threads {
-		name := th.Name
-		if name == "" {
-			name = "thread"
-		}
-		label := name + " (" + strconv.FormatUint(uint64(th.Tid), 10) + ")"
 		for _, s := range th.Samples {
 			b := (s.Time - tl.Start) / bucket * bucket
 			key = binary.AppendUvarint(key[:0], uint64(ti))
@@ -48,25 +65,41 @@ func ConvertTimeline(p *symbolizer.Profile, bucket int64) *profile.Profile {
 			for _, l := range s.Locs {
 				key = binary.AppendUvarint(key, uint64(l))
 			}
-			ps := byKey[string(key)]
-			if ps == nil {
-				ps = &profile.Sample{
-					Value:    []int64{0, 0},
-					Label:    map[string][]string{ThreadTag: {label}},
-					NumLabel: map[string][]int64{TimeTag: {b}},
-					NumUnit:  map[string][]string{TimeTag: {"nanoseconds"}},
-				}
-				for _, li := range s.Locs {
-					ps.Location = append(ps.Location, out.Location[li])
-				}
-				byKey[string(key)] = ps
-				out.Sample = append(out.Sample, ps)
+			a := byKey[string(key)]
+			if a == nil {
+				a = &agg{thread: ti, bucket: b, locs: s.Locs}
+				byKey[string(key)] = a
+				order = append(order, a)
 			}
-			ps.Value[0]++
+			a.count++
 			if !s.OffCPU {
-				ps.Value[1] += s.Weight
+				a.cpu += s.Weight
 			}
 		}
 	}
-	return out
+	threadKey, timeKey, ns := uint64(e.str(ThreadTag)), uint64(e.str(TimeTag)), uint64(e.str("nanoseconds"))
+	labels := make([]uint64, len(tl.Threads))
+	for i, th := range tl.Threads {
+		name := th.Name
+		if name == "" {
+			name = "thread"
+		}
+		labels[i] = uint64(e.str(name + " (" + strconv.FormatUint(uint64(th.Tid), 10) + ")"))
+	}
+	var m, l enc
+	for _, a := range order {
+		m.b = m.b[:0]
+		m.packed(fSampleLocation, len(a.locs), func(i int) uint64 { return uint64(a.locs[i]) + 1 })
+		m.packed(fSampleValue, 2, func(i int) uint64 { return uint64([2]int64{a.count, a.cpu}[i]) })
+		l.b = l.b[:0]
+		l.uint(fLabelKey, threadKey)
+		l.uint(fLabelStr, labels[a.thread])
+		m.msg(&m, fSampleLabel, l.b)
+		l.b = l.b[:0]
+		l.uint(fLabelKey, timeKey)
+		l.uint(fLabelNum, uint64(a.bucket))
+		l.uint(fLabelNumUnit, ns)
+		m.msg(&m, fSampleLabel, l.b)
+		e.b.msg(&e.b, fProfileSample, m.b)
+	}
 }
