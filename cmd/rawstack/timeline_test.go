@@ -272,7 +272,9 @@ func TestSpeedscopeChromium(t *testing.T) {
 	art := t.ArtifactDir()
 	url := fmt.Sprintf("http://%s/index.html#profileURL=/profiles/profile.speedscope.json&view=sandwich", addr)
 	dom := headless(t, browser, url, filepath.Join(art, "speedscope-sandwich.png"))
-	for _, fn := range []string{"main.parse", "main.compute", "main.request"} {
+	// The table renders the rows in view only, sorted by self time: the
+	// functions that do the work are at the top.
+	for _, fn := range []string{"main.parse", "main.compute"} {
 		if !strings.Contains(dom, fn) {
 			t.Errorf("speedscope does not list %s", fn)
 		}

@@ -132,7 +132,9 @@ func Convert(p *symbolizer.Profile) (*Trace, error) {
 		return strconv.Itoa(parent)
 	}
 	var buf []int
-	for _, th := range tl.Threads {
+	// The busiest thread first: speedscope opens on the first thread of
+	// the samples.
+	for _, th := range frames.Busiest(tl) {
 		tr.TraceEvents = append(tr.TraceEvents, Event{Name: "thread_name", Ph: "M", Pid: th.Pid, Tid: th.Tid, Args: map[string]any{"name": frames.ThreadName(th)}})
 		for _, s := range th.Samples {
 			name := "cpu"

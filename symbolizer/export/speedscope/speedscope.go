@@ -79,7 +79,11 @@ func Convert(p *symbolizer.Profile, name string) (*File, error) {
 	spanFrames := map[string]int{}
 	var spanFrameList []Frame
 	var buf []int
+	busiest, most := -1, 0
 	for _, th := range tl.Threads {
+		if len(th.Samples) > most {
+			busiest, most = len(f.Profiles), len(th.Samples)
+		}
 		if len(th.Samples) > 0 {
 			sp := Profile{Type: "sampled", Name: frames.ThreadName(th), Unit: "nanoseconds"}
 			for _, s := range th.Samples {
@@ -118,6 +122,9 @@ func Convert(p *symbolizer.Profile, name string) (*File, error) {
 		for j := range f.Profiles[i].Events {
 			f.Profiles[i].Events[j].Frame += off
 		}
+	}
+	if busiest >= 0 {
+		f.ActiveProfileIndex = busiest // open on the thread that ran most
 	}
 	if f.Shared.Frames == nil {
 		f.Shared.Frames = []Frame{}

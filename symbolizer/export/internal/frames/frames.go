@@ -3,7 +3,11 @@
 // functions included, deduplicated by function, file and module.
 package frames
 
-import "github.com/rawstack/rawstack/symbolizer"
+import (
+	"sort"
+
+	"github.com/rawstack/rawstack/symbolizer"
+)
 
 // Frame is one function of a stack.
 type Frame struct {
@@ -79,6 +83,15 @@ func RootFirst(s []int) []int {
 		s[i], s[j] = s[j], s[i]
 	}
 	return s
+}
+
+// Busiest returns the timeline's threads with the most samples first
+// (ties in timeline order): viewers that open on the first thread then
+// show one that ran, not one that slept.
+func Busiest(tl *symbolizer.Timeline) []*symbolizer.Thread {
+	out := append([]*symbolizer.Thread(nil), tl.Threads...)
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i].Samples) > len(out[j].Samples) })
+	return out
 }
 
 // ThreadName is how exporters label a thread: its name and tid.
