@@ -9,7 +9,7 @@ require (
 )
 
 require (
-	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/cilium/ebpf v0.22.0
 	github.com/go-delve/delve v1.27.2
 	golang.org/x/arch v0.28.0 // indirect
 	golang.org/x/telemetry v0.0.0-20241106142447-58a1122356f5 // indirect

@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
 		short: "symbolize a trace and write it as pprof, folded stacks or a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope)",
 		run:   runConvert,
 	})
@@ -24,7 +24,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "output format: pprof, folded, or a timeline: perfetto, chrome, firefox, speedscope")
 	out := fs.String("o", "", "output file (default: standard output)")
-	value := fs.String("value", "samples", "folded: the number after each stack, samples or cpu (ns)")
+	value := fs.String("value", "samples", "folded: the number after each stack, samples, cpu (ns on CPU) or offcpu (ns off CPU, from record --off-cpu)")
 	var sf symFlags
 	sf.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -43,8 +43,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	case "samples":
 	case "cpu":
 		v = folded.CPUNanos
+	case "offcpu":
+		v = folded.OffCPUNanos
 	default:
-		return &usageError{"--value must be samples or cpu"}
+		return &usageError{"--value must be samples, cpu or offcpu"}
 	}
 	o, err := sf.options(stderr)
 	if err != nil {

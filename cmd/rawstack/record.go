@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -20,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] (-p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] (-a | -p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -40,19 +41,36 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	noJIT := fs.Bool("no-jit", false, "do not copy JIT runtimes' perf maps and jitdump files (node --perf-basic-prof/--perf-prof, java -XX:+DumpPerfMapAtExit) into the trace")
 	jitCode := fs.Bool("jit-code", false, "also copy the machine code of each jitdump code load")
 	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
+	backend := fs.String("backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
+	system := fs.Bool("a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
+	offCPU := fs.Bool("off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
+	goroutines := fs.Bool("goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
 	rest := fs.Args()
+	be, err := platform.ParseBackend(*backend)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	unwindSet := false
+	fs.Visit(func(f *flag.Flag) { unwindSet = unwindSet || f.Name == "unwind" })
+	if be == platform.BackendEBPF && !unwindSet {
+		*unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise
+	}
 	switch {
+	case (*system || *offCPU) && be != platform.BackendEBPF:
+		return &usageError{"-a and --off-cpu need --backend ebpf"}
+	case *system && (*pid != 0 || len(rest) > 0):
+		return &usageError{"-a samples every process: give no -p and no command"}
 	case *pid != 0 && len(rest) > 0:
 		return &usageError{"give -p PID or a command, not both"}
-	case *pid == 0 && len(rest) == 0:
+	case *pid == 0 && len(rest) == 0 && !*system:
 		return &usageError{"nothing to record: give -p PID or -- CMD ARGS..."}
 	case *pid < 0:
 		return &usageError{"bad pid " + strconv.Itoa(*pid)}
-	case *dur != 0 && *pid == 0:
-		return &usageError{"--duration works with -p"}
+	case *dur != 0 && *pid == 0 && !*system:
+		return &usageError{"--duration works with -p or -a"}
 	case *hz <= 0:
 		return &usageError{"-F must be positive"}
 	}
@@ -72,6 +90,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer f.Close()
+	if be == platform.BackendEBPF && mode != platform.UnwindFP {
+		// Whole-system unwinding builds CFI tables for every module
+		// samples pass through; most of that is garbage once built. A soft
+		// limit keeps the heap (and RSS) near what is live instead of
+		// letting it double before each collection.
+		debug.SetMemoryLimit(40 << 20)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -80,7 +105,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
-		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode}
+		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode,
+		Backend: be, System: *system, OffCPU: *offCPU, Goroutines: *goroutines}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)
@@ -140,8 +166,12 @@ loop:
 	if fi, err := os.Stat(*out); err == nil {
 		size = fi.Size()
 	}
+	event := st.Event
+	if be == platform.BackendEBPF {
+		event += ", eBPF"
+	}
 	fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
-		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, st.Event, *hz, time.Since(start).Seconds())
+		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, event, *hz, time.Since(start).Seconds())
 	if exitErr != nil {
 		var ee *exec.ExitError
 		if errors.As(exitErr, &ee) {
@@ -182,8 +212,12 @@ func (p *progress) update(t *tracer.Tracer, d time.Duration) {
 	}
 	p.last = d
 	st := t.Stats()
-	line := fmt.Sprintf("recording pid %d: %3.0fs, %d samples, %d lost, %d threads, %d modules",
-		st.Pid, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
+	what := "pid " + strconv.Itoa(st.Pid)
+	if st.Pid == 0 {
+		what = "all processes"
+	}
+	line := fmt.Sprintf("recording %s: %3.0fs, %d samples, %d lost, %d threads, %d modules",
+		what, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
 	if p.tty {
 		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
 		p.shown = true

@@ -33,6 +33,14 @@ const (
 // reader that falls this far behind must catch up, not fall further.
 const maxUnwindLag = 2e9 // ns
 
+// maxBuildLag is, when sampling a whole host, how late a sample may be
+// for its walk to build the unwind tables of modules it passes through for
+// the first time; a later one is unwound with the tables already built
+// (frame pointers elsewhere), so that a reader behind on a busy host
+// catches up instead of building tables it has no time for (the next
+// timely sample builds them). A single target's samples always build them.
+const maxBuildLag = 5e8 // ns
+
 // maxUnwindPasses bounds the re-walks of one sample while it discovers
 // modules whose tables are not loaded yet.
 const maxUnwindPasses = 8
@@ -47,8 +55,9 @@ type unwinder struct {
 	size    int    // sample_stack_user
 	keepRaw bool
 	auto    bool
-	sizeSet bool // the user chose StackSize
-	leaf    bool // auto mode on a frame-pointer program: kernel chain + repairLeaf
+	lazyLag int64 // samples later than this build no tables
+	sizeSet bool  // the user chose StackSize
+	leaf    bool  // auto mode on a frame-pointer program: kernel chain + repairLeaf
 
 	exePath string      // auto mode: the executable whose table chooseAuto built
 	exeFile *unwindFile // and that table, for openFile
@@ -104,8 +113,8 @@ func newUnwinder(cfg platform.Config) *unwinder {
 	size &^= 7
 	return &unwinder{
 		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
-		sizeSet: cfg.StackSize > 0,
-		procs:   map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
+		sizeSet: cfg.StackSize > 0, lazyLag: maxUnwindLag,
+		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
 		pcs: make([]uint64, 0, 256),
 	}
 }
@@ -153,7 +162,8 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 		sm.PCs = kernel
 		return true
 	}
-	if now := sys.Monotonic(); now-sm.Time > maxUnwindLag {
+	lag := sys.Monotonic() - sm.Time
+	if lag > maxUnwindLag {
 		return uw.drop(s, sm)
 	}
 	p := uw.proc(s, sm.Pid)
@@ -161,7 +171,7 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	nk := len(pcs)
 	for pass := 0; ; pass++ {
 		pcs = p.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
-		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || !uw.loadFor(p, sm.Pid, pcs[nk:]) {
+		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || lag > uw.lazyLag || !uw.loadFor(p, sm.Pid, pcs[nk:]) {
 			break
 		}
 	}

@@ -2,7 +2,8 @@
 // format (profile.proto of github.com/google/pprof), readable by go tool
 // pprof.
 //
-// Sample values are the sample count and the on-CPU nanoseconds; each
+// Sample values are the sample count and the on-CPU nanoseconds, and the
+// off-CPU nanoseconds when the profile has off-CPU samples; each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
@@ -37,23 +38,47 @@ func Encode(b []byte, p *symbolizer.Profile) []byte { return encode(b, p, 0) }
 // split by thread and time bucket and labelled (timeline.go).
 func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 	e := &encoder{strs: map[string]int64{"": 0}, strTab: []string{""}}
-	var count, cpu int64
+	var count, cpu, off int64
 	for _, s := range p.Samples {
 		count += s.Count
 		cpu += s.CPUNanos
+		off += s.OffCPUNanos
 	}
-	var m enc
+	// A third value, off-CPU nanoseconds, only when the profile has
+	// off-CPU time: on-CPU profiles keep their two.
+	nv := 2
+	var m, lb enc
 	m.msg(&e.b, fProfileSampleType, valueType(e, "samples", "count"))
 	m.msg(&e.b, fProfileSampleType, valueType(e, "cpu", "nanoseconds"))
+	if off > 0 {
+		nv = 3
+		m.msg(&e.b, fProfileSampleType, valueType(e, "off-cpu", "nanoseconds"))
+	}
 	if bucket > 0 && p.Timeline != nil {
-		timelineSamples(e, p.Timeline, bucket)
-	} else {
-		for _, s := range p.Samples {
-			m.b = m.b[:0]
-			m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
-			m.packed(fSampleValue, 2, func(i int) uint64 { return uint64([2]int64{s.Count, s.CPUNanos}[i]) })
-			e.b.msg(&e.b, fProfileSample, m.b)
+		timelineSamples(e, p.Timeline, bucket, nv)
+	}
+	for _, s := range p.Samples {
+		if bucket > 0 && p.Timeline != nil {
+			break
 		}
+		m.b = m.b[:0]
+		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
+		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[i]) })
+		// A goroutine's pprof labels as string labels (go tool pprof
+		// -tagfocus key=value), the goroutine as a numeric one.
+		for _, l := range s.Labels {
+			lb.b = lb.b[:0]
+			lb.uint(fLabelKey, uint64(e.str(l.Key)))
+			lb.uint(fLabelStr, uint64(e.str(l.Value)))
+			m.msg(&m, fSampleLabel, lb.b)
+		}
+		if s.Goroutine != 0 {
+			lb.b = lb.b[:0]
+			lb.uint(fLabelKey, uint64(e.str("goroutine")))
+			lb.uint(fLabelNum, s.Goroutine)
+			m.msg(&m, fSampleLabel, lb.b)
+		}
+		e.b.msg(&e.b, fProfileSample, m.b)
 	}
 	mapID := map[*symbolizer.Module]uint64{}
 	for _, mod := range mainFirst(p.Modules) {
@@ -124,6 +149,12 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 	if count > 0 {
 		e.b.uint(fProfilePeriod, uint64(cpu/count))
 	}
+	// pprof shows the last sample type unless told: with off-CPU time
+	// that would hide on-CPU time behind waiting, so cpu stays the default
+	// view and -sample_index=off-cpu picks the other.
+	if nv == 3 {
+		e.b.uint(fProfileDefaultSampleType, uint64(e.str("cpu")))
+	}
 	// The string table last: every string is known by now. pprof reads
 	// fields in any order.
 	for _, s := range e.strTab {
@@ -134,21 +165,27 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 
 // Field numbers of profile.proto.
 const (
-	fProfileSampleType  = 1
-	fProfileSample      = 2
-	fProfileMapping     = 3
-	fProfileLocation    = 4
-	fProfileFunction    = 5
-	fProfileStringTable = 6
-	fProfileDuration    = 10
-	fProfilePeriodType  = 11
-	fProfilePeriod      = 12
+	fProfileSampleType        = 1
+	fProfileSample            = 2
+	fProfileMapping           = 3
+	fProfileLocation          = 4
+	fProfileFunction          = 5
+	fProfileStringTable       = 6
+	fProfileDuration          = 10
+	fProfilePeriodType        = 11
+	fProfilePeriod            = 12
+	fProfileDefaultSampleType = 14
 
 	fValueTypeType = 1
 	fValueTypeUnit = 2
 
 	fSampleLocation = 1
 	fSampleValue    = 2
+	fSampleLabel    = 3
+
+	fLabelKey = 1
+	fLabelStr = 2
+	fLabelNum = 3
 
 	fMappingID              = 1
 	fMappingStart           = 2

@@ -18,14 +18,8 @@ const (
 	TimeTag = "time"
 )
 
-// Field numbers of profile.proto's Sample.label and Label.
-const (
-	fSampleLabel  = 3
-	fLabelKey     = 1
-	fLabelStr     = 2
-	fLabelNum     = 3
-	fLabelNumUnit = 4
-)
+// Label.num_unit of profile.proto (the other Label fields are in pprof.go).
+const fLabelNumUnit = 4
 
 // WriteTimeline writes p, which must have been built with its timeline
 // (symbolizer.Options.Timeline), as a gzipped pprof profile whose samples
@@ -46,13 +40,14 @@ func WriteTimeline(w io.Writer, p *symbolizer.Profile, bucket int64) error {
 
 // timelineSamples encodes the timeline's samples, aggregated by thread,
 // time bucket and stack.
-func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64) {
+func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64, nv int) {
 	type agg struct {
 		thread int
 		bucket int64
 		locs   []int
 		count  int64
 		cpu    int64
+		off    int64
 	}
 	var order []*agg
 	byKey := map[string]*agg{}
@@ -72,7 +67,9 @@ func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64) {
 				order = append(order, a)
 			}
 			a.count++
-			if !s.OffCPU {
+			if s.OffCPU {
+				a.off += s.Weight
+			} else {
 				a.cpu += s.Weight
 			}
 		}
@@ -90,7 +87,7 @@ func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64) {
 	for _, a := range order {
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(a.locs), func(i int) uint64 { return uint64(a.locs[i]) + 1 })
-		m.packed(fSampleValue, 2, func(i int) uint64 { return uint64([2]int64{a.count, a.cpu}[i]) })
+		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{a.count, a.cpu, a.off}[i]) })
 		l.b = l.b[:0]
 		l.uint(fLabelKey, threadKey)
 		l.uint(fLabelStr, labels[a.thread])
