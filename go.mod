@@ -13,4 +13,5 @@ require (
 	github.com/go-delve/delve v1.27.2
 	golang.org/x/arch v0.28.0 // indirect
 	golang.org/x/telemetry v0.0.0-20241106142447-58a1122356f5 // indirect
+	google.golang.org/protobuf v1.36.12 // test: decodes the Perfetto export
 )

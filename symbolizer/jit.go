@@ -195,6 +195,7 @@ func (b *builder) jitCandidate(pid uint32, pc uint64, t int64) bool {
 // pendingSample is a sample set aside until the JIT code is known.
 type pendingSample struct {
 	pid    uint32
+	tid    uint32
 	t      int64
 	weight uint64
 	flags  format.SampleFlags
@@ -245,7 +246,7 @@ func (b *builder) deferRaw(ev *format.RawStack, pcs []uint64) {
 	if all == nil {
 		all = []uint64{}
 	}
-	b.pending = append(b.pending, pendingSample{pid: ev.Pid, t: ev.Time, weight: ev.Weight, flags: ev.Flags, pcs: all})
+	b.pending = append(b.pending, pendingSample{pid: ev.Pid, tid: ev.Tid, t: ev.Time, weight: ev.Weight, flags: ev.Flags, pcs: all})
 }
 
 // resolvePending normalizes the samples set aside, now that every JIT
@@ -264,6 +265,9 @@ func (b *builder) resolvePending() {
 				locs[i] = b.locAt(s.pid, pc, i > 0, s.t)
 			}
 			b.add(locs, s.weight, s.flags)
+			if b.tl != nil {
+				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
+			}
 			continue
 		}
 		k := jitStackKey{s.pid, s.stack, s.gen, b.jit.epoch(s.pid, s.t)}
@@ -277,6 +281,9 @@ func (b *builder) resolvePending() {
 			cache[k] = locs
 		}
 		b.add(locs, s.weight, s.flags)
+		if b.tl != nil {
+			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
+		}
 	}
 	b.pending = nil
 }

@@ -50,6 +50,10 @@ type Options struct {
 	Workers int
 	// Progress, if set, is called as locations are symbolized.
 	Progress func(done, total int)
+	// Timeline keeps every sample with its time and thread, and the
+	// spans, markers and counters, in Profile.Timeline (for the
+	// timeline exporters); it costs memory per sample.
+	Timeline bool
 	// Warn, if set, receives non-fatal problems (a module that cannot be
 	// opened, a damaged chunk).
 	Warn func(error)

@@ -87,6 +87,9 @@ type Profile struct {
 	// events, unwound here with arch's CFI and frame-pointer unwinder;
 	// UnknownStacks samples whose stack id was never defined.
 	Lost, BadChunks, RawStacks, UnknownStacks int64
+	// Timeline is the time-resolved view, kept when Options.Timeline
+	// is set (timeline.go).
+	Timeline *Timeline
 }
 
 // TotalCount returns the number of samples in the profile.
@@ -107,6 +110,9 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	}
 	b := newBuilder(r.Header())
 	b.opts = opts
+	if opts.Timeline {
+		b.tl = newTimelineBuilder()
+	}
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
@@ -126,6 +132,9 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	b.resolvePending()
 	b.finish()
 	b.raw.close()
+	if b.tl != nil {
+		b.p.Timeline = b.tl.finish()
+	}
 	if err := b.symbolize(opts); err != nil {
 		return nil, err
 	}
@@ -157,6 +166,7 @@ type builder struct {
 	first   bool
 	opts    *Options
 	raw     *rawUnwinder
+	tl      *timelineBuilder // nil unless Options.Timeline
 
 	// JIT code (jit.go)
 	jit        jitDB
@@ -184,6 +194,9 @@ func newBuilder(h format.Header) *builder {
 }
 
 func (b *builder) event(ev *format.Event) {
+	if b.tl != nil {
+		b.tl.event(b, ev)
+	}
 	switch ev.Kind {
 	case format.KindModuleLoad:
 		b.db.Load(&ev.ModuleLoad)
@@ -216,7 +229,7 @@ func (b *builder) sample(s *format.Sample) {
 	if s.Stack != 0 {
 		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
 		if b.deferStack(k, b.stacks[s.Stack], s.Time) {
-			b.pending = append(b.pending, pendingSample{pid: s.Pid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen})
+			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen})
 			return
 		}
 		var ok bool
@@ -233,6 +246,9 @@ func (b *builder) sample(s *format.Sample) {
 		}
 	}
 	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels)
+	if b.tl != nil {
+		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs)
+	}
 }
 
 // add aggregates one sample with the given locations.

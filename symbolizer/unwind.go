@@ -62,6 +62,9 @@ func (b *builder) rawStack(ev *format.RawStack) {
 		locs = append(locs, b.loc(ev.Pid, pc, len(locs) > 0, ev.Time))
 	}
 	b.add(locs, ev.Weight, ev.Flags)
+	if b.tl != nil {
+		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs)
+	}
 }
 
 // modules returns the unwinder's view of process pid at time t, rebuilt

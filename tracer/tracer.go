@@ -200,6 +200,8 @@ type Tracer struct {
 	nProcs    int
 	nModules  int
 	dropped   uint64
+
+	sp spanState // spans, markers, counters (span.go)
 }
 
 type threadState struct {
@@ -245,6 +247,7 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 		close(t.done)
 	}()
 	go t.flusher()
+	t.startSpans()
 	return t, nil
 }
 
@@ -350,6 +353,7 @@ func (t *Tracer) Stop() error {
 	<-t.done
 	t.be.Close()
 	close(t.flushQ)
+	t.stopSpans()
 	t.mu.Lock()
 	// The last chunk and the last Lost counts are delivered even to slow
 	// streams: Stop waits for the writes anyway.

@@ -13,8 +13,8 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
-		short: "symbolize a trace and write it as a pprof profile or folded stacks",
+		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		short: "symbolize a trace and write it as pprof, folded stacks or a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope)",
 		run:   runConvert,
 	})
 }
@@ -22,7 +22,7 @@ func init() {
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	to := fs.String("to", "", "output format: pprof or folded")
+	to := fs.String("to", "", "output format: pprof, folded, or a timeline: perfetto, chrome, firefox, speedscope")
 	out := fs.String("o", "", "output file (default: standard output)")
 	value := fs.String("value", "samples", "folded: the number after each stack, samples, cpu (ns on CPU) or offcpu (ns off CPU, from record --off-cpu)")
 	var sf symFlags
@@ -34,8 +34,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return &usageError{"want one trace FILE"}
 	}
-	if *to != "pprof" && *to != "folded" {
-		return &usageError{"--to must be pprof or folded"}
+	timeline := timelineWriters[*to]
+	if *to != "pprof" && *to != "folded" && timeline == nil {
+		return &usageError{"--to must be pprof, folded, perfetto, chrome, firefox or speedscope"}
 	}
 	v := folded.Samples
 	switch *value {
@@ -51,6 +52,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	o.Timeline = timeline != nil
 	p, err := buildProfile(pos[0], o)
 	if err != nil {
 		return err
@@ -65,9 +67,12 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		w = f
 	}
 	bw := bufio.NewWriter(w)
-	if *to == "pprof" {
+	switch {
+	case timeline != nil:
+		err = timeline(bw, p, pos[0])
+	case *to == "pprof":
 		err = pprof.Write(bw, p)
-	} else {
+	default:
 		err = folded.Write(bw, p, v)
 	}
 	if err == nil {

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"errors"
-	"fmt"
+	"context"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 )
 
 // goroutinesHelper is the command that lists goroutines. It links
@@ -31,27 +27,5 @@ func wantsGoroutines(args []string) bool {
 // runGoroutines runs rawstack-goroutines with snapshot's arguments; its
 // output and exit status become the command's.
 func runGoroutines(args []string, stdout, stderr io.Writer) error {
-	path := ""
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), goroutinesHelper)
-		if _, err := os.Stat(p); err == nil {
-			path = p
-		}
-	}
-	if path == "" {
-		p, err := exec.LookPath(goroutinesHelper)
-		if err != nil {
-			return fmt.Errorf("--goroutines needs the %s command next to rawstack or on PATH "+
-				"(go install github.com/rawstack/rawstack/cmd/%s@latest)", goroutinesHelper, goroutinesHelper)
-		}
-		path = p
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() > 0 {
-		os.Exit(ee.ExitCode()) // it has said why
-	}
-	return err
+	return runCompanion(context.Background(), goroutinesHelper, "--goroutines", args, stdout, stderr)
 }

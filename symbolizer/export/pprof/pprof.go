@@ -32,7 +32,11 @@ func Write(w io.Writer, p *symbolizer.Profile) error {
 }
 
 // Encode appends p's uncompressed profile.proto message to b.
-func Encode(b []byte, p *symbolizer.Profile) []byte {
+func Encode(b []byte, p *symbolizer.Profile) []byte { return encode(b, p, 0) }
+
+// encode is Encode; with bucket > 0 the samples come from p's timeline,
+// split by thread and time bucket and labelled (timeline.go).
+func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 	e := &encoder{strs: map[string]int64{"": 0}, strTab: []string{""}}
 	var count, cpu, off int64
 	for _, s := range p.Samples {
@@ -50,7 +54,13 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 		nv = 3
 		m.msg(&e.b, fProfileSampleType, valueType(e, "off-cpu", "nanoseconds"))
 	}
+	if bucket > 0 && p.Timeline != nil {
+		timelineSamples(e, p.Timeline, bucket, nv)
+	}
 	for _, s := range p.Samples {
+		if bucket > 0 && p.Timeline != nil {
+			break
+		}
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
 		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[i]) })

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package tracer
+
+func spanNow() int64 { return monotonic() }

@@ -1,0 +1,1 @@
+// Empty: lets the package declare the runtime functions it links to (go:linkname) without bodies.

@@ -1,0 +1,7 @@
+//go:build linux && (amd64 || arm64)
+
+package tracer
+
+const haveGetM = true
+
+func getm() uintptr
