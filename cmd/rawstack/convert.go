@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/folded"
 	"github.com/rawstack/rawstack/symbolizer/export/pprof"
 )
@@ -13,8 +14,8 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
-		short: "symbolize a trace and write it as a pprof profile or folded stacks",
+		usage: "FILE --to pprof|folded|otlp [--raw] [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		short: "symbolize a trace and write it as a pprof profile, folded stacks or an OTLP profiles request",
 		run:   runConvert,
 	})
 }
@@ -22,7 +23,8 @@ func init() {
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	to := fs.String("to", "", "output format: pprof or folded")
+	to := fs.String("to", "", "output format: pprof, folded or otlp (a protobuf ExportProfilesServiceRequest)")
+	raw := fs.Bool("raw", false, "otlp: leave locations unsymbolized (addresses, mappings, build ids)")
 	out := fs.String("o", "", "output file (default: standard output)")
 	value := fs.String("value", "samples", "folded: the number after each stack, samples or cpu (ns)")
 	var sf symFlags
@@ -34,8 +36,11 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return &usageError{"want one trace FILE"}
 	}
-	if *to != "pprof" && *to != "folded" {
-		return &usageError{"--to must be pprof or folded"}
+	if *to != "pprof" && *to != "folded" && *to != "otlp" {
+		return &usageError{"--to must be pprof, folded or otlp"}
+	}
+	if *raw && *to != "otlp" {
+		return &usageError{"--raw works with --to otlp"}
 	}
 	v := folded.Samples
 	switch *value {
@@ -49,10 +54,6 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := buildProfile(pos[0], o)
-	if err != nil {
-		return err
-	}
 	w := stdout
 	var f *os.File
 	if *out != "" && *out != "-" {
@@ -63,10 +64,18 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		w = f
 	}
 	bw := bufio.NewWriter(w)
-	if *to == "pprof" {
-		err = pprof.Write(bw, p)
+	if *to == "otlp" {
+		err = writeOTLP(bw, pos[0], *raw, o)
 	} else {
-		err = folded.Write(bw, p, v)
+		var p *symbolizer.Profile
+		if p, err = buildProfile(pos[0], o); err != nil {
+			return err
+		}
+		if *to == "pprof" {
+			err = pprof.Write(bw, p)
+		} else {
+			err = folded.Write(bw, p, v)
+		}
 	}
 	if err == nil {
 		err = bw.Flush()

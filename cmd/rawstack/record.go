@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] (-p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] (-p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -38,6 +38,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	unwind := fs.String("unwind", "fp", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (fp where a module keeps frame pointers, CFI elsewhere)")
 	stackSize := fs.Int("stack-size", 8192, "with --unwind dwarf/auto: bytes of user stack copied per sample")
 	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
+	var of otlpFlags
+	of.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -65,11 +67,31 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"--stack-size must be in 1..65000"}
 	}
 
-	f, err := os.Create(*out)
+	if *keepRaw && of.endpoint != "" {
+		return &usageError{"--keep-raw cannot be streamed over OTLP"}
+	}
+	exp, err := of.exporter(stderr)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	var streams []io.Writer
+	if exp != nil {
+		streams = append(streams, exp)
+	}
+	// With --otlp-endpoint a file is written only when -o is given.
+	file := exp == nil
+	fs.Visit(func(fl *flag.Flag) { file = file || fl.Name == "o" })
+	var f *os.File
+	if file {
+		if f, err = os.Create(*out); err != nil {
+			if exp != nil {
+				exp.Close()
+			}
+			return err
+		}
+		defer f.Close()
+		streams = append(streams, f)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -77,7 +99,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *dur)
 		defer cancel()
 	}
-	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
+	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: streams, NoKernel: *noKernel,
 		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
@@ -92,7 +114,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	t, err := tracer.Start(ctx, opts)
 	if err != nil {
-		os.Remove(*out)
+		if f != nil {
+			os.Remove(*out)
+		}
+		if exp != nil {
+			exp.Close()
+		}
 		return err
 	}
 	progress := newProgress(stderr, *quiet)
@@ -130,16 +157,26 @@ loop:
 	}
 	progress.clear()
 	exitErr := t.Wait()
-	if err := f.Close(); err != nil {
-		return err
-	}
 	st := t.Stats()
-	var size int64
-	if fi, err := os.Stat(*out); err == nil {
-		size = fi.Size()
+	if f != nil {
+		if err := f.Close(); err != nil {
+			return err
+		}
+		var size int64
+		if fi, err := os.Stat(*out); err == nil {
+			size = fi.Size()
+		}
+		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
+			*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, st.Event, *hz, time.Since(start).Seconds())
 	}
-	fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
-		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, st.Event, *hz, time.Since(start).Seconds())
+	if exp != nil {
+		if err := exp.Close(); err != nil {
+			return err
+		}
+		es := exp.Stats()
+		fmt.Fprintf(stderr, "rawstack record: otlp %s: %d samples sent in %d batches (%d bytes), %d lost (%d retries; %d lost before the exporter; %d Hz, %.1fs)\n",
+			of.endpoint, es.Sent, es.Batches, es.Bytes, es.Lost, es.Retries, es.StreamLost, *hz, time.Since(start).Seconds())
+	}
 	if exitErr != nil {
 		var ee *exec.ExitError
 		if errors.As(exitErr, &ee) {
