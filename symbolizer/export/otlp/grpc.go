@@ -54,7 +54,7 @@ func (e *StatusError) Error() string {
 // OTLP specification lists as retryable.
 func (e *StatusError) Retryable() bool {
 	switch e.Code {
-	case 1, 4, 8, 10, 11, 14: // CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, OUT_OF_RANGE, UNAVAILABLE
+	case 1, 4, 8, 10, 11, 14, 15: // CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS
 		return true
 	}
 	return false
