@@ -26,6 +26,7 @@ type otlpFlags struct {
 	caFile   string
 	headers  multiFlag
 	service  string
+	compress string
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -37,6 +38,7 @@ func (o *otlpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.caFile, "otlp-ca", "", "PEM file of the CA that signs the endpoint's certificate (implies --otlp-tls)")
 	fs.Var(&o.headers, "otlp-header", "KEY=VALUE sent with every export, e.g. authorization (repeatable)")
 	fs.StringVar(&o.service, "otlp-service", "", "service.name resource attribute")
+	fs.StringVar(&o.compress, "otlp-compression", "gzip", "gzip or none")
 }
 
 // exporter returns the Exporter the flags ask for, or nil.
@@ -48,6 +50,13 @@ func (o *otlpFlags) exporter(stderr io.Writer) (*otlp.Exporter, error) {
 		return nil, &usageError{"--otlp-interval and --otlp-queue must be positive"}
 	}
 	c := otlp.Client{Endpoint: o.endpoint, Headers: map[string]string{}}
+	switch o.compress {
+	case "gzip":
+		c.Gzip = true
+	case "none":
+	default:
+		return nil, &usageError{"--otlp-compression must be gzip or none"}
+	}
 	for _, h := range o.headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok || k == "" {

@@ -174,8 +174,8 @@ loop:
 			return err
 		}
 		es := exp.Stats()
-		fmt.Fprintf(stderr, "rawstack record: otlp %s: %d samples sent in %d batches (%d bytes), %d lost (%d retries; %d lost before the exporter; %d Hz, %.1fs)\n",
-			of.endpoint, es.Sent, es.Batches, es.Bytes, es.Lost, es.Retries, es.StreamLost, *hz, time.Since(start).Seconds())
+		fmt.Fprintf(stderr, "rawstack record: otlp %s: %d samples sent in %d batches (%d bytes, %d on the wire), %d lost (%d retries; %d lost before the exporter; %d Hz, %.1fs)\n",
+			of.endpoint, es.Sent, es.Batches, es.Bytes, es.WireBytes, es.Lost, es.Retries, es.StreamLost, *hz, time.Since(start).Seconds())
 	}
 	if exitErr != nil {
 		var ee *exec.ExitError

@@ -190,7 +190,7 @@ type recording struct {
 	samples int64 // Sample events in the file
 }
 
-var otlpLine = regexp.MustCompile(`otlp \S+: (\d+) samples sent in \d+ batches \(\d+ bytes\), (\d+) lost`)
+var otlpLine = regexp.MustCompile(`otlp \S+: (\d+) samples sent in \d+ batches \(\d+ bytes, \d+ on the wire\), (\d+) lost`)
 
 func startRecord(t *testing.T, bin, endpoint string, secs string, extra ...string) (*exec.Cmd, *bytes.Buffer, string) {
 	t.Helper()
@@ -309,9 +309,12 @@ func TestPipelineEndpointDownFiveSeconds(t *testing.T) {
 	bin, dbg := chain(t)
 	c := startCollector(t, &Config{DebugDirs: []string{dbg}}, "")
 	// The tracer hands its streams a chunk about every second, so a
-	// queue of 2 batches holds about 2 s: a 5 s outage overflows it.
+	// queue of 2 batches holds about 2 s: a 5 s outage overflows it. A
+	// second recorder with a queue of 64 batches (12.8 s at 200 ms) rides
+	// the same outage out without losing anything.
 	const queue = 2
 	cmd, se, file := startRecord(t, bin, c.addr, "8", "--otlp-queue", strconv.Itoa(queue))
+	cmdBig, seBig, fileBig := startRecord(t, bin, c.addr, "8", "--otlp-queue", "64")
 	time.Sleep(1500 * time.Millisecond)
 	c.stop()
 	down := time.Now()
@@ -320,29 +323,36 @@ func TestPipelineEndpointDownFiveSeconds(t *testing.T) {
 	up := time.Now()
 	c.start(t, c.addr)
 	r := finishRecord(t, cmd, se, file)
+	big := finishRecord(t, cmdBig, seBig, fileBig)
 	t.Log(strings.TrimSpace(r.stderr))
+	t.Log(strings.TrimSpace(big.stderr))
 	samples, _ := perPid(t, c.sink)
-	var got int64
-	for _, n := range samples {
-		got += int64(n)
-	}
-	during := samplesBetween(t, file, down.Add(-time.Second), up)
-	t.Logf("samples: file %d, delivered %d (%d before the outage), lost %d, recorded during the outage %d; recorder max RSS %d KiB",
-		r.samples, got, sum(before), r.lost, during, r.maxRSS)
+	got := int64(samples[int64(pidOf(t, file))])
+	gotBig := int64(samples[int64(pidOf(t, fileBig))])
+	// What may be lost: samples of the outage (from a second before it:
+	// the tracer hands over a chunk a second) until one maximal back-off
+	// (5 s) after the endpoint came back, when the sender next tries.
+	during := samplesBetween(t, file, down.Add(-time.Second), up.Add(5*time.Second))
+	t.Logf("queue %d: samples: file %d, delivered %d (%d before the outage, both recorders), lost %d, recorded from the outage to one back-off after %d; recorder max RSS %d KiB",
+		queue, r.samples, got, sum(before), r.lost, during, r.maxRSS)
+	t.Logf("queue 64: samples: file %d, delivered %d, lost %d; recorder max RSS %d KiB", big.samples, gotBig, big.lost, big.maxRSS)
 	if got+r.lost != r.samples {
 		t.Errorf("delivered %d + lost %d != %d samples in the file: samples went missing uncounted", got, r.lost, r.samples)
 	}
-	if got != r.sent {
-		t.Errorf("the recorder says it sent %d samples, the pipeline got %d", r.sent, got)
+	if got != r.sent || gotBig != big.sent {
+		t.Errorf("the recorders say they sent %d and %d samples, the pipeline got %d and %d", r.sent, big.sent, got, gotBig)
 	}
 	if r.lost > during {
-		t.Errorf("lost %d samples, more than the %d recorded during the outage", r.lost, during)
+		t.Errorf("lost %d samples, more than the %d recorded from the outage to one back-off after it", r.lost, during)
+	}
+	if gotBig != big.samples || big.lost != 0 {
+		t.Errorf("queue 64: delivered %d of %d samples, lost %d: a 5 s outage fits the queue", gotBig, big.samples, big.lost)
 	}
 	if got <= sum(before) {
 		t.Errorf("nothing delivered after the endpoint came back")
 	}
-	if r.maxRSS > 200<<10 {
-		t.Errorf("recorder max RSS %d KiB", r.maxRSS)
+	if r.maxRSS > 200<<10 || big.maxRSS > 200<<10 {
+		t.Errorf("recorder max RSS %d and %d KiB", r.maxRSS, big.maxRSS)
 	}
 }
 

@@ -40,7 +40,8 @@ type ExporterStats struct {
 	// the kernel dropped before they reached the Exporter).
 	StreamLost int64
 	Batches    int64 // batches accepted
-	Bytes      int64 // protobuf bytes of the accepted batches
+	Bytes      int64 // protobuf bytes of the accepted batches, before compression
+	WireBytes  int64 // request bytes sent for them (compressed with Client.Gzip)
 	Retries    int64 // failed attempts that were retried
 	Queued     int   // batches waiting now
 }
@@ -51,7 +52,7 @@ type ExporterStats struct {
 // chunks from its stream goroutine; the Exporter decodes them on its own
 // goroutine, builds a batch every Interval, and sends batches from a
 // bounded queue with retries and exponential back-off (0.5s doubling to
-// 30s). Nothing in it waits on the network while holding the stream: a
+// 5s: a profile batch is due every few seconds anyway). Nothing in it waits on the network while holding the stream: a
 // slow endpoint fills the queue, and the queue drops its oldest batches.
 //
 // Call Close after the tracer stopped to send the last batch.
@@ -75,6 +76,9 @@ type Exporter struct {
 	abort context.CancelFunc
 	once  sync.Once
 }
+
+// maxBackoff caps the wait between retries.
+const maxBackoff = 5 * time.Second
 
 type batch struct {
 	data    []byte
@@ -238,7 +242,7 @@ func (e *Exporter) sender() {
 				return
 			}
 		}
-		err := e.opts.Client.Export(e.ctx, b.data)
+		wire, err := e.opts.Client.send(e.ctx, b.data)
 		e.mu.Lock()
 		switch {
 		case !e.busy:
@@ -248,6 +252,7 @@ func (e *Exporter) sender() {
 			e.st.Sent += int64(b.samples)
 			e.st.Batches++
 			e.st.Bytes += int64(len(b.data))
+			e.st.WireBytes += int64(wire)
 		case IsRetryable(err) && e.ctx.Err() == nil:
 			e.st.Retries++
 		default:
@@ -275,7 +280,7 @@ func (e *Exporter) sender() {
 		case <-e.ctx.Done():
 			return
 		}
-		backoff = min(2*backoff, 30*time.Second)
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

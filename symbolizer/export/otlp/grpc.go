@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -36,9 +38,15 @@ type Client struct {
 	Headers map[string]string
 	// Timeout bounds one export; 0 means 10s.
 	Timeout time.Duration
+	// Gzip compresses requests (grpc-encoding: gzip), as the Collector's
+	// OTLP exporter does by default.
+	Gzip bool
 
 	hc *http.Client
 }
+
+// gzipWriters keeps compressors between batches: each holds ~1 MB.
+var gzipWriters sync.Pool
 
 // StatusError is a gRPC status other than OK returned by the endpoint.
 type StatusError struct {
@@ -97,6 +105,13 @@ func (c *Client) client() *http.Client {
 // answer. A transport failure or a retryable status is retryable; see
 // [IsRetryable].
 func (c *Client) Export(ctx context.Context, req []byte) error {
+	_, err := c.send(ctx, req)
+	return err
+}
+
+// send is Export that also returns the request's size on the wire
+// (gRPC framing and compression included, HTTP/2 framing not).
+func (c *Client) send(ctx context.Context, req []byte) (int, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -108,22 +123,40 @@ func (c *Client) Export(ctx context.Context, req []byte) error {
 		scheme = "https"
 	}
 	u := &url.URL{Scheme: scheme, Host: c.Endpoint, Path: exportPath}
-	body := make([]byte, 5+len(req))
-	binary.BigEndian.PutUint32(body[1:5], uint32(len(req)))
-	copy(body[5:], req)
+	body := make([]byte, 5, 5+len(req))
+	if c.Gzip {
+		zb := bytes.NewBuffer(body)
+		zw, _ := gzipWriters.Get().(*gzip.Writer)
+		if zw == nil {
+			zw = gzip.NewWriter(zb)
+		} else {
+			zw.Reset(zb)
+		}
+		zw.Write(req)
+		zw.Close()
+		gzipWriters.Put(zw)
+		body = zb.Bytes()
+		body[0] = 1 // compressed
+	} else {
+		body = append(body, req...)
+	}
+	binary.BigEndian.PutUint32(body[1:5], uint32(len(body)-5))
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
-		return err
+		return len(body), err
 	}
 	hr.Header.Set("Content-Type", "application/grpc")
 	hr.Header.Set("TE", "trailers")
+	if c.Gzip {
+		hr.Header.Set("Grpc-Encoding", "gzip")
+	}
 	hr.Header.Set("Grpc-Timeout", strconv.FormatInt(timeout.Milliseconds(), 10)+"m")
 	for k, v := range c.Headers {
 		hr.Header.Set(k, v)
 	}
 	resp, err := c.client().Do(hr)
 	if err != nil {
-		return fmt.Errorf("otlp: export to %s: %w", c.Endpoint, err)
+		return len(body), fmt.Errorf("otlp: export to %s: %w", c.Endpoint, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -131,7 +164,7 @@ func (c *Client) Export(ctx context.Context, req []byte) error {
 		if resp.StatusCode == http.StatusBadRequest {
 			code = 13
 		}
-		return &StatusError{Code: code, Message: "http " + resp.Status}
+		return len(body), &StatusError{Code: code, Message: "http " + resp.Status}
 	}
 	msg, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	// A trailers-only answer carries the status in the headers.
@@ -141,23 +174,23 @@ func (c *Client) Export(ctx context.Context, req []byte) error {
 		st, m = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
 	}
 	if rerr != nil && st == "" {
-		return fmt.Errorf("otlp: export to %s: reading answer: %w", c.Endpoint, rerr)
+		return len(body), fmt.Errorf("otlp: export to %s: reading answer: %w", c.Endpoint, rerr)
 	}
 	if st == "" {
-		return &StatusError{Code: 13, Message: "no grpc-status in the answer"}
+		return len(body), &StatusError{Code: 13, Message: "no grpc-status in the answer"}
 	}
 	if code, _ := strconv.Atoi(st); code != 0 {
 		if um, err := url.PathUnescape(m); err == nil {
 			m = um
 		}
-		return &StatusError{Code: code, Message: m}
+		return len(body), &StatusError{Code: code, Message: m}
 	}
 	if len(msg) >= 5 {
 		if rej, text := partialSuccess(msg[5:]); rej > 0 {
-			return &PartialError{Rejected: rej, Message: text}
+			return len(body), &PartialError{Rejected: rej, Message: text}
 		}
 	}
-	return nil
+	return len(body), nil
 }
 
 // IsRetryable reports whether an error of [Client.Export] may go away
