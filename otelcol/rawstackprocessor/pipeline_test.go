@@ -3,9 +3,16 @@ package rawstackprocessor
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -18,8 +25,12 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configtls"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
@@ -125,6 +136,11 @@ type collector struct {
 	proc *symProcessor
 	rcv  interface{ Shutdown(context.Context) error }
 	cfg  *Config
+
+	// optional: TLS on the receiver, and the authorization header seen
+	certFile, keyFile string
+	mu                sync.Mutex
+	auth              []string
 }
 
 func startCollector(t *testing.T, cfg *Config, addr string) *collector {
@@ -138,7 +154,18 @@ func (c *collector) start(t *testing.T, addr string) {
 	t.Helper()
 	ctx := context.Background()
 	pf := NewFactory()
-	proc, err := pf.CreateProfiles(ctx, processortest.NewNopSettings(Type), c.cfg, c.sink)
+	// Between the processor and the sink: note the request's
+	// authorization header (the receiver passes it with include_metadata).
+	next, err := xconsumer.NewProfiles(func(ctx context.Context, pd pprofile.Profiles) error {
+		c.mu.Lock()
+		c.auth = append(c.auth, client.FromContext(ctx).Metadata.Get("authorization")...)
+		c.mu.Unlock()
+		return c.sink.ConsumeProfiles(ctx, pd)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc, err := pf.CreateProfiles(ctx, processortest.NewNopSettings(Type), c.cfg, next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +178,12 @@ func (c *collector) start(t *testing.T, addr string) {
 	if addr == "" {
 		addr = freeAddr(t)
 	}
-	rcfg.Protocols.GRPC.GetOrInsertDefault().NetAddr.Endpoint = addr
+	g := rcfg.Protocols.GRPC.GetOrInsertDefault()
+	g.NetAddr.Endpoint = addr
+	g.IncludeMetadata = true
+	if c.certFile != "" {
+		g.TLS = configoptional.Some(configtls.ServerConfig{Config: configtls.Config{CertFile: c.certFile, KeyFile: c.keyFile}})
+	}
 	rcv, err := rf.CreateProfiles(ctx, receivertest.NewNopSettings(rf.Type()), rcfg, proc)
 	if err != nil {
 		t.Fatal(err)
@@ -440,5 +472,72 @@ func pidOf(t *testing.T, file string) uint32 {
 		if ev.Kind == format.KindProcess {
 			return ev.Process.Pid
 		}
+	}
+}
+
+// TestPipelineTLSAndHeaders streams over TLS (a certificate made here,
+// trusted through --otlp-ca) with an authorization header, symbolized on
+// the host: the processor leaves named locations alone.
+func TestPipelineTLSAndHeaders(t *testing.T) {
+	needPerf(t)
+	bin, _ := chain(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeCert(t, certFile, keyFile)
+	c := &collector{sink: new(consumertest.ProfilesSink), cfg: &Config{}, certFile: certFile, keyFile: keyFile}
+	c.start(t, "")
+	file := filepath.Join(t.TempDir(), "s.rawstack")
+	out, err := exec.Command(rawstackCLI(t), "record", "-q", "-o", file, "-F", "199", "--otlp-endpoint", c.addr,
+		"--otlp-ca", certFile, "--otlp-header", "authorization=Bearer fleet-token", "--otlp-interval", "200ms", "--", bin, "0.4").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rawstack record: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(string(out)))
+	samples, chain := perPid(t, c.sink)
+	if len(samples) != 1 {
+		t.Fatalf("samples for pids %v, want the TLS recorder's only", samples)
+	}
+	for pid, n := range samples {
+		if chain[pid] < n/2 {
+			t.Errorf("pid %d: only %d of %d host-symbolized samples named c;b;a;main", pid, chain[pid], n)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.auth) == 0 || c.auth[0] != "Bearer fleet-token" {
+		t.Errorf("authorization headers seen: %q", c.auth)
+	}
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1.
+func writeCert(t *testing.T, certFile, keyFile string) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "rawstack test collector"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
