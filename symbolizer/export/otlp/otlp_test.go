@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
@@ -79,19 +78,22 @@ func convert(t testing.TB, data []byte, raw bool) pprofile.Profiles {
 	return p
 }
 
-// roundTrip encodes p with Write and decodes it as the OTLP receiver
-// does, as an ExportProfilesServiceRequest.
+// roundTrip encodes p with Write and decodes it. (The otelcol module's
+// tests send the same bytes to the Collector's OTLP receiver, which
+// decodes them as an ExportProfilesServiceRequest; here the main module
+// stays free of grpc, which pprofileotlp would pull into its tests.)
 func roundTrip(t testing.TB, p pprofile.Profiles) pprofile.Profiles {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := otlp.Write(&buf, p); err != nil {
 		t.Fatal(err)
 	}
-	req := pprofileotlp.NewExportRequest()
-	if err := req.UnmarshalProto(buf.Bytes()); err != nil {
+	var u pprofile.ProtoUnmarshaler
+	p, err := u.UnmarshalProfiles(buf.Bytes())
+	if err != nil {
 		t.Fatalf("decoding the request: %v", err)
 	}
-	return req.Profiles()
+	return p
 }
 
 // Summary is what tests compare: samples and the functions of each
