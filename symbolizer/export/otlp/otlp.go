@@ -40,6 +40,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -104,6 +105,11 @@ type Builder struct {
 	haveClock bool
 
 	pending []pendingSample
+	// threads and processes that ended: forgotten after the next Flush,
+	// which may still need their names, so a long stream with thread
+	// churn does not grow.
+	endedThreads []uint32
+	endedProcs   []uint32
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
 }
@@ -134,10 +140,16 @@ func (b *Builder) Event(ev *format.Event) {
 	switch ev.Kind {
 	case format.KindProcess:
 		b.procs[ev.Process.Pid] = ev.Process
+		b.endedProcs = slices.DeleteFunc(b.endedProcs, func(p uint32) bool { return p == ev.Process.Pid })
 	case format.KindClockSync:
 		b.clock, b.haveClock = ev.ClockSync, true
 	case format.KindThreadName:
 		b.threads[ev.ThreadName.Tid] = ev.ThreadName.Name
+		b.endedThreads = slices.DeleteFunc(b.endedThreads, func(t uint32) bool { return t == ev.ThreadName.Tid }) // a reused tid
+	case format.KindThreadEnd:
+		b.endedThreads = append(b.endedThreads, ev.ThreadEnd.Tid)
+	case format.KindProcessEnd:
+		b.endedProcs = append(b.endedProcs, ev.ProcessEnd.Pid)
 	case format.KindModuleLoad:
 		b.db.Load(&ev.ModuleLoad)
 	case format.KindModuleUnload:
@@ -181,6 +193,7 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 	out := pprofile.NewProfiles()
 	n := len(b.pending)
 	if n == 0 {
+		b.forget()
 		return out, 0
 	}
 	if !b.opts.Raw && b.opts.Resolver == nil {
@@ -217,7 +230,19 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 		}
 	}
 	b.pending = b.pending[:0]
+	b.forget()
 	return out, n
+}
+
+// forget drops the names of threads and processes that ended.
+func (b *Builder) forget() {
+	for _, tid := range b.endedThreads {
+		delete(b.threads, tid)
+	}
+	for _, pid := range b.endedProcs {
+		delete(b.procs, pid)
+	}
+	b.endedThreads, b.endedProcs = b.endedThreads[:0], b.endedProcs[:0]
 }
 
 func (b *Builder) wall(t int64) uint64 {
