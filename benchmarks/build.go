@@ -38,7 +38,11 @@ func buildCLI(cfg *config) (string, error) {
 		return cfg.cli, nil
 	}
 	bin := filepath.Join(cfg.work, "rawstack")
-	if b, err := exec.Command("go", "build", "-o", bin, "github.com/rawstack/rawstack/cmd/rawstack").CombinedOutput(); err != nil {
+	// The README's build command: static (CGO_ENABLED=0), no dynamic
+	// loader at every start.
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/rawstack/rawstack/cmd/rawstack")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build rawstack: %v\n%s", err, b)
 	}
 	cfg.cli = bin

@@ -36,6 +36,10 @@ func runOTLP(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// rawstack runs its OTLP companion from its own directory.
+	if b, err := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), "rawstack-otlp"), "github.com/rawstack/rawstack/cmd/rawstack-otlp").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build rawstack-otlp: %v\n%s", err, b)
+	}
 	rounds := "150"
 	if cfg.short {
 		rounds = "40"

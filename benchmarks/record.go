@@ -64,7 +64,7 @@ func runRecord(cfg *config) ([]row, error) {
 		base = append(base, r)
 
 		out := filepath.Join(cfg.work, "trace.rawstack")
-		r, err = runLoad(exec.Command(rawstack, "record", "-q", "-F", "1000", "-o", out, "--", load, rounds))
+		r, err = runLoad(exec.Command(rawstack, "record", "-q", "-F", "1000", "--unwind", "fp", "-o", out, "--", load, rounds))
 		if err != nil {
 			return nil, fmt.Errorf("rawstack record: %w", err)
 		}

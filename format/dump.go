@@ -62,7 +62,22 @@ func DumpEvent(ev *Event) string {
 		return b.String()
 	case KindSample:
 		e := ev.Sample
-		return fmt.Sprintf("Sample t=%d pid=%d tid=%d cpu=%d weight=%d stack=%d flags=%#x", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, e.Stack, uint8(e.Flags))
+		s := fmt.Sprintf("Sample t=%d pid=%d tid=%d cpu=%d weight=%d stack=%d flags=%#x", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, e.Stack, uint8(e.Flags))
+		if e.Goroutine != 0 || e.Labels != 0 {
+			s += fmt.Sprintf(" goroutine=%d labels=%d", e.Goroutine, e.Labels)
+		}
+		return s
+	case KindLabelSet:
+		var b strings.Builder
+		fmt.Fprintf(&b, "LabelSet id=%d {", ev.LabelSet.ID)
+		for i, l := range ev.LabelSet.Labels {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%q:%q", l.Key, l.Value)
+		}
+		b.WriteByte('}')
+		return b.String()
 	case KindRawStack:
 		e := &ev.RawStack
 		return fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))
@@ -81,6 +96,20 @@ func DumpEvent(ev *Event) string {
 	case KindLost:
 		e := ev.Lost
 		return fmt.Sprintf("Lost t=%d pid=%d count=%d reason=%v", e.Time, e.Pid, e.Count, e.Reason)
+	case KindJITCode:
+		e := &ev.JITCode
+		var b strings.Builder
+		fmt.Fprintf(&b, "JITCode t=%d pid=%d addr=%#x size=%#x name=%d source=%v", e.Time, e.Pid, e.Addr, e.Size, e.Name, e.Source)
+		if e.Code != nil {
+			fmt.Fprintf(&b, " code=%d bytes", len(e.Code))
+		}
+		for _, l := range e.Lines {
+			fmt.Fprintf(&b, " +%#x:%d:%d:%d", l.Offset, l.File, l.Line, l.Column)
+		}
+		return b.String()
+	case KindJITUnload:
+		e := ev.JITUnload
+		return fmt.Sprintf("JITUnload t=%d pid=%d addr=%#x size=%#x", e.Time, e.Pid, e.Addr, e.Size)
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
 	}

@@ -6,9 +6,9 @@ import "fmt"
 // to the stream (see SPEC.md §5); codes are never reused.
 type Kind uint8
 
-// Event kinds. Codes 0 and 18..127 are reserved for future versions of this
-// format; 128..255 are free for private extensions. Readers skip events of
-// unknown kinds by their length.
+// Event kinds. Code 0 and the codes 18..127 not named here are reserved for
+// future versions of this format; 128..255 are free for private extensions.
+// Readers skip events of unknown kinds by their length.
 const (
 	KindInvalid      Kind = 0
 	KindProcess      Kind = 1
@@ -28,6 +28,9 @@ const (
 	KindCounter      Kind = 15
 	KindLost         Kind = 16
 	KindProcessEnd   Kind = 17
+	KindLabelSet     Kind = 18  // an interned set of pprof labels (SPEC.md §6.18)
+	KindJITCode      Kind = 20  // code a JIT compiler wrote, with its name (SPEC.md §6.20)
+	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
@@ -50,10 +53,14 @@ var kindNames = [...]string{
 	KindCounter:      "Counter",
 	KindLost:         "Lost",
 	KindProcessEnd:   "ProcessEnd",
+	KindJITCode:      "JITCode",
+	KindJITUnload:    "JITUnload",
+	KindLabelSet:     "LabelSet",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
-const NumKinds = int(KindProcessEnd) + 1
+// Codes below it that have no name (kindNames) are reserved, not defined.
+const NumKinds = int(KindJITUnload) + 1
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -292,6 +299,24 @@ type Sample struct {
 	Weight uint64 // 1 for a plain sample; period or ns where the sampler says so
 	Stack  uint64 // interned Stack id; 0 = no stack
 	Flags  SampleFlags
+	// Goroutine is the Go goroutine id the thread was running, 0 if
+	// unknown or not Go (SPEC.md §6.10, appended in 1.1).
+	Goroutine uint64
+	// Labels is the interned LabelSet of the goroutine's pprof labels, 0
+	// for none.
+	Labels uint64
+}
+
+// LabelSet is an interned set of key/value labels (a goroutine's pprof
+// labels), referred to by Sample.Labels.
+type LabelSet struct {
+	ID     uint64
+	Labels []Label
+}
+
+// Label is one key/value pair of a LabelSet.
+type Label struct {
+	Key, Value string
 }
 
 // NoCPU is the CPU field of a Sample whose CPU is not known.
@@ -414,6 +439,9 @@ type Event struct {
 	Marker       Marker
 	Counter      Counter
 	Lost         Lost
+	JITCode      JITCode
+	JITUnload    JITUnload
+	LabelSet     LabelSet
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
 }
@@ -452,6 +480,10 @@ func (e *Event) Time() (int64, bool) {
 		return e.Counter.Time, true
 	case KindLost:
 		return e.Lost.Time, true
+	case KindJITCode:
+		return e.JITCode.Time, true
+	case KindJITUnload:
+		return e.JITUnload.Time, true
 	}
 	return 0, false
 }

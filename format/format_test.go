@@ -45,6 +45,17 @@ func sampleEvents() []Event {
 		{Kind: KindModuleUnload, ModuleUnload: ModuleUnload{Time: 1_007_000, Pid: 4242, ID: 2}},
 		{Kind: KindThreadEnd, ThreadEnd: ThreadEnd{Time: 1_008_000, Pid: 4242, Tid: 4243}},
 		{Kind: KindProcessEnd, ProcessEnd: ProcessEnd{Time: 1_009_000, Pid: 4242, ExitCode: -11}},
+		{Kind: KindString, String: String{ID: 3, Value: "JS:*fibJit /srv/app.js:1:16"}},
+		{Kind: KindString, String: String{ID: 4, Value: "/srv/app.js"}},
+		{Kind: KindJITCode, JITCode: JITCode{Time: 1_000_700, Pid: 4242, Addr: 0x7f1c_ae7c_6180, Size: 0x180, Name: 3, Source: JITSourcePerfMap}},
+		{Kind: KindJITCode, JITCode: JITCode{Time: 1_000_800, Pid: 4242, Addr: 0x7f1c_ae7c_7000, Size: 0x40, Name: 3, Source: JITSourceJitdump,
+			Code: []byte{0x55, 0x48, 0x89, 0xe5, 0xc3}, Lines: []JITLine{{Offset: 0x40, Line: 1, Column: 16, File: 4}, {Offset: 0x3a, Line: 2, File: 4}, {Offset: 0x1000, Line: 300, Column: 1, File: 0}}}},
+		{Kind: KindJITCode, JITCode: JITCode{Time: 1_000_900, Pid: 4242, Addr: 0x7f1c_ae7c_8000, Size: 0, Name: 0, Code: []byte{}}},
+		{Kind: KindJITUnload, JITUnload: JITUnload{Time: 1_000_850, Pid: 4242, Addr: 0x7f1c_ae7c_6180, Size: 0x180}},
+		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 1, Labels: []Label{{"request", "GET /"}, {"tenant", ""}}}},
+		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 2, Labels: []Label{}}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_000, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 18, Labels: 1}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_100, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 1 << 40}},
 	}
 }
 
@@ -136,6 +147,18 @@ func cloneEvent(ev *Event) Event {
 		out.Counter = ev.Counter
 	case KindLost:
 		out.Lost = ev.Lost
+	case KindJITCode:
+		out.JITCode = ev.JITCode
+		if ev.JITCode.Code != nil {
+			out.JITCode.Code = append([]byte{}, ev.JITCode.Code...)
+		}
+		if ev.JITCode.Lines != nil {
+			out.JITCode.Lines = append([]JITLine{}, ev.JITCode.Lines...)
+		}
+	case KindJITUnload:
+		out.JITUnload = ev.JITUnload
+	case KindLabelSet:
+		out.LabelSet = LabelSet{ID: ev.LabelSet.ID, Labels: append([]Label{}, ev.LabelSet.Labels...)}
 	case KindUnknown:
 		out.Code = ev.Code
 		out.Unknown = append([]byte{}, ev.Unknown...)
@@ -150,6 +173,9 @@ func TestRoundTripEveryKind(t *testing.T) {
 		seen[e.Kind] = true
 	}
 	for k := Kind(1); int(k) < NumKinds; k++ {
+		if int(k) < len(kindNames) && kindNames[k] == "" {
+			continue // reserved, not defined
+		}
 		if !seen[k] {
 			t.Errorf("sampleEvents has no %v event", k)
 		}
@@ -194,7 +220,11 @@ func TestRoundTripRandom(t *testing.T) {
 				rng.Read(data)
 				want = append(want, Event{Kind: KindRawStack, RawStack: RawStack{Time: tm, Pid: rng.Uint32(), Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64(), RegMask: 0b101, Regs: []uint64{rng.Uint64(), rng.Uint64()}, StackAddr: rng.Uint64(), Data: data}})
 			default:
-				want = append(want, Event{Kind: KindSample, Sample: Sample{Time: tm, Pid: rng.Uint32() % 4, Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64() >> uint(rng.Intn(64)), Stack: rng.Uint64() >> uint(rng.Intn(64)), Flags: SampleFlags(rng.Intn(8))}})
+				s := Sample{Time: tm, Pid: rng.Uint32() % 4, Tid: rng.Uint32(), CPU: rng.Uint32(), Weight: rng.Uint64() >> uint(rng.Intn(64)), Stack: rng.Uint64() >> uint(rng.Intn(64)), Flags: SampleFlags(rng.Intn(8))}
+				if rng.Intn(2) == 0 {
+					s.Goroutine, s.Labels = rng.Uint64()>>uint(rng.Intn(64)), uint64(rng.Intn(3))
+				}
+				want = append(want, Event{Kind: KindSample, Sample: s})
 			}
 		}
 		data := encode(t, want, &WriterOptions{ChunkSize: 1 + rng.Intn(4096)})
@@ -443,13 +473,19 @@ func TestWriterAllocs(t *testing.T) {
 		pcs[i] = 0x40_0000 + uint64(i)*0x1234
 	}
 	raw := &RawStack{RegMask: 7, Regs: []uint64{1, 2, 3}, Data: make([]byte, 512)}
+	jit := &JITCode{Pid: 1, Addr: 0x7f00_0000_1000, Size: 0x180, Name: 3, Source: JITSourceJitdump,
+		Code: make([]byte, 64), Lines: []JITLine{{Offset: 0x10, Line: 1, File: 4}, {Offset: 0x30, Line: 2, File: 4}}}
 	var tm int64
 	allocs := testing.AllocsPerRun(10000, func() {
 		tm += 1_000_000
 		w.WriteSample(Sample{Time: tm, Pid: 1, Tid: 2, CPU: 1, Weight: 1, Stack: uint64(tm % 1000)})
+		w.WriteSample(Sample{Time: tm, Pid: 1, Tid: 2, CPU: 1, Weight: 1, Stack: uint64(tm % 1000), Goroutine: uint64(tm % 5000), Labels: 3})
 		w.WriteStack(uint64(tm), pcs)
 		raw.Time = tm
 		w.WriteRawStack(raw)
+		jit.Time = tm
+		w.WriteJITCode(jit)
+		w.WriteJITUnload(JITUnload{Time: tm, Pid: 1, Addr: jit.Addr, Size: jit.Size})
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per event, want 0", allocs)

@@ -82,6 +82,7 @@ type Reader struct {
 	ev    Event
 	pcs   []uint64
 	regs  []uint64
+	lines []JITLine
 	stats ReaderStats
 }
 
@@ -405,6 +406,18 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		r.pcs = pcs
 		ev.Stack.PCs = pcs
+	case KindLabelSet:
+		ls := &ev.LabelSet
+		ls.ID = d.uv()
+		cnt := d.uv()
+		if cnt > uint64(len(d.b))/2 { // every label takes at least two bytes
+			d.fail("label count exceeds event size")
+			cnt = 0
+		}
+		ls.Labels = ls.Labels[:0]
+		for i := uint64(0); i < cnt && d.err == nil; i++ {
+			ls.Labels = append(ls.Labels, Label{Key: d.str(), Value: d.str()})
+		}
 	case KindSample:
 		s := &ev.Sample
 		head := d.byte()
@@ -427,6 +440,11 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		s.Stack = r.lastStack + uint64(d.zz())
 		r.lastPid, r.lastTid, r.lastCPU1, r.lastStack = s.Pid, s.Tid, cpu1, s.Stack
+		s.Goroutine, s.Labels = 0, 0
+		if len(d.b) > 0 { // appended in 1.1, optional
+			s.Goroutine = d.uv()
+			s.Labels = d.uv()
+		}
 	case KindRawStack:
 		s := &ev.RawStack
 		s.Time = r.time(&d)
@@ -476,6 +494,14 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		l.Pid = d.u32()
 		l.Count = d.uv()
 		l.Reason = LostReason(d.byte())
+	case KindJITCode:
+		r.decodeJITCode(&d, &ev.JITCode)
+	case KindJITUnload:
+		u := &ev.JITUnload
+		u.Time = r.time(&d)
+		u.Pid = d.u32()
+		u.Addr = d.uv()
+		u.Size = d.uv()
 	default:
 		if code == 0 {
 			return nil, r.badEvent(off, "event type 0")

@@ -432,6 +432,25 @@ func (w *Writer) WriteSample(e Sample) error {
 	}
 	w.buf = appendZigzag(w.buf, int64(e.Stack-w.lastStack))
 	w.lastPid, w.lastTid, w.lastCPU1, w.lastStack = e.Pid, e.Tid, e.CPU+1, e.Stack
+	if e.Goroutine != 0 || e.Labels != 0 { // optional: absent means 0
+		w.uv(e.Goroutine)
+		w.uv(e.Labels)
+	}
+	return w.end(lp)
+}
+
+// WriteLabelSet appends a LabelSet event defining id.
+func (w *Writer) WriteLabelSet(id uint64, labels []Label) error {
+	if err := w.ok(); err != nil {
+		return err
+	}
+	lp := w.begin(KindLabelSet)
+	w.uv(id)
+	w.uv(uint64(len(labels)))
+	for _, l := range labels {
+		w.str(l.Key)
+		w.str(l.Value)
+	}
 	return w.end(lp)
 }
 
@@ -566,6 +585,12 @@ func (w *Writer) WriteEvent(e *Event) error {
 		return w.WriteCounter(e.Counter)
 	case KindLost:
 		return w.WriteLost(e.Lost)
+	case KindJITCode:
+		return w.WriteJITCode(&e.JITCode)
+	case KindJITUnload:
+		return w.WriteJITUnload(e.JITUnload)
+	case KindLabelSet:
+		return w.WriteLabelSet(e.LabelSet.ID, e.LabelSet.Labels)
 	case KindUnknown:
 		return w.writeRaw(e.Code, e.Unknown)
 	}

@@ -48,6 +48,31 @@ func (e *PermissionError) Error() string {
 
 func (e *PermissionError) Unwrap() error { return e.Err }
 
+// ErrKernelThread says the target is a kernel thread: it has no user
+// stack to sample or unwind (a permission error would mislead).
+var ErrKernelThread = errors.New("kernel thread, no user stack")
+
+// TracedError says the target is already traced by another process (a
+// debugger, strace): ptrace allows one tracer at a time.
+type TracedError struct {
+	Pid        int
+	Tid        int    // the traced thread, when not the process's main thread
+	Tracer     int    // TracerPid in /proc/PID/status
+	TracerName string // its command name, "" if unknown
+}
+
+func (e *TracedError) Error() string {
+	name := ""
+	if e.TracerName != "" {
+		name = " (" + e.TracerName + ")"
+	}
+	who := fmt.Sprintf("pid %d", e.Pid)
+	if e.Tid != 0 && e.Tid != e.Pid {
+		who += fmt.Sprintf(" tid %d", e.Tid)
+	}
+	return fmt.Sprintf("%s is already traced by pid %d%s: detach that tracer first", who, e.Tracer, name)
+}
+
 // Config says what a back end samples.
 type Config struct {
 	// Pid is the process to sample; 0 means the calling process.
@@ -63,11 +88,57 @@ type Config struct {
 	// frame pointers (the kernel walks them).
 	Unwind UnwindMode
 	// StackSize is how many bytes of user stack a DWARF or auto mode
-	// sample copies (a multiple of 8, at most 65000); 0 means 8192.
+	// sample copies (a multiple of 8, at most 65000); 0 means 8192 (512
+	// for UnwindAuto on a frame-pointer program).
 	StackSize int
 	// KeepRaw, in DWARF or auto mode, reports each sample's registers and
 	// stack copy (Sample.Stack) instead of unwinding them on the host.
 	KeepRaw bool
+	// Backend selects how samples are taken; the zero value is perf_event.
+	Backend Backend
+	// System samples every process of the host (BackendEBPF only); Pid
+	// is then ignored.
+	System bool
+	// OffCPU also records where threads wait (BackendEBPF only): a sample
+	// flagged format.SampleOffCPU, weighted by the nanoseconds off CPU,
+	// each time a sampled thread comes back on CPU.
+	OffCPU bool
+	// NoJIT turns off reading the perf maps and jitdump files of JIT
+	// runtimes (see JITHandler).
+	NoJIT bool
+	// JITCodeBytes copies the machine code of each jitdump code load into
+	// the trace (perf maps carry none).
+	JITCodeBytes bool
+}
+
+// Backend names a sampling mechanism of a back end.
+type Backend uint8
+
+const (
+	// BackendPerf samples with perf_event ring buffers (Linux's default).
+	BackendPerf Backend = iota
+	// BackendEBPF samples with BPF programs on perf events and scheduler
+	// tracepoints: whole-system sampling and off-CPU time.
+	BackendEBPF
+)
+
+var backendNames = [...]string{"perf", "ebpf"}
+
+func (b Backend) String() string {
+	if int(b) < len(backendNames) {
+		return backendNames[b]
+	}
+	return fmt.Sprintf("Backend(%d)", uint8(b))
+}
+
+// ParseBackend returns the back end named s: "perf" or "ebpf".
+func ParseBackend(s string) (Backend, error) {
+	for i, n := range backendNames {
+		if n == s {
+			return Backend(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown back end %q (want perf or ebpf)", s)
 }
 
 // UnwindMode says how a back end turns a sample into a user stack.
@@ -79,8 +150,13 @@ const (
 	// UnwindDWARF samples registers and a copy of the user stack and
 	// unwinds them with each module's call frame information.
 	UnwindDWARF
-	// UnwindAuto samples like UnwindDWARF but follows frame pointers in
-	// the modules that keep them, and CFI in the others.
+	// UnwindAuto decides by the target's executable. One that keeps frame
+	// pointers gets the kernel's frame-pointer chain plus registers and a
+	// small stack window (512 bytes), from which the CFI row of the
+	// sampled PC recovers a caller the chain misses (a function sampled
+	// before it links its frame: shrink-wrapped code, leaves, prologues).
+	// Any other is sampled like UnwindDWARF, following frame pointers in
+	// the modules that keep them and CFI in the others.
 	UnwindAuto
 )
 

@@ -16,6 +16,8 @@ type Module struct {
 	// Unload is the time the module was unloaded, math.MaxInt64 while it
 	// stays loaded.
 	Unload int64
+
+	jit bool // a process's "[jit] NAME" pseudo-module (symbolizer/jit.go)
 }
 
 // Contains reports whether m covers addr at time t.

@@ -118,6 +118,7 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 		}
 		b.event(ev)
 	}
+	b.resolvePending()
 	b.finish()
 	b.raw.close()
 	if err := b.symbolize(opts); err != nil {
@@ -130,6 +131,7 @@ type locKey struct {
 	mod    uint64 // module ID + 1, 0 for none
 	abs    uint64
 	caller bool
+	jit    int // the JIT entry naming the address (its sequence number), 0 for none
 }
 
 type stackKey struct {
@@ -149,17 +151,28 @@ type builder struct {
 	first   bool
 	opts    *Options
 	raw     *rawUnwinder
+
+	// JIT code (jit.go)
+	jit        jitDB
+	strs       map[uint64]string // String events, for JIT names
+	procNames  map[uint32]string
+	pending    []pendingSample
+	deferred   map[stackKey]bool
+	jitMods    []*Module
+	jitModules uint64
 }
 
 func newBuilder(h format.Header) *builder {
 	return &builder{
-		p:       &Profile{Header: h},
-		db:      NewModuleDB(),
-		stacks:  map[uint64][]uint64{},
-		locs:    map[locKey]int{},
-		norm:    map[stackKey][]int{},
-		samples: map[string]*Sample{},
-		first:   true,
+		p:         &Profile{Header: h},
+		db:        NewModuleDB(),
+		stacks:    map[uint64][]uint64{},
+		locs:      map[locKey]int{},
+		norm:      map[stackKey][]int{},
+		samples:   map[string]*Sample{},
+		first:     true,
+		strs:      map[uint64]string{},
+		procNames: map[uint32]string{},
 	}
 }
 
@@ -177,6 +190,14 @@ func (b *builder) event(ev *format.Event) {
 		b.rawStack(&ev.RawStack)
 	case format.KindSample:
 		b.sample(&ev.Sample)
+	case format.KindString:
+		b.strs[ev.String.ID] = ev.String.Value
+	case format.KindProcess:
+		b.procNames[ev.Process.Pid] = ev.Process.Name
+	case format.KindJITCode:
+		b.jit.code(&ev.JITCode)
+	case format.KindJITUnload:
+		b.jit.unload(&ev.JITUnload)
 	}
 }
 
@@ -185,6 +206,10 @@ func (b *builder) sample(s *format.Sample) {
 	var locs []int
 	if s.Stack != 0 {
 		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
+		if b.deferStack(k, b.stacks[s.Stack], s.Time) {
+			b.pending = append(b.pending, pendingSample{pid: s.Pid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen})
+			return
+		}
 		var ok bool
 		if locs, ok = b.norm[k]; !ok {
 			pcs, defined := b.stacks[s.Stack]
@@ -248,6 +273,9 @@ func (b *builder) loc(pid uint32, pc uint64, caller bool, t int64) int {
 
 func (b *builder) finish() {
 	b.p.Modules = b.db.Modules()
+	if len(b.jitMods) > 0 {
+		b.p.Modules = append(b.p.Modules[:len(b.p.Modules):len(b.p.Modules)], b.jitMods...)
+	}
 }
 
 // fileKey identifies a module file: mappings of one file (several
@@ -268,8 +296,8 @@ func (b *builder) symbolize(opts *Options) error {
 	groups := map[fileKey][]*Location{}
 	var order []fileKey
 	for _, l := range b.p.Locations {
-		if l.Module == nil {
-			continue
+		if l.Module == nil || l.Module.jit {
+			continue // no module, or named from JIT events already
 		}
 		k := keyOf(l.Module)
 		if _, ok := groups[k]; !ok {

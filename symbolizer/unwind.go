@@ -47,6 +47,10 @@ func (b *builder) rawStack(ev *format.RawStack) {
 	ru.u.Modules = ru.modules(b, ev.Pid, ev.Time)
 	mem := &arch.StackCopy{Addr: ev.StackAddr, Data: ev.Data}
 	ru.pcs = ru.u.Unwind(&ru.regs, mem, ru.pcs[:0])
+	if b.anyJITCandidate(ev.Pid, ru.pcs, ev.Time) {
+		b.deferRaw(ev, ru.pcs)
+		return
+	}
 	var locs []int
 	// Kernel frames come first, nearer the leaf (format/SPEC.md §6.9).
 	if ev.Kernel != 0 {

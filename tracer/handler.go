@@ -27,6 +27,7 @@ func (h *handler) ProcessEnd(e *format.ProcessEnd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.procs, e.Pid)
+	t.dropJIT(e.Pid)
 	t.w.WriteProcessEnd(*e)
 }
 

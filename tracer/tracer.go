@@ -53,18 +53,22 @@ type Options struct {
 	// are dropped; 0 means 256.
 	StreamQueue int
 	// FlushInterval bounds how long events wait before they are written;
-	// 0 means one second.
+	// 0 means 200 ms. With the back end reading its buffers at least every
+	// 50 ms, a recorder killed outright (SIGKILL, OOM) loses at most the
+	// last 250 ms of the trace.
 	FlushInterval time.Duration
 	// ChunkSize is the format chunk payload size; 0 means the format's default.
 	ChunkSize int
 	// Unwind selects how user stacks are captured: UnwindFP (the default;
 	// the kernel follows frame pointers), UnwindDWARF (registers and a
 	// copy of the stack, unwound with the modules' CFI in the tracer's
-	// reading goroutine) or UnwindAuto (frame pointers in the modules
-	// that keep them, CFI elsewhere; a module keeps them when at least a
-	// tenth of its CFI rows compute the frame address from the frame
-	// pointer, so Go binaries, whose CFI counts from the stack pointer,
-	// get CFI). Samples the reader is too late to unwind are dropped and
+	// reading goroutine) or UnwindAuto (a program whose executable keeps
+	// frame pointers gets the kernel's chain with its leaf repaired from
+	// the sampled PC's CFI row and a 512-byte stack window; any other is
+	// sampled as in UnwindDWARF, with frame pointers in the modules that
+	// keep them; a module keeps them when at least a tenth of its CFI rows
+	// compute the frame address from the frame pointer, so Go binaries,
+	// whose CFI counts from the stack pointer, get CFI). Samples the reader is too late to unwind are dropped and
 	// reported as Lost (LostUnwind).
 	Unwind UnwindMode
 	// StackSize is the user stack copied per sample in the DWARF modes,
@@ -74,7 +78,35 @@ type Options struct {
 	// stack copy) instead of unwinding on the host; the symbolizer unwinds
 	// them offline.
 	KeepRaw bool
+	// Backend selects the sampling mechanism: BackendPerf (the default,
+	// perf_event ring buffers) or BackendEBPF (BPF programs; needs
+	// CAP_BPF and CAP_PERFMON, or root). The eBPF back end unwinds user
+	// stacks with CFI unless Unwind is UnwindFP.
+	Backend Backend
+	// System, with BackendEBPF, samples every process of the host; Pid
+	// and Command must not be set.
+	System bool
+	// OffCPU, with BackendEBPF, also records off-CPU time: a sample
+	// flagged format.SampleOffCPU, weighted by the nanoseconds a thread
+	// waited, each time it comes back on CPU.
+	OffCPU bool
+	// NoJIT turns off recording the code JIT runtimes publish in perf
+	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
+	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
+	// contents are copied into the trace as JITCode events.
+	NoJIT bool
+	// JITCodeBytes also copies the machine code of each jitdump code load.
+	JITCodeBytes bool
 }
+
+// Backend selects the sampling mechanism; see [Options.Backend].
+type Backend = platform.Backend
+
+// Back ends.
+const (
+	BackendPerf = platform.BackendPerf
+	BackendEBPF = platform.BackendEBPF
+)
 
 // UnwindMode says how user stacks are captured; see [Options.Unwind].
 type UnwindMode = platform.UnwindMode
@@ -142,6 +174,8 @@ type Tracer struct {
 	procs    map[uint32]format.Process
 	threads  map[uint32]threadState
 	modules  map[uint64]format.ModuleLoad
+	jit      map[jitKey]format.JITCode // live JIT code, for snapshots
+	jitLines []format.JITLine
 	inChunk  uint64 // samples in the chunk being built
 	final    bool   // stopping: deliver chunks even if a stream is slow
 	closed   bool
@@ -164,11 +198,18 @@ func (s sink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// DefaultFlushInterval is Options.FlushInterval's default: what a killed
+// recorder can lose, less the back end's 50 ms read interval.
+const DefaultFlushInterval = 200 * time.Millisecond
+
 // Start begins recording according to opts. Recording stops when ctx is
 // done, [Tracer.Stop] is called, or the target exits.
 func Start(ctx context.Context, opts Options) (*Tracer, error) {
 	if opts.Command != nil && opts.Pid != 0 {
 		return nil, errors.New("tracer: set Pid or Command, not both")
+	}
+	if opts.System && (opts.Command != nil || opts.Pid != 0) {
+		return nil, errors.New("tracer: System samples every process: do not set Pid or Command")
 	}
 	t, err := newTracer(opts)
 	if err != nil {
@@ -196,11 +237,11 @@ func newTracer(opts Options) (*Tracer, error) {
 		opts.StreamQueue = 256
 	}
 	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
+		opts.FlushInterval = DefaultFlushInterval
 	}
 	t := &Tracer{
 		opts:    opts,
-		self:    opts.Pid == 0 && opts.Command == nil,
+		self:    opts.Pid == 0 && opts.Command == nil && !opts.System,
 		done:    make(chan struct{}),
 		flushQ:  make(chan struct{}),
 		stacks:  newStackTable(),
@@ -424,8 +465,12 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	for i, s := range t.strList {
 		w.WriteString(uint64(i+1), s)
 	}
-	for id := 1; id <= t.stacks.len(); id++ {
-		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	first, last := t.stacks.ids()
+	for id := first; id <= last; id++ {
+		w.WriteStack(id, t.stacks.get(id))
+	}
+	for _, c := range t.jit {
+		w.WriteJITCode(&c)
 	}
 	w.Close()
 	return buf.b

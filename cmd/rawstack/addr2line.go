@@ -14,12 +14,13 @@ import (
 
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
+	"github.com/rawstack/rawstack/symbolizer/pesrc"
 )
 
 func init() {
 	register(&command{
 		name:  "addr2line",
-		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-dir DIR] [ADDR...]",
+		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-file-directory DIR]... [--no-debuginfod] [ADDR...]",
 		short: "symbolize addresses of a binary, printing what llvm-symbolizer prints",
 		run:   runAddr2line,
 	})
@@ -32,10 +33,12 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(obj, "e", "", "same as --obj")
 	inlines := fs.Bool("inlines", true, "print one function and location per inlined frame (llvm-symbolizer's default)")
 	noInlines := fs.Bool("no-inlines", false, "print only the innermost frame")
-	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF")
+	debugFile := fs.String("debug-file", "", "separate debug file holding the binary's DWARF (PE: the PDB to use)")
 	workers := fs.Int("j", runtime.NumCPU(), "compile units parsed in parallel")
 	var debugDirs multiFlag
-	fs.Var(&debugDirs, "debug-dir", "PE: directory searched for PDBs (repeatable)")
+	fs.Var(&debugDirs, "debug-file-directory", "directory of separate debug files (ELF: DIR/.build-id/xx/rest.debug and .gnu_debuglink names; PE: PDBs), searched before /usr/lib/debug (repeatable; llvm-symbolizer's spelling)")
+	fs.Var(&debugDirs, "debug-dir", "same as --debug-file-directory")
+	noDebuginfod := fs.Bool("no-debuginfod", false, "do not ask DEBUGINFOD_URLS servers for a missing debug file")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -48,10 +51,13 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	debug.SetMemoryLimit(2 << 30)
 	var src symbolizer.Source
 	var err error
-	if isPEImage(*obj) {
-		src, err = openPESource(*obj, debugDirs)
+	if pesrc.IsPE(*obj) {
+		src, err = openPESource(*obj, debugDirs, *debugFile)
 	} else {
-		src, err = elfsrc.Open(*obj, &elfsrc.Options{DebugFile: *debugFile})
+		// The one location path report uses: build id under the debug
+		// directories, .gnu_debuglink, debuginfod.
+		opts := &symbolizer.Options{DebugDirs: debugDirs, NoDebuginfod: *noDebuginfod}
+		src, err = elfsrc.OpenLocated(*obj, opts, &elfsrc.Options{DebugFile: *debugFile})
 	}
 	if err != nil {
 		return err

@@ -10,13 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/symbolizer/pesrc"
 )
 
 // TestAddr2linePE symbolizes every byte of .text of a clang/lld-link PE
 // image through openPESource and the addr2line printer and compares the
 // text with llvm-symbolizer's.
 func TestAddr2linePE(t *testing.T) {
-	for _, tool := range []string{"clang", "lld-link", "llvm-symbolizer"} {
+	for _, tool := range []string{"clang", "lld-link", "llvm-symbolizer-19"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed", tool)
 		}
@@ -38,11 +40,11 @@ func TestAddr2linePE(t *testing.T) {
 		}
 	}
 	exe := filepath.Join(dir, "prog.exe")
-	if !isPEImage(exe) {
-		t.Fatal("isPEImage(prog.exe) = false")
+	if !pesrc.IsPE(exe) {
+		t.Fatal("IsPE(prog.exe) = false")
 	}
-	if isPEImage(filepath.Join(dir, "prog.obj")) {
-		t.Fatal("isPEImage(prog.obj) = true")
+	if pesrc.IsPE(filepath.Join(dir, "prog.obj")) {
+		t.Fatal("IsPE(prog.obj) = true")
 	}
 	f, err := pe.Open(exe)
 	if err != nil {
@@ -55,14 +57,14 @@ func TestAddr2linePE(t *testing.T) {
 	for rva := text.VirtualAddress; rva < text.VirtualAddress+text.VirtualSize; rva++ {
 		fmt.Fprintf(&in, "%#x\n", base+uint64(rva))
 	}
-	cmd := exec.Command("llvm-symbolizer", "--obj="+exe)
+	cmd := exec.Command("llvm-symbolizer-19", "--obj="+exe)
 	cmd.Stdin = bytes.NewReader(in.Bytes())
 	want, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	s, err := openPESource(exe, nil)
+	s, err := openPESource(exe, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

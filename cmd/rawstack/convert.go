@@ -14,7 +14,7 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded|otlp [--raw] [-o OUT] [--value samples|cpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		usage: "FILE --to pprof|folded|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
 		short: "symbolize a trace and write it as a pprof profile, folded stacks or an OTLP profiles request",
 		run:   runConvert,
 	})
@@ -26,7 +26,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	to := fs.String("to", "", "output format: pprof, folded or otlp (a protobuf ExportProfilesServiceRequest)")
 	raw := fs.Bool("raw", false, "otlp: leave locations unsymbolized (addresses, mappings, build ids)")
 	out := fs.String("o", "", "output file (default: standard output)")
-	value := fs.String("value", "samples", "folded: the number after each stack, samples or cpu (ns)")
+	value := fs.String("value", "samples", "folded: the number after each stack, samples, cpu (ns on CPU) or offcpu (ns off CPU, from record --off-cpu)")
 	var sf symFlags
 	sf.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -47,8 +47,13 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	case "samples":
 	case "cpu":
 		v = folded.CPUNanos
+	case "offcpu":
+		v = folded.OffCPUNanos
 	default:
-		return &usageError{"--value must be samples or cpu"}
+		return &usageError{"--value must be samples, cpu or offcpu"}
+	}
+	if *to == "otlp" {
+		return runOTLPConvert(pos[0], *raw, *out, &sf, stdout, stderr)
 	}
 	o, err := sf.options(stderr)
 	if err != nil {
@@ -64,18 +69,14 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		w = f
 	}
 	bw := bufio.NewWriter(w)
-	if *to == "otlp" {
-		err = writeOTLP(bw, pos[0], *raw, o)
+	var p *symbolizer.Profile
+	if p, err = buildProfile(pos[0], o); err != nil {
+		return err
+	}
+	if *to == "pprof" {
+		err = pprof.Write(bw, p)
 	} else {
-		var p *symbolizer.Profile
-		if p, err = buildProfile(pos[0], o); err != nil {
-			return err
-		}
-		if *to == "pprof" {
-			err = pprof.Write(bw, p)
-		} else {
-			err = folded.Write(bw, p, v)
-		}
+		err = folded.Write(bw, p, v)
 	}
 	if err == nil {
 		err = bw.Flush()

@@ -1,20 +1,38 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
-
-	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/symbolizer"
-	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 )
+
+// otlpHelper does rawstack's OTLP work: it links the Collector's pdata,
+// whose package initialization (feature gates, a JSON codec) would slow
+// the start of every rawstack command, so it is a binary of its own,
+// looked for next to rawstack and then on PATH.
+const otlpHelper = "rawstack-otlp"
+
+func otlpHelperPath() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), otlpHelper)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(otlpHelper)
+	if err != nil {
+		return "", fmt.Errorf("OTLP needs the %s command next to rawstack or on PATH "+
+			"(go install github.com/rawstack/rawstack/cmd/%s@latest)", otlpHelper, otlpHelper)
+	}
+	return p, nil
+}
 
 // otlpFlags are record's options for streaming to an OTLP endpoint.
 type otlpFlags struct {
@@ -41,78 +59,107 @@ func (o *otlpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.compress, "otlp-compression", "gzip", "gzip or none")
 }
 
-// exporter returns the Exporter the flags ask for, or nil.
-func (o *otlpFlags) exporter(stderr io.Writer) (*otlp.Exporter, error) {
+// otlpStream is the rawstack-otlp child that streams what record writes
+// to its standard input.
+type otlpStream struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func (s *otlpStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
+
+// finish ends the stream and waits for the child to send the last batch
+// and print its summary.
+func (s *otlpStream) finish() error {
+	s.stdin.Close()
+	err := s.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return errors.New(otlpHelper + " failed (see above)")
+	}
+	return err
+}
+
+// start checks the flags and starts rawstack-otlp stream; it returns nil
+// without --otlp-endpoint.
+func (o *otlpFlags) start(stderr io.Writer, hz int) (*otlpStream, error) {
 	if o.endpoint == "" {
 		return nil, nil
 	}
 	if o.interval <= 0 || o.queue <= 0 {
 		return nil, &usageError{"--otlp-interval and --otlp-queue must be positive"}
 	}
-	c := otlp.Client{Endpoint: o.endpoint, Headers: map[string]string{}}
-	switch o.compress {
-	case "gzip":
-		c.Gzip = true
-	case "none":
-	default:
+	if o.compress != "gzip" && o.compress != "none" {
 		return nil, &usageError{"--otlp-compression must be gzip or none"}
 	}
+	args := []string{"stream", "--endpoint", o.endpoint, "--interval", o.interval.String(), "--queue", strconv.Itoa(o.queue),
+		"--compression", o.compress, "--hz", strconv.Itoa(hz)}
 	for _, h := range o.headers {
-		k, v, ok := strings.Cut(h, "=")
-		if !ok || k == "" {
+		if k, _, ok := strings.Cut(h, "="); !ok || k == "" {
 			return nil, &usageError{"--otlp-header wants KEY=VALUE"}
 		}
-		c.Headers[k] = v
+		args = append(args, "--header", h)
 	}
-	if o.tls || o.caFile != "" {
-		c.TLS = &tls.Config{}
-		if o.caFile != "" {
-			pem, err := os.ReadFile(o.caFile)
-			if err != nil {
-				return nil, err
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%s: no PEM certificate", o.caFile)
-			}
-			c.TLS.RootCAs = pool
-		}
+	if o.raw {
+		args = append(args, "--raw")
 	}
-	host, _ := os.Hostname()
-	opts := otlp.ExporterOptions{Client: c, Interval: o.interval, Queue: o.queue,
-		Build: otlp.Options{Raw: o.raw, HostName: host, ServiceName: o.service}}
-	if !o.raw {
-		opts.Build.Resolver = symbolizer.NewResolver(nil, 0, 0)
+	if o.tls {
+		args = append(args, "--tls")
 	}
-	last := ""
-	opts.Warn = func(err error) {
-		if s := err.Error(); s != last {
-			last = s
-			fmt.Fprintf(stderr, "rawstack record: %v\n", err)
-		}
+	if o.caFile != "" {
+		args = append(args, "--ca", o.caFile)
 	}
-	return otlp.NewExporter(opts)
+	if o.service != "" {
+		args = append(args, "--service", o.service)
+	}
+	path, err := otlpHelperPath()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &otlpStream{cmd: cmd, stdin: in}, nil
 }
 
-// writeOTLP is convert --to otlp.
-func writeOTLP(w io.Writer, path string, raw bool, o *symbolizer.Options) error {
-	r, err := format.Open(path)
+// runOTLPConvert is convert --to otlp: rawstack-otlp convert writes the
+// request.
+func runOTLPConvert(file string, raw bool, out string, sf *symFlags, stdout, stderr io.Writer) error {
+	args := []string{"convert", file}
+	if raw {
+		args = append(args, "--raw")
+	}
+	if out != "" {
+		args = append(args, "-o", out)
+	}
+	for _, d := range sf.debugDirs {
+		args = append(args, "--debug-dir", d)
+	}
+	for _, m := range sf.pathMaps {
+		args = append(args, "--path-map", m)
+	}
+	if sf.noDebuginfod {
+		args = append(args, "--no-debuginfod")
+	}
+	if sf.kallsyms != "" {
+		args = append(args, "--kallsyms", sf.kallsyms)
+	}
+	path, err := otlpHelperPath()
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	host, _ := os.Hostname()
-	opts := otlp.Options{Raw: raw, HostName: host}
-	if !raw {
-		opts.Resolver = symbolizer.NewResolver(o, 0, 0)
-		defer opts.Resolver.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return errors.New(otlpHelper + " failed (see above)")
 	}
-	p, c, err := otlp.Convert(r, opts, o.Warn)
-	if err != nil {
-		return err
-	}
-	if c.Samples == 0 && c.RawStacks > 0 {
-		return errors.New(otlp.ErrRawStacks.Error())
-	}
-	return otlp.Write(w, p)
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +25,12 @@ func TestConvertOTLP(t *testing.T) {
 	}
 	bin := buildChain(t)
 	dir := t.TempDir()
+	// convert --to otlp runs rawstack-otlp, found on PATH here.
+	helperDir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", helperDir, "../rawstack-otlp").CombinedOutput(); err != nil {
+		t.Fatalf("go build rawstack-otlp: %v\n%s", err, out)
+	}
+	t.Setenv("PATH", helperDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	trace := filepath.Join(dir, "t.rawstack")
 	var so, se bytes.Buffer
 	if code := run([]string{"record", "-q", "-o", trace, "-F", "499", "--", bin, "0.3"}, &so, &se); code != 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -20,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] (-p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] (-a | -p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -35,24 +36,42 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	dur := fs.Duration("duration", 0, "with -p: stop after this long (default: until the process exits or Ctrl-C)")
 	noKernel := fs.Bool("no-kernel", false, "leave out kernel frames")
 	quiet := fs.Bool("q", false, "no progress line")
-	unwind := fs.String("unwind", "fp", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (fp where a module keeps frame pointers, CFI elsewhere)")
-	stackSize := fs.Int("stack-size", 8192, "with --unwind dwarf/auto: bytes of user stack copied per sample")
+	unwind := fs.String("unwind", "auto", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (a frame-pointer program: fp with the leaf repaired from CFI; any other: dwarf)")
+	stackSize := fs.Int("stack-size", 0, "with --unwind dwarf/auto: bytes of user stack copied per sample (default 8192; auto on a frame-pointer program 512)")
+	noJIT := fs.Bool("no-jit", false, "do not copy JIT runtimes' perf maps and jitdump files (node --perf-basic-prof/--perf-prof, java -XX:+DumpPerfMapAtExit) into the trace")
+	jitCode := fs.Bool("jit-code", false, "also copy the machine code of each jitdump code load")
 	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
+	backend := fs.String("backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
+	system := fs.Bool("a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
+	offCPU := fs.Bool("off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
 	var of otlpFlags
 	of.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
 	rest := fs.Args()
+	be, err := platform.ParseBackend(*backend)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	unwindSet := false
+	fs.Visit(func(f *flag.Flag) { unwindSet = unwindSet || f.Name == "unwind" })
+	if be == platform.BackendEBPF && !unwindSet {
+		*unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise
+	}
 	switch {
+	case (*system || *offCPU) && be != platform.BackendEBPF:
+		return &usageError{"-a and --off-cpu need --backend ebpf"}
+	case *system && (*pid != 0 || len(rest) > 0):
+		return &usageError{"-a samples every process: give no -p and no command"}
 	case *pid != 0 && len(rest) > 0:
 		return &usageError{"give -p PID or a command, not both"}
-	case *pid == 0 && len(rest) == 0:
+	case *pid == 0 && len(rest) == 0 && !*system:
 		return &usageError{"nothing to record: give -p PID or -- CMD ARGS..."}
 	case *pid < 0:
 		return &usageError{"bad pid " + strconv.Itoa(*pid)}
-	case *dur != 0 && *pid == 0:
-		return &usageError{"--duration works with -p"}
+	case *dur != 0 && *pid == 0 && !*system:
+		return &usageError{"--duration works with -p or -a"}
 	case *hz <= 0:
 		return &usageError{"-F must be positive"}
 	}
@@ -63,14 +82,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *keepRaw && mode == platform.UnwindFP {
 		return &usageError{"--keep-raw needs --unwind dwarf or auto"}
 	}
-	if *stackSize <= 0 || *stackSize > 65000 {
+	if *stackSize < 0 || *stackSize > 65000 {
 		return &usageError{"--stack-size must be in 1..65000"}
 	}
 
 	if *keepRaw && of.endpoint != "" {
 		return &usageError{"--keep-raw cannot be streamed over OTLP"}
 	}
-	exp, err := of.exporter(stderr)
+	exp, err := of.start(stderr, *hz)
 	if err != nil {
 		return err
 	}
@@ -85,12 +104,19 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if file {
 		if f, err = os.Create(*out); err != nil {
 			if exp != nil {
-				exp.Close()
+				exp.finish()
 			}
 			return err
 		}
 		defer f.Close()
 		streams = append(streams, f)
+	}
+	if be == platform.BackendEBPF && mode != platform.UnwindFP {
+		// Whole-system unwinding builds CFI tables for every module
+		// samples pass through; most of that is garbage once built. A soft
+		// limit keeps the heap (and RSS) near what is live instead of
+		// letting it double before each collection.
+		debug.SetMemoryLimit(40 << 20)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,7 +126,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: streams, NoKernel: *noKernel,
-		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw}
+		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode,
+		Backend: be, System: *system, OffCPU: *offCPU}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)
@@ -118,7 +145,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			os.Remove(*out)
 		}
 		if exp != nil {
-			exp.Close()
+			exp.finish()
 		}
 		return err
 	}
@@ -158,6 +185,17 @@ loop:
 	progress.clear()
 	exitErr := t.Wait()
 	st := t.Stats()
+	event := st.Event
+	if be == platform.BackendEBPF {
+		event += ", eBPF"
+	}
+	if exp != nil {
+		// Before the file's summary: the last batch goes out and
+		// rawstack-otlp prints what it sent and lost.
+		if err := exp.finish(); err != nil {
+			return err
+		}
+	}
 	if f != nil {
 		if err := f.Close(); err != nil {
 			return err
@@ -167,15 +205,7 @@ loop:
 			size = fi.Size()
 		}
 		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
-			*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, st.Event, *hz, time.Since(start).Seconds())
-	}
-	if exp != nil {
-		if err := exp.Close(); err != nil {
-			return err
-		}
-		es := exp.Stats()
-		fmt.Fprintf(stderr, "rawstack record: otlp %s: %d samples sent in %d batches (%d bytes, %d on the wire), %d lost (%d retries; %d lost before the exporter; %d Hz, %.1fs)\n",
-			of.endpoint, es.Sent, es.Batches, es.Bytes, es.WireBytes, es.Lost, es.Retries, es.StreamLost, *hz, time.Since(start).Seconds())
+			*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, event, *hz, time.Since(start).Seconds())
 	}
 	if exitErr != nil {
 		var ee *exec.ExitError
@@ -217,8 +247,12 @@ func (p *progress) update(t *tracer.Tracer, d time.Duration) {
 	}
 	p.last = d
 	st := t.Stats()
-	line := fmt.Sprintf("recording pid %d: %3.0fs, %d samples, %d lost, %d threads, %d modules",
-		st.Pid, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
+	what := "pid " + strconv.Itoa(st.Pid)
+	if st.Pid == 0 {
+		what = "all processes"
+	}
+	line := fmt.Sprintf("recording %s: %3.0fs, %d samples, %d lost, %d threads, %d modules",
+		what, d.Seconds(), st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules)
 	if p.tty {
 		fmt.Fprintf(p.w, "\r%s\x1b[K", line)
 		p.shown = true

@@ -72,7 +72,7 @@ func TestRecordDWARF(t *testing.T) {
 func TestRecordDWARFUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"record", "--unwind", "lbr", "--", "true"},
-		{"record", "--keep-raw", "--", "true"},
+		{"record", "--unwind", "fp", "--keep-raw", "--", "true"},
 		{"record", "--unwind", "dwarf", "--stack-size", "70000", "--", "true"},
 	} {
 		var so, se bytes.Buffer

@@ -65,10 +65,11 @@ func rawstackCLI(t testing.TB) string {
 			return
 		}
 		cliPath = filepath.Join(dir, "rawstack")
-		cmd := exec.Command("go", "build", "-o", cliPath, "./cmd/rawstack")
+		// rawstack and its OTLP companion, side by side.
+		cmd := exec.Command("go", "build", "-o", dir, "./cmd/rawstack", "./cmd/rawstack-otlp")
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
-			cliErr = fmt.Errorf("go build ./cmd/rawstack: %v\n%s", err, out)
+			cliErr = fmt.Errorf("go build ./cmd/rawstack ./cmd/rawstack-otlp: %v\n%s", err, out)
 		}
 	})
 	if cliErr != nil {

@@ -22,6 +22,76 @@
 // the registers and stack copy are reported as they are, for offline
 // unwinding.
 //
+// # The eBPF back end
+//
+// With [platform.Config] Backend set to BackendEBPF (x86-64), samples come
+// from BPF programs loaded with github.com/cilium/ebpf from an object
+// embedded in the binary (bpf/rawstack.bpf.c, built by bpf/build.sh with
+// clang; `go generate` rebuilds it and CI checks it is current). One
+// cpu-clock perf event per CPU, in frequency mode, runs the on_cpu program
+// for every process (System) or for the target and its descendants (a BPF
+// hash map, extended at fork by a sched_process_fork program). The program
+// writes pid, tid, CPU, time, the kernel stack (bpf_get_stack) and the
+// user stack into one BPF ring buffer; it returns 0 so that the kernel
+// writes no perf sample, and the same events' small perf rings carry the
+// MMAP2, COMM, FORK and EXIT records that the perf back end's module and
+// thread tracking reads (mappings and build ids through /proc/PID/root).
+// The reader merges both by time and reports through the same path as
+// the perf back end: [Session.Run], [Session.Close] and the handler are
+// the same. It needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) and a
+// kernel with BTF; [ProbeBPF] says which is missing.
+//
+// User stacks without frame pointers: the program copies the user
+// registers (bpf_task_pt_regs) and a window of the user stack from the
+// stack pointer up (StackSize, 8 KiB by default, at most 16 KiB; copied
+// page by page so that a window reaching past the top of the stack keeps
+// what lies below it), and the reader unwinds it with package arch's CFI
+// engine exactly as DWARF mode does. The alternative, the OpenTelemetry
+// profiler's, walks per-module tables derived from .eh_frame inside BPF;
+// it moves only addresses, but must extract and load tables for every
+// executable on the host into BPF maps (that profiler's maps are where
+// its hundreds of MB go) and fit each walk in the verifier's limits. The
+// measurements that decided (this machine, 2 vCPUs shared with other
+// jobs; TestBPFBytesPerSample, TestEBPFChain, benchmarks -run ebpf):
+//
+//   - bytes per sample through the ring: 225-250 with the kernel's
+//     frame-pointer walk (--unwind fp), 1.4-5.7 KB with an 8 KiB window
+//     (less than 8 KiB because the copy stops at the top of the stack);
+//     at 100 Hz on 2 CPUs that is at most 1.2 MB/s, nothing for a ring
+//     buffer.
+//   - completeness: a C program built with -fomit-frame-pointer keeps
+//     main → a → … → leaf in 561 of 561 samples with the window and 0 of
+//     506 with the frame-pointer walk.
+//   - cost: the copy is a few microseconds in the kernel per sample
+//     (workload slowdown at 100 Hz whole-system within noise of perf's);
+//     the host-side unwinding is what costs: the recorder's CPU is ~3x
+//     perf record -a -g's, its peak RSS 55-80 MiB (CFI tables of every
+//     module samples pass through; a 40 MiB soft memory limit in the CLI
+//     keeps it near what is live). --unwind fp costs less than perf.
+//
+// So the window: complete chains for any code with CFI, no per-host table
+// pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
+// scratch buffer. A module whose table is built the first time a sample
+// passes through it stalls the reader meanwhile. With System set, a
+// sample the reader reaches more than half a second late builds no new
+// tables (it is unwound with those built, frame pointers elsewhere);
+// samples more than two seconds late are dropped and reported
+// (LostUnwind), and a full ring is reported as LostRingOverflow from a
+// BPF counter. On a host whose CPUs are oversubscribed (the benchmark
+// machine ran at a load of 30 on 2 vCPUs) the reader gets too little CPU
+// and most stack-copy samples are lost that way; --unwind fp loses none.
+//
+// Off-CPU time (Config.OffCPU) needs only the sched_switch tracepoint
+// (tp_btf), not a kprobe (many kernels, this one among them, have no
+// kprobes, and finish_task_switch is often renamed): when a selected
+// thread leaves the CPU, its kernel and user stack are captured in its
+// own context and written at once; when it comes back, a 48-byte record
+// gives the time it left. The reader holds the unwound stack per thread
+// and reports one sample flagged format.SampleOffCPU, stamped with the
+// time the thread left, weighted by the nanoseconds it was away. With
+// System set this copies a stack at every context switch of the host.
+//
 // On other systems every entry point returns an error wrapping
-// platform.ErrNotSupported.
+// platform.ErrNotSupported, and so does the eBPF back end on
+// architectures other than x86-64.
 package linux

@@ -17,9 +17,15 @@ func readSmall(path string, max int) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, max)
+	// Grow up to max as the file turns out to need: /proc/PID/maps is
+	// read with a 64 MiB cap, and clearing that much memory up front was
+	// most of a short recording's CPU.
+	buf := make([]byte, min(max, 16<<10))
 	n := 0
 	for n < max {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, min(len(buf), max-len(buf)))...)
+		}
 		m, err := f.Read(buf[n:])
 		n += m
 		if err != nil || m == 0 {
@@ -27,6 +33,29 @@ func readSmall(path string, max int) ([]byte, error) {
 		}
 	}
 	return buf[:n], nil
+}
+
+// readInto reads a whole (proc) file of at most limit bytes, appending to
+// buf and growing it as the file needs, so that reading every process's
+// maps (the eBPF back end's whole-host mode) reuses one buffer.
+func readInto(path string, buf []byte, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return buf, err
+	}
+	defer f.Close()
+	for len(buf) < limit {
+		if len(buf) == cap(buf) {
+			grow := min(max(512, len(buf)), limit-len(buf))
+			buf = append(buf, make([]byte, grow)...)[:len(buf)]
+		}
+		m, err := f.Read(buf[len(buf):min(cap(buf), limit)])
+		buf = buf[:len(buf)+m]
+		if err != nil || m == 0 {
+			break
+		}
+	}
+	return buf, nil
 }
 
 // procComm returns the comm of /proc/PID[/task/TID].

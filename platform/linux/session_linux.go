@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -56,6 +57,10 @@ type Session struct {
 	bytes     atomic.Uint64
 	closeOnce sync.Once
 	uw        *unwinder // DWARF and auto modes
+	bpf       *bpfState // BackendEBPF: programs, links and ring buffer
+	mapsBuf   []byte    // /proc/PID/maps, reused
+	system    bool      // BackendEBPF: every process of the host
+	jit       *jitTracker
 }
 
 type procState struct {
@@ -89,12 +94,20 @@ type idKey struct {
 // Open starts sampling the running process cfg.Pid (0: the caller).
 func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := newSession(cfg, h)
-	if cfg.Pid == 0 {
+	if cfg.System {
+		if cfg.Backend != platform.BackendEBPF {
+			return nil, errors.New("sampling the whole system needs the eBPF back end")
+		}
+		s.system = true
+	} else if cfg.Pid == 0 {
 		s.pid, s.self = os.Getpid(), true
 	} else {
 		s.pid = cfg.Pid
 		if !sys.ProcessAlive(s.pid) {
 			return nil, fmt.Errorf("pid %d: no such process", s.pid)
+		}
+		if procinfo.KernelThread(s.pid) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.pid, procinfo.Comm(s.pid), platform.ErrKernelThread)
 		}
 	}
 	if err := s.attach(); err != nil {
@@ -168,6 +181,9 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	if s.uw != nil {
 		s.rec.nUserRegs = s.uw.nRegs()
+	}
+	if s.jit = newJITTracker(cfg, h); s.jit != nil {
+		s.jit.fileBacked = s.fileBacked
 	}
 	return s
 }
@@ -259,6 +275,12 @@ func (s *Session) attach() error {
 	if err := probe(); err != nil {
 		return err
 	}
+	if s.cfg.Backend == platform.BackendEBPF {
+		return s.attachBPF()
+	}
+	if s.cfg.OffCPU {
+		return errors.New("off-CPU sampling needs the eBPF back end")
+	}
 	privileged := perfPrivileged()
 	paranoid := sysctlInt("kernel.perf_event_paranoid", 2)
 	s.kernel = !s.cfg.NoKernel && (privileged || paranoid <= 1)
@@ -300,6 +322,7 @@ func (s *Session) attach() error {
 		sys.Close(fd)
 	}
 	if s.uw != nil {
+		s.uw.chooseAuto(s.pid)
 		s.uw.setAttr(&attr)
 	}
 
@@ -423,13 +446,19 @@ func ownerUID(pid int) int {
 // reportInitial reports the process, its threads and its executable
 // mappings as they are now.
 func (s *Session) reportInitial(tids []int) {
-	now := sys.Monotonic()
-	pid := uint32(s.pid)
-	dir := procDir(s.pid)
+	s.reportProcess(s.pid, tids, sys.Monotonic())
+}
+
+// reportProcess reports process ipid, its threads and its executable
+// mappings as they are at time now.
+func (s *Session) reportProcess(ipid int, tids []int, now int64) {
+	pid := uint32(ipid)
+	dir := procDir(ipid)
 	comm := procComm(dir)
-	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(s.pid)), Name: comm, Cmdline: procCmdline(s.pid)})
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
 	ps := &procState{comm: comm}
 	s.procs[pid] = ps
+	s.jit.track(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
@@ -446,11 +475,12 @@ func (s *Session) reportInitial(tids []int) {
 			s.h.ModuleLoad(&k) // not in procState: the kernel is never unmapped
 		}
 	}
-	data, err := readSmall(dir+"/maps", 64<<20)
+	var err error
+	s.mapsBuf, err = readInto(dir+"/maps", s.mapsBuf[:0], 64<<20)
 	if err != nil {
 		return
 	}
-	maps, _ := parseMaps(data)
+	maps, _ := parseMaps(s.mapsBuf)
 	for i := range maps {
 		m := &maps[i]
 		if !m.Exec() {
@@ -590,22 +620,26 @@ func (s *Session) Run(ctx context.Context) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
+		s.jit.poll()
 		if ctx.Err() != nil {
 			s.ReadAll()
+			s.jit.finish()
 			return nil
 		}
 		if s.waited != nil {
 			select {
 			case <-s.waited:
 				s.ReadAll()
+				s.jit.finish()
 				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
 				return nil
 			default:
 			}
-		} else if !s.self && time.Since(lastCheck) > 100*time.Millisecond {
+		} else if !s.self && !s.system && time.Since(lastCheck) > 100*time.Millisecond {
 			lastCheck = time.Now()
 			if !sys.ProcessAlive(s.pid) {
 				s.ReadAll()
+				s.jit.finish()
 				return nil
 			}
 		}
@@ -617,6 +651,10 @@ func (s *Session) Run(ctx context.Context) error {
 // Records of different rings (CPUs) are merged by time, so that a mapping
 // reported on one CPU precedes the samples taken in it on another.
 func (s *Session) ReadAll() {
+	if s.bpf != nil {
+		s.readAllBPF()
+		return
+	}
 	live := s.live[:0]
 	for _, r := range s.rings {
 		if r == nil {
@@ -670,26 +708,20 @@ func (s *Session) handle(b []byte) {
 	if err := decodeRecord(b, r); err != nil {
 		return
 	}
+	s.dispatch(r)
+}
+
+// dispatch reports one decoded record.
+func (s *Session) dispatch(r *record) {
 	s.records.Add(1)
 	t := int64(r.Time)
 	switch r.Type {
 	case recSample:
-		sm := &s.sample
-		sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = t, r.Pid, r.Tid, r.CPU, r.Period
-		sm.Flags = 0
-		if r.Kernel {
-			sm.Flags |= format.SampleKernel
-		}
-		if len(r.PCs) >= s.maxStack {
-			sm.Flags |= format.SampleTruncated
-		}
-		sm.PCs = r.PCs
-		if s.uw != nil && !s.uw.sample(s, r, sm) {
-			return
-		}
-		s.samples.Add(1)
-		s.h.Sample(sm)
+		s.reportSample(r, 0)
 	case recMmap2:
+		if s.jit.mmap(r.Pid, string(r.Filename)) {
+			return // a jitdump file announced by its runtime, not code
+		}
 		if r.Prot&0x4 == 0 { // PROT_EXEC
 			return
 		}
@@ -719,6 +751,7 @@ func (s *Session) handle(b []byte) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
+			s.jit.track(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
@@ -753,6 +786,7 @@ func (s *Session) handle(b []byte) {
 			delete(ps.names, r.Tid)
 		}
 		if r.Pid == r.Tid {
+			s.jit.exit(r.Pid)
 			if ps := s.procs[r.Pid]; ps != nil {
 				for _, m := range ps.modules {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
@@ -790,6 +824,32 @@ func (s *Session) handle(b []byte) {
 	}
 }
 
+// reportSample reports a sample record (a perf sample, or one the eBPF
+// back end decoded into the same fields), unwinding its user stack in the
+// DWARF modes. flags are added to the sample's.
+func (s *Session) reportSample(r *record, flags format.SampleFlags) {
+	if s.prepareSample(r, flags) {
+		s.samples.Add(1)
+		s.h.Sample(&s.sample)
+	}
+}
+
+// prepareSample fills s.sample from r and unwinds it; it returns false
+// when the sample was dropped.
+func (s *Session) prepareSample(r *record, flags format.SampleFlags) bool {
+	sm := &s.sample
+	sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = int64(r.Time), r.Pid, r.Tid, r.CPU, r.Period
+	sm.Flags = flags
+	if r.Kernel {
+		sm.Flags |= format.SampleKernel
+	}
+	if len(r.PCs) >= s.maxStack {
+		sm.Flags |= format.SampleTruncated
+	}
+	sm.PCs = r.PCs
+	return s.uw == nil || s.uw.sample(s, r, sm)
+}
+
 // copyModule reports, for a forked child, a module inherited from its parent.
 func (s *Session) copyModule(t int64, from, to uint32, m liveModule) {
 	s.nextMod++
@@ -815,6 +875,10 @@ func (s *Session) Close() error {
 			sys.Close(fd)
 		}
 		s.fds, s.rings, s.polls = nil, nil, nil
+		if s.bpf != nil {
+			s.bpf.close()
+		}
+		s.jit.close()
 	})
 	return nil
 }

@@ -27,6 +27,9 @@ func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, e
 // Probe returns an error wrapping platform.ErrNotSupported.
 func Probe() error { return errNS() }
 
+// ProbeBPF returns an error wrapping platform.ErrNotSupported.
+func ProbeBPF() error { return errNS() }
+
 func (s *Session) Pid() int                      { return 0 }
 func (s *Session) Event() string                 { return "" }
 func (s *Session) KernelFrames() bool            { return false }

@@ -33,6 +33,14 @@ const (
 // reader that falls this far behind must catch up, not fall further.
 const maxUnwindLag = 2e9 // ns
 
+// maxBuildLag is, when sampling a whole host, how late a sample may be
+// for its walk to build the unwind tables of modules it passes through for
+// the first time; a later one is unwound with the tables already built
+// (frame pointers elsewhere), so that a reader behind on a busy host
+// catches up instead of building tables it has no time for (the next
+// timely sample builds them). A single target's samples always build them.
+const maxBuildLag = 5e8 // ns
+
 // maxUnwindPasses bounds the re-walks of one sample while it discovers
 // modules whose tables are not loaded yet.
 const maxUnwindPasses = 8
@@ -47,6 +55,12 @@ type unwinder struct {
 	size    int    // sample_stack_user
 	keepRaw bool
 	auto    bool
+	lazyLag int64 // samples later than this build no tables
+	sizeSet bool  // the user chose StackSize
+	leaf    bool  // auto mode on a frame-pointer program: kernel chain + repairLeaf
+
+	exePath string      // auto mode: the executable whose table chooseAuto built
+	exeFile *unwindFile // and that table, for openFile
 
 	procs map[uint32]*unwindProc
 	files map[string]*unwindFile
@@ -99,6 +113,7 @@ func newUnwinder(cfg platform.Config) *unwinder {
 	size &^= 7
 	return &unwinder{
 		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
+		sizeSet: cfg.StackSize > 0, lazyLag: maxUnwindLag,
 		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
 		pcs: make([]uint64, 0, 256),
 	}
@@ -110,7 +125,9 @@ func (uw *unwinder) setAttr(attr *sys.PerfEventAttr) {
 	attr.Sample_type |= perfSampleRegsUser | perfSampleStackUser
 	attr.Sample_regs_user = uw.mask
 	attr.Sample_stack_user = uint32(uw.size)
-	attr.Bits |= perfBitExcludeCallchainUser
+	if !uw.leaf {
+		attr.Bits |= perfBitExcludeCallchainUser
+	}
 }
 
 func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
@@ -120,6 +137,9 @@ func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
 // registers and stack. It returns false when the sample was dropped.
 func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
+	if uw.leaf {
+		return uw.repairLeaf(s, r, sm)
+	}
 	kernel := sm.PCs[:0]
 	if r.Kernel {
 		kernel = sm.PCs
@@ -142,7 +162,8 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 		sm.PCs = kernel
 		return true
 	}
-	if now := sys.Monotonic(); now-sm.Time > maxUnwindLag {
+	lag := sys.Monotonic() - sm.Time
+	if lag > maxUnwindLag {
 		return uw.drop(s, sm)
 	}
 	p := uw.proc(s, sm.Pid)
@@ -150,7 +171,7 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	nk := len(pcs)
 	for pass := 0; ; pass++ {
 		pcs = p.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
-		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || !uw.loadFor(p, sm.Pid, pcs[nk:]) {
+		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || lag > uw.lazyLag || !uw.loadFor(p, sm.Pid, pcs[nk:]) {
 			break
 		}
 	}
@@ -264,6 +285,11 @@ func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
 // deleted or replaced since it was mapped) /proc/PID/map_files.
 func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 	path := strings.TrimSuffix(lm.path, " (deleted)")
+	if uw.exeFile != nil && path == uw.exePath {
+		uf := uw.exeFile
+		uw.exeFile = nil
+		return uf
+	}
 	dir := procDir(int(pid))
 	for _, name := range []string{dir + "/root" + path, path, fmt.Sprintf("%s/map_files/%x-%x", dir, lm.start, lm.end)} {
 		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
@@ -276,7 +302,7 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		uf := &unwindFile{f: f}
 		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
 		f.Close()
-		if uw.auto && keepsFramePointers(uw.arch, uf.table) {
+		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
 		return uf
@@ -318,7 +344,7 @@ func (uw *unwinder) vdsoFile() *unwindFile {
 		}
 		uw.vdso.f = f
 		uw.vdso.table, _ = arch.NewTableELF(f, "[vdso]")
-		if uw.auto {
+		if uw.auto && !uw.leaf {
 			uw.vdso.fp = keepsFramePointers(uw.arch, uw.vdso.table)
 		}
 		break

@@ -49,7 +49,9 @@ type Source struct {
 	syms   symtab // from the symbol file (the binary)
 
 	noDemangle bool
-	gopcln     *gopclntab.Table // Go runtime tables, used without DWARF
+	dir0       bool                // join file names as llvm-symbolizer 19 (dwarfline.Table.FileNameDir0)
+	demangleFn func(string) string // the container's demangler (NewDWARF); nil: Itanium and Rust
+	gopcln     *gopclntab.Table    // Go runtime tables, used without DWARF
 
 	hasDWARF    bool // the file has debug information entries
 	abbrevMu    sync.Mutex
@@ -180,28 +182,12 @@ const maxDebugSection = 1 << 32
 func sectionData(f *elf.File, name string) ([]byte, error) {
 	sec := f.Section(name)
 	if sec == nil && strings.HasPrefix(name, ".debug_") {
-		// GNU-style compressed section: "ZLIB", 8-byte big-endian size, zlib data.
 		if z := f.Section(".zdebug_" + name[len(".debug_"):]); z != nil && z.Type != elf.SHT_NOBITS {
 			raw, err := z.Data()
 			if err != nil {
 				return nil, err
 			}
-			if len(raw) < 12 || string(raw[:4]) != "ZLIB" {
-				return raw, nil
-			}
-			size := binary.BigEndian.Uint64(raw[4:])
-			if size > maxDebugSection {
-				return nil, fmt.Errorf("section %s: decompressed size %d too large", z.Name, size)
-			}
-			zr, err := zlib.NewReader(bytes.NewReader(raw[12:]))
-			if err != nil {
-				return nil, fmt.Errorf("section %s: %w", z.Name, err)
-			}
-			out, err := io.ReadAll(io.LimitReader(zr, int64(size)))
-			if err != nil {
-				return nil, fmt.Errorf("section %s: %w", z.Name, err)
-			}
-			return out, nil
+			return gnuDecompress(z.Name, raw)
 		}
 	}
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
@@ -210,55 +196,99 @@ func sectionData(f *elf.File, name string) ([]byte, error) {
 	return sec.Data()
 }
 
+// gnuDecompress decompresses a GNU-style compressed section (.zdebug_*):
+// "ZLIB", an 8-byte big-endian size, zlib data. Data without the header
+// is returned as it is.
+func gnuDecompress(name string, raw []byte) ([]byte, error) {
+	if len(raw) < 12 || string(raw[:4]) != "ZLIB" {
+		return raw, nil
+	}
+	size := binary.BigEndian.Uint64(raw[4:])
+	if size > maxDebugSection {
+		return nil, fmt.Errorf("section %s: decompressed size %d too large", name, size)
+	}
+	zr, err := zlib.NewReader(bytes.NewReader(raw[12:]))
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", name, err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, int64(size)))
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// dwarfNames are the sections symbolization reads (not location lists,
+// frames or names); the indexes below name them.
+var dwarfNames = [...]string{".debug_abbrev", ".debug_info", ".debug_line", ".debug_str", ".debug_ranges",
+	".debug_line_str", ".debug_addr", ".debug_str_offsets", ".debug_rnglists", ".debug_aranges"}
+
+const (
+	secAbbrev = iota
+	secInfo
+	secLine
+	secStr
+	secRanges
+	secLineStr
+	secAddr
+	secStrOffsets
+	secRnglists
+)
+
 func (s *Source) initDWARF(f *elf.File) error {
 	if sec := f.Section(".debug_info"); sec == nil || sec.Type == elf.SHT_NOBITS {
 		if f.Section(".zdebug_info") == nil {
 			return nil
 		}
 	}
-	// Decompress only the sections symbolization reads (not location
-	// lists, frames or names), each once, on parallel goroutines: for
-	// compressed debug files decompression is most of the start-up time.
-	names := [...]string{".debug_abbrev", ".debug_info", ".debug_line", ".debug_str", ".debug_ranges",
-		".debug_line_str", ".debug_addr", ".debug_str_offsets", ".debug_rnglists", ".debug_aranges"}
-	var data [len(names)][]byte
-	var errs [len(names)]error
-	var wg sync.WaitGroup
-	for i, n := range names {
-		if i == 1 || i == 2 {
-			if sec := f.Section(n); sec != nil && lazyInfo(sec) {
-				// Decompressed on demand, see ensureInfo and
-				// ensureLine: units are read from the start.
-				data[i] = make([]byte, sec.Size)
-				if i == 1 {
-					s.infoR = sec.Open()
-				} else {
-					s.lineZ = &stream{buf: data[i], r: sec.Open()}
-				}
-				continue
+	var data [len(dwarfNames)][]byte
+	var lazy [len(dwarfNames)]bool
+	for _, i := range []int{secInfo, secLine} {
+		if sec := f.Section(dwarfNames[i]); sec != nil && lazyInfo(sec) {
+			// Decompressed on demand, see ensureInfo and ensureLine:
+			// units are read from the start.
+			data[i], lazy[i] = make([]byte, sec.Size), true
+			if i == secInfo {
+				s.infoR = sec.Open()
+			} else {
+				s.lineZ = &stream{buf: data[i], r: sec.Open()}
 			}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			data[i], errs[i] = sectionData(f, n)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return fmt.Errorf("section %s: %w", names[i], err)
 		}
 	}
 	// Unlinked objects (ET_REL) are read as they are: their string
 	// offsets are unrelocated, so names may be wrong; linked files, the
 	// symbolizer's input, are exact.
+	return s.loadDWARF(&data, &lazy, f.ByteOrder, func(name string) ([]byte, error) { return sectionData(f, name) })
+}
+
+// loadDWARF reads the sections not marked lazy with get, each once, on
+// parallel goroutines (for compressed debug files decompression is most
+// of the start-up time), and makes them the Source's.
+func (s *Source) loadDWARF(data *[len(dwarfNames)][]byte, lazy *[len(dwarfNames)]bool, order binary.ByteOrder, get func(name string) ([]byte, error)) error {
+	var errs [len(dwarfNames)]error
+	var wg sync.WaitGroup
+	for i, n := range dwarfNames {
+		if lazy[i] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data[i], errs[i] = get(n)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("section %s: %w", dwarfNames[i], err)
+		}
+	}
 	s.hasDWARF = true
-	s.lines = dwarfline.Sections{Line: data[2], LineStr: data[5], Str: data[3]}
-	s.secs = dwarfSecs{info: data[1], abbrev: data[0], str: data[3], lineStr: data[5], strOffsets: data[7],
-		addr: data[6], ranges: data[4], rnglists: data[8], order: f.ByteOrder}
+	s.lines = dwarfline.Sections{Line: data[secLine], LineStr: data[secLineStr], Str: data[secStr]}
+	s.secs = dwarfSecs{info: data[secInfo], abbrev: data[secAbbrev], str: data[secStr], lineStr: data[secLineStr], strOffsets: data[secStrOffsets],
+		addr: data[secAddr], ranges: data[secRanges], rnglists: data[secRnglists], order: order}
 	if s.infoR == nil {
-		s.infoHave = uint64(len(data[1]))
+		s.infoHave = uint64(len(data[secInfo]))
 	}
 	return nil
 }
@@ -691,7 +721,7 @@ func (s *Source) unitAt(off uint64) *unit {
 func (s *Source) load(u *unit) error {
 	u.once.Do(func() {
 		if u.stmt >= 0 && s.lines.Line != nil {
-			order := s.f.ByteOrder
+			order := s.secs.order
 			t, err := dwarfline.Parse(s.ensureLine(uint64(u.stmt), order), uint64(u.stmt), u.addrSize, order)
 			if err == nil || t != nil {
 				u.lines = t
@@ -759,7 +789,7 @@ func (s *Source) frames(u *unit, addr uint64, dst []symbolizer.Frame) []symboliz
 	if n == 0 {
 		if u.lines != nil {
 			if row, ok := u.lines.Lookup(addr); ok {
-				if name, ok := u.fileName(uint64(row.File)); ok {
+				if name, ok := u.fileName(uint64(row.File), s.dir0); ok {
 					dst = append(dst, symbolizer.Frame{File: name, Line: int(row.Line), Column: int(row.Column)})
 				}
 			}
@@ -775,13 +805,13 @@ func (s *Source) frames(u *unit, addr uint64, dst []symbolizer.Frame) []symboliz
 		if u.lines != nil {
 			if i == 0 {
 				if row, ok := u.lines.Lookup(addr); ok {
-					if name, ok := u.fileName(uint64(row.File)); ok {
+					if name, ok := u.fileName(uint64(row.File), s.dir0); ok {
 						fr.File = name
 						fr.Line, fr.Column = int(row.Line), int(row.Column)
 					}
 				}
 			} else {
-				fr.File, _ = u.fileName(callFile)
+				fr.File, _ = u.fileName(callFile, s.dir0)
 				fr.Line, fr.Column = int(callLine), int(callCol)
 			}
 		} else if i > 0 {
@@ -799,13 +829,18 @@ var _ symbolizer.Source = (*Source)(nil)
 // in every stack, and demangling a heavily templated name costs more than
 // finding it.
 func (s *Source) demangle(name string) string {
-	if len(name) < 2 || name[0] != '_' || s.noDemangle {
+	if s.noDemangle || name == "" || s.demangleFn == nil && (len(name) < 2 || name[0] != '_') {
 		return name
 	}
 	if v, ok := s.demangled.Load(name); ok {
 		return v.(string)
 	}
-	d := symbolizer.Demangle(name)
+	var d string
+	if s.demangleFn != nil {
+		d = s.demangleFn(name)
+	} else {
+		d = symbolizer.Demangle(name)
+	}
 	s.demangled.Store(name, d)
 	return d
 }
@@ -853,13 +888,16 @@ type fileName struct {
 
 // fileName returns the joined path of file i of the unit's line table,
 // joining each once.
-func (u *unit) fileName(i uint64) (string, bool) {
+func (u *unit) fileName(i uint64, dir0 bool) (string, bool) {
 	u.namesMu.Lock()
 	defer u.namesMu.Unlock()
 	if f, ok := u.names[i]; ok {
 		return f.name, f.ok
 	}
 	name, ok := u.lines.FileName(i, u.compDir)
+	if dir0 {
+		name, ok = u.lines.FileNameDir0(i, u.compDir)
+	}
 	if u.names == nil {
 		u.names = map[uint64]fileName{}
 	}

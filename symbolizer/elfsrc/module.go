@@ -20,22 +20,7 @@ func init() {
 // separate debug file from the debug directories, .gnu_debuglink or
 // debuginfod.
 func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Opened, error) {
-	cfg := &locate.Config{DebugDirs: opts.DebugDirs}
-	if !opts.NoDebuginfod {
-		if len(opts.DebuginfodURLs) > 0 {
-			cfg.Debuginfod = &locate.Client{URLs: opts.DebuginfodURLs}
-		} else {
-			cfg.Debuginfod = locate.NewClientFromEnv()
-		}
-		if cfg.Debuginfod != nil {
-			if opts.DebuginfodCache != "" {
-				cfg.Debuginfod.CacheDir = opts.DebuginfodCache
-			}
-			if opts.DebuginfodTimeout > 0 {
-				cfg.Debuginfod.Timeout = opts.DebuginfodTimeout
-			}
-		}
-	}
+	cfg := LocateConfig(opts)
 	res, err := locate.Find(locate.Request{Path: opts.MapPath(m.Path), BuildID: m.BuildID}, cfg)
 	if err != nil {
 		if len(res.Notes) > 0 {
@@ -54,6 +39,53 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 	return &symbolizer.Opened{Source: src, Segments: src.Segments(), Path: main}, nil
 }
 
+// LocateConfig is where every command looks for separate debug files:
+// opts.DebugDirs, then /usr/lib/debug (by build id, then .gnu_debuglink
+// with its CRC checked), then debuginfod unless opts.NoDebuginfod. report,
+// convert, snapshot and addr2line all take their configuration from here,
+// so they find the same files.
+func LocateConfig(opts *symbolizer.Options) *locate.Config {
+	if opts == nil {
+		opts = &symbolizer.Options{}
+	}
+	cfg := &locate.Config{DebugDirs: opts.DebugDirs}
+	if opts.NoDebuginfod {
+		return cfg
+	}
+	if len(opts.DebuginfodURLs) > 0 {
+		cfg.Debuginfod = &locate.Client{URLs: opts.DebuginfodURLs}
+	} else {
+		cfg.Debuginfod = locate.NewClientFromEnv()
+	}
+	if cfg.Debuginfod != nil {
+		if opts.DebuginfodCache != "" {
+			cfg.Debuginfod.CacheDir = opts.DebuginfodCache
+		}
+		if opts.DebuginfodTimeout > 0 {
+			cfg.Debuginfod.Timeout = opts.DebuginfodTimeout
+		}
+	}
+	return cfg
+}
+
+// OpenLocated opens the ELF binary at path (a file on this machine) with
+// its separate debug file found as [OpenModule] finds a recorded module's:
+// the binary's own build id under the debug directories, its
+// .gnu_debuglink, then debuginfod. A binary that carries DWARF, or whose
+// debug file is nowhere, opens alone. srcOpts.DebugFile, if set, wins.
+func OpenLocated(path string, opts *symbolizer.Options, srcOpts *Options) (*Source, error) {
+	var so Options
+	if srcOpts != nil {
+		so = *srcOpts
+	}
+	if so.DebugFile == "" {
+		if res, err := locate.Find(locate.Request{Path: path}, LocateConfig(opts)); err == nil && res.Binary == path {
+			so.DebugFile = res.Debug
+		}
+	}
+	return Open(path, &so)
+}
+
 func debugIfOther(r locate.Result) string {
 	if r.Binary == "" {
 		return ""
@@ -63,6 +95,9 @@ func debugIfOther(r locate.Result) string {
 
 // Segments returns the file's PT_LOAD segments.
 func (s *Source) Segments() []symbolizer.Segment {
+	if s.f == nil {
+		return nil // DWARF of another container (NewDWARF)
+	}
 	var out []symbolizer.Segment
 	for _, p := range s.f.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -70,4 +105,16 @@ func (s *Source) Segments() []symbolizer.Segment {
 		}
 	}
 	return out
+}
+
+// DebugFile returns the separate debug file of the ELF binary at path
+// (buildID, if known, must match), found as [OpenModule] and
+// [OpenLocated] find one; "" when the binary carries its own DWARF or no
+// debug file was found.
+func DebugFile(path string, buildID []byte, opts *symbolizer.Options) string {
+	res, err := locate.Find(locate.Request{Path: path, BuildID: buildID}, LocateConfig(opts))
+	if err != nil || res.Binary != path {
+		return ""
+	}
+	return res.Debug
 }

@@ -51,6 +51,12 @@ func loadSymtab(f *elf.File) symtab {
 		}
 		out = append(out, sym)
 	}
+	return newSymtab(out)
+}
+
+// newSymtab sorts the symbols by address and keeps one per address: the
+// largest, the last of equals (llvm-symbolizer's choice).
+func newSymtab(out symtab) symtab {
 	slices.SortStableFunc(out, func(a, b symbol) int {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c

@@ -122,8 +122,74 @@ func TestPprofRoundTrip(t *testing.T) {
 func TestPprofMainMappingFirst(t *testing.T) {
 	p := handProfile()
 	p.Modules[0], p.Modules[1] = p.Modules[1], p.Modules[0] // the library loaded first
-	pp := pprof.Convert(p)
+	var b bytes.Buffer
+	if err := pprof.Write(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if pp.Mapping[0].File != "/bin/app" {
 		t.Errorf("first mapping %s, want the executable /bin/app (go tool pprof names the profile after it)", pp.Mapping[0].File)
+	}
+}
+
+// offCPUProfile is handProfile plus time spent waiting: run blocked
+// 40 ms, and main blocked 5 ms in a stack seen only off CPU.
+func offCPUProfile() *symbolizer.Profile {
+	p := handProfile()
+	p.Samples[1].OffCPUNanos = 40e6
+	p.Samples[1].Count++
+	p.Samples = append(p.Samples, &symbolizer.Sample{Locs: []int{1}, Count: 1, OffCPUNanos: 5e6})
+	return p
+}
+
+// TestOffCPUExports: folded with OffCPUNanos lists only stacks that
+// waited, with their nanoseconds; CPUNanos leaves out the stack seen only
+// off CPU; pprof gets a third sample type, off-cpu nanoseconds, only when
+// the profile has off-CPU time, so on-CPU profiles keep their two.
+func TestOffCPUExports(t *testing.T) {
+	var b bytes.Buffer
+	if err := folded.Write(&b, offCPUProfile(), folded.OffCPUNanos); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "folded-offcpu.golden", b.Bytes())
+	b.Reset()
+	folded.Write(&b, offCPUProfile(), folded.CPUNanos)
+	golden(t, "folded-cpu.golden", b.Bytes())
+
+	for _, tc := range []struct {
+		p     *symbolizer.Profile
+		types int
+		off   int64
+	}{{handProfile(), 2, 0}, {offCPUProfile(), 3, 45e6}} {
+		b.Reset()
+		if err := pprof.Write(&b, tc.p); err != nil {
+			t.Fatal(err)
+		}
+		p, err := profile.Parse(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.CheckValid(); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.SampleType) != tc.types {
+			t.Fatalf("%d sample types, want %d", len(p.SampleType), tc.types)
+		}
+		if tc.types < 3 {
+			continue
+		}
+		if st := p.SampleType[2]; st.Type != "off-cpu" || st.Unit != "nanoseconds" {
+			t.Errorf("third sample type %s/%s, want off-cpu/nanoseconds", st.Type, st.Unit)
+		}
+		var off int64
+		for _, s := range p.Sample {
+			off += s.Value[2]
+		}
+		if off != tc.off {
+			t.Errorf("off-CPU total %d, want %d", off, tc.off)
+		}
 	}
 }

@@ -149,12 +149,41 @@ func textRange(t testing.TB, exe string) (base uint64, start, end uint32) {
 	return oh.ImageBase, s.VirtualAddress, s.VirtualAddress + s.VirtualSize
 }
 
+// withoutDWARF returns exe, or for an image that also holds DWARF (the
+// mingw runtime's, in the clang/lld mingw fixture) a copy of it and its
+// PDB with .debug_info renamed: llvm-symbolizer 19 reads only the DWARF
+// of an image that has some, and the PDB reader is what is tested here.
+func withoutDWARF(t testing.TB, exe string) string {
+	t.Helper()
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(".debug_info\x00")) {
+		return exe
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, filepath.Base(exe))
+	if err := os.WriteFile(out, bytes.Replace(b, []byte(".debug_info\x00"), []byte(".hidden_dwf\x00"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pdb := strings.TrimSuffix(exe, filepath.Ext(exe)) + ".pdb"
+	p, err := os.ReadFile(pdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(pdb)), p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // llvmSymbolize runs llvm-symbolizer on VAs and returns one block of
 // output lines per address, in llvm-symbolizer's text layout (function
 // line, file:line:column line, per frame).
 func llvmSymbolize(t testing.TB, exe string, vas []uint64) [][]string {
 	t.Helper()
-	needTool(t, "llvm-symbolizer")
+	needTool(t, "llvm-symbolizer-19")
 	var in bytes.Buffer
 	for _, va := range vas {
 		fmt.Fprintf(&in, "%#x\n", va)
@@ -162,7 +191,8 @@ func llvmSymbolize(t testing.TB, exe string, vas []uint64) [][]string {
 	// JSON output: the text output cannot be split into blocks when a
 	// function name is empty, which the PDB reader prints for addresses
 	// without a symbol.
-	cmd := exec.Command("llvm-symbolizer", "--obj="+exe, "--inlines", "--functions=linkage", "--demangle", "--output-style=JSON")
+	exe = withoutDWARF(t, exe)
+	cmd := exec.Command("llvm-symbolizer-19", "--obj="+exe, "--inlines", "--functions=linkage", "--demangle", "--output-style=JSON")
 	cmd.Stdin = &in
 	out, err := cmd.Output()
 	if err != nil {

@@ -128,28 +128,79 @@ func inlineContains(an []annotation, off uint32) bool {
 	return false
 }
 
-// inlineLineOffset walks an inline site's annotations up to the first
-// point at or past off and returns the line offset (from the inlinee's
-// first line) and the file (a FILECHKSMS offset, 0 for the inlinee's own
-// file) in effect there. This is how llvm-symbolizer's native PDB reader
-// (LLVM 14) reads inline line numbers; it is the oracle this package is
-// tested against.
+// inlineLineOffset returns the line offset (from the inlinee's first
+// line) and the file (a FILECHKSMS offset, 0 for the inlinee's own file)
+// of the code range of an inline site that holds off, the offset from the
+// start of its procedure. The annotations describe consecutive code
+// ranges: a code offset change opens a range (or, when one is open, sets
+// its length), and a line or file change that follows the opening of a
+// range applies to the range after it. When no range holds off, the sum
+// of all line offsets and the file in effect at the start are returned.
+//
+// These are the semantics of llvm-symbolizer 19's native PDB reader, and
+// the code's: in an inlined call that spans lines, each range gets its
+// own line. LLVM 14 took the line in effect at the first annotation at
+// or past off, one range late, which gave the next line's number to the
+// first instructions of many ranges.
 func inlineLineOffset(an []annotation, off uint32) (lineOff int32, file uint32) {
-	code := uint32(0)
+	var (
+		code             uint32
+		start, end       uint32
+		hasStart, hasEnd bool
+		cur, next        int32
+		hasCur, hasNext  bool
+		nextFile         uint32
+		hasNextFile      bool
+	)
+	codeDelta := func(d uint32) {
+		if !hasStart {
+			start, hasStart = code, true
+		} else if !hasEnd {
+			end, hasEnd = start+d, true
+		}
+	}
 	for _, a := range an {
 		switch a.op {
-		case baCodeOffset, baChangeCodeOffset, baChangeCodeLength:
+		case baCodeOffset, baChangeCodeOffset, baChangeCodeOffsetBase:
 			code += a.u1
+			codeDelta(a.u1)
+		case baChangeCodeLength:
+			codeDelta(a.u1)
 		case baChangeCodeLengthAndCodeOffset:
 			code += a.u2
+			codeDelta(a.u2)
+			codeDelta(a.u1)
 		case baChangeLineOffset, baChangeCodeOffsetAndLineOffset:
-			code += a.u1
+			if a.op == baChangeCodeOffsetAndLineOffset {
+				code += a.u1
+				codeDelta(a.u1)
+			}
 			lineOff += a.s1
+			if !hasStart || !hasCur {
+				cur, hasCur = lineOff, true
+			} else {
+				next, hasNext = lineOff, true
+			}
 		case baChangeFile:
-			file = a.u1
+			if !hasStart {
+				file = a.u1
+			} else {
+				nextFile, hasNextFile = a.u1, true
+			}
+		default:
+			continue
 		}
-		if code >= off {
-			return lineOff, file
+		if hasStart && hasEnd && hasCur {
+			if start <= off && off < end {
+				return cur, file
+			}
+			if hasNextFile {
+				file = nextFile
+			}
+			if hasNext {
+				cur, hasNext = next, false
+			}
+			start, hasEnd, hasNextFile = end, false, false
 		}
 	}
 	return lineOff, file

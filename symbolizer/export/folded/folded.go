@@ -21,8 +21,9 @@ import (
 type Value int
 
 const (
-	Samples  Value = iota // sample count
-	CPUNanos              // on-CPU nanoseconds
+	Samples     Value = iota // sample count
+	CPUNanos                 // on-CPU nanoseconds
+	OffCPUNanos              // off-CPU nanoseconds (time threads waited)
 )
 
 // Write writes the folded stacks of p, sorted by stack text.
@@ -48,8 +49,14 @@ func Write(w io.Writer, p *symbolizer.Profile, v Value) error {
 			sb.WriteString("[no stack]")
 		}
 		val := s.Count
-		if v == CPUNanos {
+		switch v {
+		case CPUNanos:
 			val = s.CPUNanos
+		case OffCPUNanos:
+			val = s.OffCPUNanos
+		}
+		if val == 0 && v != Samples {
+			continue // a stack seen only off CPU has no on-CPU time, and the reverse
 		}
 		sums[sb.String()] += val
 	}

@@ -1,7 +1,9 @@
 // Package pprof exports a symbolized profile in pprof's protocol buffer
-// format (github.com/google/pprof/profile), readable by go tool pprof.
+// format (profile.proto of github.com/google/pprof), readable by go tool
+// pprof.
 //
-// Sample values are the sample count and the on-CPU nanoseconds; each
+// Sample values are the sample count and the on-CPU nanoseconds, and the
+// off-CPU nanoseconds when the profile has off-CPU samples; each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
@@ -9,91 +11,233 @@
 package pprof
 
 import (
+	"compress/gzip"
 	"io"
 	"strings"
 
-	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
 )
 
-// Convert builds the pprof profile of p.
-func Convert(p *symbolizer.Profile) *profile.Profile {
-	out := &profile.Profile{
-		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+// Write writes p as a gzipped pprof profile (profile.proto of
+// github.com/google/pprof). The encoder is this package's own: pprof's
+// profile package compiles a dozen regular expressions when a program
+// starts, which every rawstack command paid whether it wrote pprof or not.
+func Write(w io.Writer, p *symbolizer.Profile) error {
+	zw := gzip.NewWriter(w)
+	if _, err := zw.Write(Encode(nil, p)); err != nil {
+		return err
 	}
-	if p.End > p.Start {
-		out.DurationNanos = p.End - p.Start
-	}
-	var count, cpu int64
+	return zw.Close()
+}
+
+// Encode appends p's uncompressed profile.proto message to b.
+func Encode(b []byte, p *symbolizer.Profile) []byte {
+	e := &encoder{strs: map[string]int64{"": 0}, strTab: []string{""}}
+	var count, cpu, off int64
 	for _, s := range p.Samples {
 		count += s.Count
 		cpu += s.CPUNanos
+		off += s.OffCPUNanos
 	}
-	if count > 0 {
-		out.Period = cpu / count
-	}
-	maps := map[*symbolizer.Module]*profile.Mapping{}
-	for _, m := range mainFirst(p.Modules) {
-		pm := &profile.Mapping{
-			ID:              uint64(len(out.Mapping) + 1),
-			Start:           m.Base,
-			Limit:           m.Base + m.Size,
-			Offset:          m.FileOffset,
-			File:            m.Name(),
-			BuildID:         m.BuildIDHex(),
-			HasFunctions:    true,
-			HasFilenames:    true,
-			HasLineNumbers:  true,
-			HasInlineFrames: true,
-		}
-		if pm.BuildID == "" {
-			pm.BuildID = m.GoBuildID
-		}
-		maps[m] = pm
-		out.Mapping = append(out.Mapping, pm)
-	}
-	type fnKey struct{ name, file string }
-	funcs := map[fnKey]*profile.Function{}
-	fn := func(name, file string) *profile.Function {
-		k := fnKey{name, file}
-		if f := funcs[k]; f != nil {
-			return f
-		}
-		f := &profile.Function{ID: uint64(len(out.Function) + 1), Name: name, SystemName: name, Filename: file}
-		funcs[k] = f
-		out.Function = append(out.Function, f)
-		return f
-	}
-	locs := make([]*profile.Location, len(p.Locations))
-	for i, l := range p.Locations {
-		pl := &profile.Location{ID: uint64(i + 1), Address: l.Abs}
-		if l.Module != nil {
-			pl.Mapping = maps[l.Module]
-		}
-		if len(l.Frames) == 0 {
-			pl.Line = []profile.Line{{Function: fn(l.String(), "")}}
-		}
-		for j, f := range l.Frames {
-			pl.Line = append(pl.Line, profile.Line{Function: fn(l.FunctionName(j), f.File), Line: int64(f.Line), Column: int64(f.Column)})
-		}
-		locs[i] = pl
-		out.Location = append(out.Location, pl)
+	// A third value, off-CPU nanoseconds, only when the profile has
+	// off-CPU time: on-CPU profiles keep their two.
+	nv := 2
+	var m enc
+	m.msg(&e.b, fProfileSampleType, valueType(e, "samples", "count"))
+	m.msg(&e.b, fProfileSampleType, valueType(e, "cpu", "nanoseconds"))
+	if off > 0 {
+		nv = 3
+		m.msg(&e.b, fProfileSampleType, valueType(e, "off-cpu", "nanoseconds"))
 	}
 	for _, s := range p.Samples {
-		ps := &profile.Sample{Value: []int64{s.Count, s.CPUNanos}}
-		for _, li := range s.Locs {
-			ps.Location = append(ps.Location, locs[li])
-		}
-		out.Sample = append(out.Sample, ps)
+		m.b = m.b[:0]
+		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
+		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[i]) })
+		e.b.msg(&e.b, fProfileSample, m.b)
 	}
-	return out
+	mapID := map[*symbolizer.Module]uint64{}
+	for _, mod := range mainFirst(p.Modules) {
+		id := uint64(len(mapID) + 1)
+		mapID[mod] = id
+		build := mod.BuildIDHex()
+		if build == "" {
+			build = mod.GoBuildID
+		}
+		m.b = m.b[:0]
+		m.uint(fMappingID, id)
+		m.uint(fMappingStart, mod.Base)
+		m.uint(fMappingLimit, mod.Base+mod.Size)
+		m.uint(fMappingOffset, mod.FileOffset)
+		m.uint(fMappingFile, uint64(e.str(mod.Name())))
+		m.uint(fMappingBuildID, uint64(e.str(build)))
+		for f := fMappingHasFunctions; f <= fMappingHasInlineFrames; f++ {
+			m.uint(f, 1)
+		}
+		e.b.msg(&e.b, fProfileMapping, m.b)
+	}
+	type fnKey struct{ name, file string }
+	funcs := map[fnKey]uint64{}
+	var fnMsgs enc
+	fn := func(name, file string) uint64 {
+		k := fnKey{name, file}
+		if id := funcs[k]; id != 0 {
+			return id
+		}
+		id := uint64(len(funcs) + 1)
+		funcs[k] = id
+		var f enc
+		n := uint64(e.str(name))
+		f.uint(fFunctionID, id)
+		f.uint(fFunctionName, n)
+		f.uint(fFunctionSystemName, n)
+		f.uint(fFunctionFilename, uint64(e.str(file)))
+		fnMsgs.msg(&fnMsgs, fProfileFunction, f.b)
+		return id
+	}
+	var line enc
+	for i, l := range p.Locations {
+		m.b = m.b[:0]
+		m.uint(fLocationID, uint64(i+1))
+		if l.Module != nil {
+			m.uint(fLocationMapping, mapID[l.Module])
+		}
+		m.uint(fLocationAddress, l.Abs)
+		if len(l.Frames) == 0 {
+			line.b = line.b[:0]
+			line.uint(fLineFunction, fn(l.String(), ""))
+			m.msg(&m, fLocationLine, line.b)
+		}
+		for j, f := range l.Frames {
+			line.b = line.b[:0]
+			line.uint(fLineFunction, fn(l.FunctionName(j), f.File))
+			line.uint(fLineLine, uint64(int64(f.Line)))
+			line.uint(fLineColumn, uint64(int64(f.Column)))
+			m.msg(&m, fLocationLine, line.b)
+		}
+		e.b.msg(&e.b, fProfileLocation, m.b)
+	}
+	e.b.b = append(e.b.b, fnMsgs.b...)
+	if p.End > p.Start {
+		e.b.uint(fProfileDuration, uint64(p.End-p.Start))
+	}
+	e.b.msg(&e.b, fProfilePeriodType, valueType(e, "cpu", "nanoseconds"))
+	if count > 0 {
+		e.b.uint(fProfilePeriod, uint64(cpu/count))
+	}
+	// The string table last: every string is known by now. pprof reads
+	// fields in any order.
+	for _, s := range e.strTab {
+		e.b.bytes(fProfileStringTable, []byte(s))
+	}
+	return append(b, e.b.b...)
 }
 
-// Write writes p as a gzipped pprof profile.
-func Write(w io.Writer, p *symbolizer.Profile) error {
-	return Convert(p).Write(w)
+// Field numbers of profile.proto.
+const (
+	fProfileSampleType  = 1
+	fProfileSample      = 2
+	fProfileMapping     = 3
+	fProfileLocation    = 4
+	fProfileFunction    = 5
+	fProfileStringTable = 6
+	fProfileDuration    = 10
+	fProfilePeriodType  = 11
+	fProfilePeriod      = 12
+
+	fValueTypeType = 1
+	fValueTypeUnit = 2
+
+	fSampleLocation = 1
+	fSampleValue    = 2
+
+	fMappingID              = 1
+	fMappingStart           = 2
+	fMappingLimit           = 3
+	fMappingOffset          = 4
+	fMappingFile            = 5
+	fMappingBuildID         = 6
+	fMappingHasFunctions    = 7
+	fMappingHasInlineFrames = 10
+
+	fLocationID      = 1
+	fLocationMapping = 2
+	fLocationAddress = 3
+	fLocationLine    = 4
+
+	fLineFunction = 1
+	fLineLine     = 2
+	fLineColumn   = 3
+
+	fFunctionID         = 1
+	fFunctionName       = 2
+	fFunctionSystemName = 3
+	fFunctionFilename   = 4
+)
+
+type encoder struct {
+	b      enc
+	strs   map[string]int64
+	strTab []string
+}
+
+// str returns s's index in the string table, adding it.
+func (e *encoder) str(s string) int64 {
+	if i, ok := e.strs[s]; ok {
+		return i
+	}
+	i := int64(len(e.strTab))
+	e.strs[s] = i
+	e.strTab = append(e.strTab, s)
+	return i
+}
+
+func valueType(e *encoder, typ, unit string) []byte {
+	var v enc
+	v.uint(fValueTypeType, uint64(e.str(typ)))
+	v.uint(fValueTypeUnit, uint64(e.str(unit)))
+	return v.b
+}
+
+// enc appends protocol buffer fields.
+type enc struct{ b []byte }
+
+func (e *enc) varint(v uint64) {
+	for v >= 0x80 {
+		e.b = append(e.b, byte(v)|0x80)
+		v >>= 7
+	}
+	e.b = append(e.b, byte(v))
+}
+
+// uint writes a varint field, omitting zero as proto3 does.
+func (e *enc) uint(field int, v uint64) {
+	if v == 0 {
+		return
+	}
+	e.varint(uint64(field) << 3)
+	e.varint(v)
+}
+
+func (e *enc) bytes(field int, d []byte) {
+	e.varint(uint64(field)<<3 | 2)
+	e.varint(uint64(len(d)))
+	e.b = append(e.b, d...)
+}
+
+// msg writes an embedded message into dst (which may be e itself).
+func (e *enc) msg(dst *enc, field int, body []byte) { dst.bytes(field, body) }
+
+// packed writes n varints as one packed repeated field.
+func (e *enc) packed(field, n int, v func(int) uint64) {
+	if n == 0 {
+		return
+	}
+	var body enc
+	for i := 0; i < n; i++ {
+		body.varint(v(i))
+	}
+	e.bytes(field, body.b)
 }
 
 // mainFirst orders modules so that the main executable comes first: pprof

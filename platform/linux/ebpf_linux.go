@@ -1,0 +1,569 @@
+//go:build linux && amd64
+
+package linux
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+//go:generate sh bpf/build.sh
+
+// bpfObject is bpf/rawstack.bpf.c compiled by bpf/build.sh.
+//
+//go:embed bpf/rawstack_x86_bpfel.o
+var bpfObject []byte
+
+// Record layout written by the BPF programs (bpf/rawstack.bpf.c).
+const (
+	bpfHdrSize   = 48
+	bpfNRegs     = 17
+	bpfKernelOff = bpfHdrSize + 8*bpfNRegs
+	bpfMaxStack  = 16384 // MAX_STACK
+
+	bpfKindCPU    = 1
+	bpfKindOffCPU = 2 // a thread left the CPU: its stack
+	bpfKindOnCPU  = 3 // it came back: header only
+
+	maxOffPending = 1 << 16 // threads off CPU whose stacks are held
+
+	bpfFlagRegs       = 1
+	bpfFlagStackFault = 2
+
+	bpfRingBytes = 4 << 20 // default BPF ring buffer size
+	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
+)
+
+// bpfState is what the eBPF back end adds to a Session.
+type bpfState struct {
+	coll  *ebpf.Collection
+	links []link.Link
+	rb    *ringbuf.Reader
+	rec   ringbuf.Record
+
+	pending     bool   // rec holds a record not yet reported
+	pendingTime uint64 // its time for merging
+	lost        uint64 // BPF-side drops reported so far
+	lastLost    time.Time
+	lostVals    []uint64
+	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
+
+	// Off CPU: the unwound stack of each thread that left the CPU,
+	// until it comes back; entries are reused.
+	offPending map[uint32]*offStack
+	offFree    []*offStack
+}
+
+type offStack struct {
+	time  uint64
+	pid   uint32
+	cpu   uint32
+	flags format.SampleFlags
+	pcs   []uint64
+}
+
+func (b *bpfState) close() {
+	for _, l := range b.links {
+		l.Close()
+	}
+	b.links = nil
+	if b.rb != nil {
+		b.rb.Close()
+		b.rb = nil
+	}
+	if b.coll != nil {
+		b.coll.Close()
+		b.coll = nil
+	}
+}
+
+var (
+	bpfProbeOnce sync.Once
+	bpfProbeErr  error
+)
+
+// ProbeBPF reports whether the eBPF back end can run here: the kernel
+// features it uses (BTF, ring buffers, perf-event and tracing programs)
+// and the capabilities it needs. The error wraps platform.ErrNotSupported
+// for a missing kernel feature, and is a *platform.PermissionError naming
+// the capabilities for missing privileges.
+func ProbeBPF() error {
+	bpfProbeOnce.Do(func() { bpfProbeErr = probeBPF() })
+	return bpfProbeErr
+}
+
+func probeBPF() error {
+	caps, err := sys.CapEff()
+	if err == nil {
+		has := func(c uint) bool { return caps&(1<<c) != 0 }
+		if !has(sys.CapSysAdmin) && !(has(sys.CapBPF) && has(sys.CapPerfmon)) {
+			var miss []string
+			if !has(sys.CapBPF) {
+				miss = append(miss, "CAP_BPF")
+			}
+			if !has(sys.CapPerfmon) {
+				miss = append(miss, "CAP_PERFMON")
+			}
+			return &platform.PermissionError{Op: "loading eBPF programs", Need: strings.Join(miss, " and ") + " (or CAP_SYS_ADMIN, e.g. root)", Err: sys.EPERM}
+		}
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "the kernel has no BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF=y is needed for CO-RE)"}
+	}
+	for _, f := range []struct {
+		name string
+		err  func() error
+	}{
+		{"BPF ring buffer maps (Linux 5.8)", func() error { return features.HaveMapType(ebpf.RingBuf) }},
+		{"BPF perf-event programs", func() error { return features.HaveProgramType(ebpf.PerfEvent) }},
+	} {
+		if err := f.err(); err != nil {
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "the kernel lacks " + f.name}
+			}
+			if errors.Is(err, sys.EPERM) {
+				return &platform.PermissionError{Op: "probing " + f.name, Need: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
+			}
+			return fmt.Errorf("probing %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// attachBPF loads the BPF programs, opens one cpu-clock perf event per CPU
+// for them (whose rings carry the mmap, comm, fork and exit records the
+// perf back end reads too), reports the current state and starts sampling.
+func (s *Session) attachBPF() (err error) {
+	if err := ProbeBPF(); err != nil {
+		return err
+	}
+	if s.cfg.KeepRaw {
+		return errors.New("the eBPF back end unwinds on the host: --keep-raw is not supported with it")
+	}
+	if s.cfg.Unwind != platform.UnwindFP && s.cfg.StackSize > bpfMaxStack {
+		return fmt.Errorf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", bpfMaxStack, s.cfg.StackSize)
+	}
+	s.kernel = !s.cfg.NoKernel
+	s.event = "cpu-clock"
+	if s.uw != nil && s.system {
+		s.uw.lazyLag = maxBuildLag
+	}
+	b := &bpfState{}
+	s.bpf = b
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(bpfObject))
+	if err != nil {
+		return fmt.Errorf("reading the embedded BPF object: %w", err)
+	}
+	stack := 0
+	if s.uw != nil {
+		stack = s.uw.size
+	}
+	copyStack := uint32(0)
+	if s.uw != nil {
+		copyStack = 1
+	}
+	all := uint32(0)
+	if s.system {
+		all = 1
+	}
+	ringBytes := uint32(bpfRingBytes)
+	if s.cfg.RingPages > 0 {
+		ringBytes = uint32(s.cfg.RingPages * sys.PageSize)
+		for ringBytes&(ringBytes-1) != 0 {
+			ringBytes &= ringBytes - 1
+		}
+	}
+	spec.Maps["events"].MaxEntries = ringBytes
+	for name, v := range map[string]any{
+		"all_procs": all, "copy_stack": copyStack, "stack_bytes": uint32(stack), "self_tgid": uint32(os.Getpid()),
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting BPF constant %s: %w", name, err)
+		}
+	}
+	if !s.cfg.OffCPU {
+		delete(spec.Programs, "on_switch")
+	}
+	b.coll, err = ebpf.NewCollection(spec)
+	if err != nil {
+		return loadError(err)
+	}
+	if !s.system {
+		one := uint8(1)
+		if err := b.coll.Maps["targets"].Put(uint32(s.pid), one); err != nil {
+			return fmt.Errorf("selecting pid %d: %w", s.pid, err)
+		}
+	}
+
+	// Fork tracking first, so that no child of a target escapes.
+	for _, name := range []string{"on_fork", "on_exit"} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: b.coll.Programs[name]})
+		if err != nil {
+			return fmt.Errorf("attaching %s (tp_btf): %w", name, err)
+		}
+		b.links = append(b.links, l)
+	}
+
+	// One cpu-clock event per CPU, system-wide.
+	attr := sys.PerfEventAttr{
+		Type:        sys.PerfTypeSoftware,
+		Config:      sys.PerfCountSWCPUClock,
+		Sample:      uint64(s.cfg.Frequency),
+		Sample_type: sys.PerfSampleTID | sys.PerfSampleTime | sys.PerfSampleCPU,
+		Bits: sys.PerfBitDisabled | sys.PerfBitFreq | sys.PerfBitMmap | sys.PerfBitMmap2 | sys.PerfBitComm |
+			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
+		Clockid: sys.ClockMonotonic,
+	}
+	if max := sysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.cfg.Frequency > max {
+		attr.Sample = uint64(max)
+		s.cfg.Frequency = max
+	}
+	prog := b.coll.Programs["on_cpu"].FD()
+	cpus := onlineCPUs()
+	s.rings = make([]*ring, len(cpus))
+	for i, cpu := range cpus {
+		fd, err := sys.PerfEventOpen(&attr, -1, cpu, -1)
+		if err != nil {
+			if err == sys.EACCES || err == sys.EPERM {
+				return &platform.PermissionError{Op: fmt.Sprintf("perf_event_open on cpu %d (all processes)", cpu), Need: "CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
+			}
+			return fmt.Errorf("perf_event_open on cpu %d: %w", cpu, err)
+		}
+		s.fds = append(s.fds, fd)
+		r, err := mapRing(fd, sidePages)
+		if err != nil {
+			return fmt.Errorf("mmap of the perf ring buffer of cpu %d: %w", cpu, err)
+		}
+		s.rings[i] = r
+		s.polls = append(s.polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
+		if err := sys.PerfSetBPF(fd, prog); err != nil {
+			return fmt.Errorf("attaching the BPF program to the perf event of cpu %d: %w", cpu, err)
+		}
+	}
+	b.rb, err = ringbuf.NewReader(b.coll.Maps["events"])
+	if err != nil {
+		return fmt.Errorf("reading the BPF ring buffer: %w", err)
+	}
+	b.rb.SetDeadline(time.Unix(1, 0)) // never block: Run polls
+	s.polls = append(s.polls, sys.PollFd{Fd: int32(b.coll.Maps["events"].FD()), Events: sys.POLLIN})
+
+	// Side-band records from now on; then what exists already.
+	for _, fd := range s.fds {
+		if err := sys.PerfEnable(fd); err != nil {
+			return fmt.Errorf("enabling perf event: %w", err)
+		}
+	}
+	if s.system {
+		s.reportAll()
+	} else {
+		tids, err := procTasks(s.pid)
+		if err != nil {
+			return fmt.Errorf("pid %d: listing threads: %w", s.pid, err)
+		}
+		s.reportInitial(tids)
+	}
+	if err := b.coll.Variables["running"].Set(uint32(1)); err != nil {
+		return fmt.Errorf("starting the BPF programs: %w", err)
+	}
+	if s.cfg.OffCPU {
+		b.offPending = map[uint32]*offStack{}
+		l, err := link.AttachTracing(link.TracingOptions{Program: b.coll.Programs["on_switch"]})
+		if err != nil {
+			return fmt.Errorf("attaching on_switch (tp_btf/sched_switch): %w", err)
+		}
+		b.links = append(b.links, l)
+	}
+	return nil
+}
+
+// loadError explains a failure to load the BPF collection.
+func loadError(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		log := ve.Log
+		if len(log) > 20 {
+			log = log[len(log)-20:]
+		}
+		return fmt.Errorf("the kernel's verifier rejected rawstack's BPF program: %v\n%s", ve.Cause, strings.Join(log, "\n"))
+	}
+	if errors.Is(err, sys.EPERM) {
+		return &platform.PermissionError{Op: "loading eBPF programs", Need: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
+	}
+	return fmt.Errorf("loading rawstack's BPF programs: %w", err)
+}
+
+// reportAll reports every process of the host as it is now.
+func (s *Session) reportAll() {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	now := sys.Monotonic()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		tids, err := procTasks(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		s.reportProcess(pid, tids, now)
+	}
+}
+
+// readAllBPF is ReadAll for the eBPF back end: the perf rings' side-band
+// records and the BPF ring buffer's samples, merged by time. Samples
+// stamped after the rings were looked at wait for the next call: the
+// mapping a sample needs may be in a ring record written meanwhile.
+func (s *Session) readAllBPF() {
+	b := s.bpf
+	until := uint64(sys.Monotonic())
+	live := s.live[:0]
+	for _, r := range s.rings {
+		if r == nil {
+			continue
+		}
+		r.begin()
+		if r.pending = r.next(); r.pending != nil {
+			r.pendingTime = recordTime(r.pending)
+			live = append(live, r)
+		} else {
+			s.bytes.Add(r.commit())
+		}
+	}
+	if b.rb == nil {
+		return
+	}
+	if !b.pending {
+		b.next()
+	}
+	for len(live) > 0 || (b.pending && b.pendingTime < until) {
+		best := -1
+		for i := range live {
+			if best < 0 || live[i].pendingTime < live[best].pendingTime {
+				best = i
+			}
+		}
+		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].pendingTime) {
+			s.handleBPF(b.rec.RawSample)
+			b.next()
+			continue
+		}
+		r := live[best]
+		s.handleSide(r.pending)
+		if r.pending = r.next(); r.pending != nil {
+			r.pendingTime = recordTime(r.pending)
+			continue
+		}
+		s.bytes.Add(r.commit())
+		live[best] = live[len(live)-1]
+		live = live[:len(live)-1]
+	}
+	s.live = live
+	if time.Since(b.lastLost) > 200*time.Millisecond {
+		b.lastLost = time.Now()
+		s.reportBPFLost()
+	}
+}
+
+// next reads the BPF ring's next record into b.rec.
+func (b *bpfState) next() {
+	b.pending = false
+	if err := b.rb.ReadInto(&b.rec); err != nil || len(b.rec.RawSample) < bpfHdrSize {
+		return
+	}
+	b.pending = true
+	h := b.rec.RawSample
+	b.pendingTime = binary.LittleEndian.Uint64(h[16:])
+	if binary.LittleEndian.Uint32(h) == bpfKindOnCPU {
+		b.pendingTime += binary.LittleEndian.Uint64(h[24:]) // written when the thread came back
+	}
+}
+
+// reportBPFLost reports the samples the BPF programs could not write.
+func (s *Session) reportBPFLost() {
+	b := s.bpf
+	if err := b.coll.Maps["lost"].Lookup(uint32(0), &b.lostVals); err != nil {
+		return
+	}
+	var n uint64
+	for _, v := range b.lostVals {
+		n += v
+	}
+	if n > b.lost {
+		s.lost.Add(n - b.lost)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: n - b.lost, Reason: format.LostRingOverflow})
+		b.lost = n
+	}
+}
+
+// handleSide reports a side-band perf record, in single-process mode only
+// those of the target and its descendants.
+func (s *Session) handleSide(rec []byte) {
+	r := &s.rec
+	if err := decodeRecord(rec, r); err != nil {
+		return
+	}
+	if r.Type == recExit && s.bpf.offPending != nil {
+		if o := s.bpf.offPending[r.Tid]; o != nil {
+			delete(s.bpf.offPending, r.Tid)
+			s.bpf.offFree = append(s.bpf.offFree, o)
+		}
+	}
+	if !s.system {
+		switch {
+		case r.Type == recFork && r.Pid != r.Ppid:
+			if s.procs[r.Ppid] == nil {
+				return
+			}
+		case s.procs[r.Pid] == nil:
+			return
+		}
+	}
+	s.dispatch(r)
+}
+
+// errBPFRecord is wrapped by the errors of decodeBPF.
+var errBPFRecord = errors.New("malformed BPF sample record")
+
+// decodeBPF decodes a BPF sample record into r (as decodeRecord does a
+// perf sample) and returns its kind. nRegs is how many user registers
+// the session's unwinder takes (0: none).
+func decodeBPF(b []byte, r *record) (kind uint32, err error) {
+	le := binary.LittleEndian
+	if len(b) < bpfKernelOff {
+		return 0, fmt.Errorf("%w: %d bytes", errBPFRecord, len(b))
+	}
+	kind = le.Uint32(b)
+	r.Type = recSample
+	r.Pid, r.Tid, r.CPU = le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:])
+	r.Time, r.Period = le.Uint64(b[16:]), le.Uint64(b[24:])
+	nk, nu, flags := int(le.Uint16(b[32:])), int(le.Uint16(b[34:])), le.Uint16(b[36:])
+	stack := int(le.Uint32(b[40:]))
+	if nk > 127 || nu > 127 || stack > bpfMaxStack || bpfKernelOff+8*(nk+nu)+stack != len(b) {
+		return 0, fmt.Errorf("%w: %d kernel frames, %d user frames and %d stack bytes in %d bytes", errBPFRecord, nk, nu, stack, len(b))
+	}
+	pcs := r.PCs[:0]
+	for i := 0; i < nk+nu; i++ {
+		pcs = append(pcs, le.Uint64(b[bpfKernelOff+8*i:]))
+	}
+	r.PCs = pcs
+	r.Kernel = nk > 0
+	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
+	if flags&bpfFlagRegs != 0 && r.nUserRegs == bpfNRegs {
+		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
+		for i := 0; i < bpfNRegs; i++ {
+			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
+		}
+		off := bpfKernelOff + 8*(nk+nu)
+		r.UserStack = b[off : off+stack]
+	}
+	return kind, nil
+}
+
+// handleBPF reports one BPF sample record.
+func (s *Session) handleBPF(b []byte) {
+	s.bytes.Add(uint64(len(b)))
+	s.bpf.ringBytes += uint64(len(b))
+	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
+		s.onCPU(b)
+		return
+	}
+	r := &s.rec
+	kind, err := decodeBPF(b, r)
+	if err != nil {
+		return
+	}
+	s.records.Add(1)
+	if s.procs[r.Pid] == nil && r.Pid != 0 {
+		// A process that was not reported yet (it started before its
+		// FORK record was read, or in a pid namespace race): report it
+		// from /proc now so that its addresses have modules.
+		if tids, err := procTasks(int(r.Pid)); err == nil {
+			s.reportProcess(int(r.Pid), tids, int64(r.Time))
+		} else {
+			s.procs[r.Pid] = &procState{} // gone: do not look again
+		}
+	}
+	if !s.kernel && r.Kernel {
+		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]
+		r.Kernel = false
+	}
+	switch kind {
+	case bpfKindCPU:
+		s.reportSample(r, 0)
+	case bpfKindOffCPU:
+		s.offCPU(r)
+	}
+}
+
+// offCPU unwinds the stack of a thread that left the CPU and holds it
+// until the thread comes back.
+func (s *Session) offCPU(r *record) {
+	b := s.bpf
+	if b.offPending == nil || !s.prepareSample(r, format.SampleOffCPU) {
+		return
+	}
+	o := b.offPending[r.Tid]
+	if o == nil {
+		if len(b.offPending) >= maxOffPending {
+			s.lost.Add(1)
+			s.h.Lost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
+			return
+		}
+		if n := len(b.offFree); n > 0 {
+			o, b.offFree = b.offFree[n-1], b.offFree[:n-1]
+		} else {
+			o = &offStack{}
+		}
+		b.offPending[r.Tid] = o
+	}
+	sm := &s.sample
+	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
+	o.pcs = append(o.pcs[:0], sm.PCs...)
+}
+
+// onCPU reports the off-CPU sample of a thread that came back: the stack
+// it left with, weighted by the nanoseconds it was away.
+func (s *Session) onCPU(h []byte) {
+	b := s.bpf
+	le := binary.LittleEndian
+	tid, start, weight := le.Uint32(h[8:]), le.Uint64(h[16:]), le.Uint64(h[24:])
+	o := b.offPending[tid]
+	if o == nil {
+		return // its stack record was lost (and counted) or dropped
+	}
+	delete(b.offPending, tid)
+	b.offFree = append(b.offFree, o)
+	if o.time != start {
+		return // a stack from another switch: its record was lost
+	}
+	sm := &s.sample
+	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
+	s.samples.Add(1)
+	s.h.Sample(sm)
+}

@@ -1,0 +1,187 @@
+//go:build linux
+
+package snapshot
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// Dump copies the state of the live process pid that a debugger needs to
+// read its data structures offline: every thread's registers and every
+// private mapping's memory (heap, stacks, the executable's writable data),
+// and returns it as an [Image]. The threads are stopped as [Process] stops
+// them (PTRACE_SEIZE + PTRACE_INTERRUPT, detached on every path) only
+// while the registers are read and the memory copied; pages the process
+// never touched (per /proc/PID/pagemap) are not copied, and read-only file
+// mappings are left to be read from their files. Image.Stopped says how
+// long the threads were stopped.
+//
+// Dump is what `rawstack snapshot --goroutines` hands to delve's core-file
+// reader: interpreting the Go runtime's structures takes far longer than
+// copying them, and the target runs again as soon as the copy is done.
+func Dump(pid int) (*Image, error) {
+	if hostArch == arch.ArchUnknown {
+		return nil, &platform.NotSupportedError{Feature: "dump", Reason: "unsupported architecture " + runtime.GOARCH}
+	}
+	if pid <= 0 {
+		return nil, fmt.Errorf("snapshot: bad pid %d", pid)
+	}
+	if pid == os.Getpid() {
+		return nil, fmt.Errorf("snapshot: pid %d is the calling process: a process cannot ptrace its own threads", pid)
+	}
+	dir := "/proc/" + strconv.Itoa(pid)
+	exe, err := os.Readlink(dir + "/exe")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("snapshot: no process %d", pid)
+		}
+		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
+	}
+	im := &Image{Pid: pid, Arch: hostArch}
+	im.Auxv, _ = os.ReadFile(dir + "/auxv")
+	pagemap, err := os.Open(dir + "/pagemap")
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
+	}
+	defer pagemap.Close()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st := &stopper{pid: pid, dir: dir}
+	defer st.release()
+	start := time.Now()
+	if err := st.stopAll(); err != nil {
+		return nil, err
+	}
+	im.Time = unix.Monotonic()
+	gregs := make([]uint64, 64)
+	for _, tr := range st.tracees {
+		if tr.state != stateStopped {
+			continue
+		}
+		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
+		if err != nil {
+			continue
+		}
+		t := ImageThread{Tid: tr.tid, Gregs: append([]uint64(nil), gregs[:n]...)}
+		if tr.tid == pid { // the main thread first: readers start there
+			im.Threads = append([]ImageThread{t}, im.Threads...)
+		} else {
+			im.Threads = append(im.Threads, t)
+		}
+	}
+	if len(im.Threads) == 0 {
+		return nil, fmt.Errorf("snapshot: pid %d: no thread could be stopped", pid)
+	}
+	// The maps are read while the threads are stopped, so the memory
+	// copied matches them.
+	mapsText, err := os.ReadFile(dir + "/maps")
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
+	}
+	maps, err := parseMaps(mapsText)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %s/maps: %w", dir, err)
+	}
+	lm := newLiveMem(pid, maps)
+	defer lm.close()
+	var pm []byte
+	for _, m := range maps {
+		if m.Path == exe {
+			im.Files = append(im.Files, FileMapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path})
+		}
+		if !dumped(&m) {
+			continue
+		}
+		r := Region{Start: m.Start, End: m.End, Perms: m.Perms}
+		anon := m.Path == "" || strings.HasPrefix(m.Path, "[")
+		pages := int((m.End - m.Start) / pageSize)
+		var present func(i int) bool
+		if anon {
+			if cap(pm) < pages*8 {
+				pm = make([]byte, pages*8)
+			}
+			pm = pm[:pages*8]
+			n, _ := pagemap.ReadAt(pm, int64(m.Start/pageSize*8))
+			pm = pm[:n-n%8]
+			present = func(i int) bool {
+				// Bit 63: present; bit 62: swapped.
+				return i*8 < len(pm) && binary.LittleEndian.Uint64(pm[i*8:])>>62 != 0
+			}
+		} else {
+			present = func(int) bool { return true }
+		}
+		var iov []unix.RemoteIovec
+		total := 0
+		for i := 0; i < pages; {
+			if !present(i) {
+				i++
+				continue
+			}
+			j := i + 1
+			for j < pages && present(j) {
+				j++
+			}
+			iov = append(iov, unix.RemoteIovec{Base: uintptr(m.Start + uint64(i)*pageSize), Len: (j - i) * pageSize})
+			total += (j - i) * pageSize
+			i = j
+		}
+		buf := make([]byte, total)
+		pos, got := 0, 0
+		for len(iov) > 0 {
+			k := min(len(iov), 1024) // IOV_MAX
+			want := 0
+			for _, v := range iov[:k] {
+				want += v.Len
+			}
+			n := lm.read(buf[pos:pos+want], iov[:k])
+			used := 0
+			for _, v := range iov[:k] { // keep the runs read whole
+				if n < v.Len {
+					break
+				}
+				r.Runs = append(r.Runs, Run{Addr: uint64(v.Base), Data: buf[pos : pos+v.Len : pos+v.Len]})
+				pos, got, n = pos+v.Len, got+v.Len, n-v.Len
+				used++
+			}
+			if used < k { // iov[used] failed: leave it out, go on
+				pos += iov[used].Len
+				used++
+			}
+			iov = iov[used:]
+		}
+		im.Copied += int64(got)
+		im.Regions = append(im.Regions, r)
+	}
+	st.release()
+	im.Stopped = time.Since(start)
+	return im, nil
+}
+
+// dumped says whether Dump copies mapping m: readable private memory
+// that is not a read-only file mapping (those are read from their files)
+// and not one of the kernel's special mappings.
+func dumped(m *mapping) bool {
+	if len(m.Perms) < 4 || m.Perms[0] != 'r' || m.Perms[3] != 'p' {
+		return false
+	}
+	switch m.Path {
+	case "[vvar]", "[vvar_vclock]", "[vsyscall]":
+		return false
+	}
+	if m.Path != "" && !strings.HasPrefix(m.Path, "[") && m.Perms[1] != 'w' {
+		return false
+	}
+	return true
+}

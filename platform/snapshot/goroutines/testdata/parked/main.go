@@ -1,0 +1,78 @@
+// Command parked is the fixture of the goroutines tests and benchmark: n
+// goroutines parked in one known chain (worker -> stage1 -> stage2
+// (inlined) -> stage3 -> channel receive), one goroutine spinning on a
+// CPU, and optionally a /debug/pprof endpoint. It prints "ready" when
+// every worker is parked.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	block   = make(chan int)
+	counter atomic.Uint64
+	parked  sync.WaitGroup
+)
+
+func worker(i int) {
+	stage1(i)
+}
+
+//go:noinline
+func stage1(i int) int {
+	return stage2(i) + 1
+}
+
+// stage2 is small enough to be inlined into stage1.
+func stage2(i int) int {
+	return stage3(i) * 2
+}
+
+//go:noinline
+func stage3(i int) int {
+	parked.Done()
+	return <-block + i
+}
+
+//go:noinline
+func spin() {
+	for {
+		counter.Add(1)
+	}
+}
+
+func main() {
+	n := flag.Int("n", 50, "parked goroutines")
+	addr := flag.String("http", "", "serve /debug/pprof on this address (host:port; port 0 picks one and prints it)")
+	flag.Parse()
+	parked.Add(*n)
+	for i := 0; i < *n; i++ {
+		go worker(i)
+	}
+	go spin()
+	parked.Wait()
+	for counter.Load() == 0 {
+		runtime.Gosched()
+	}
+	if *addr != "" {
+		ln, err := net.Listen("tcp", *addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("http", ln.Addr())
+		go http.Serve(ln, nil)
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Hour)
+}

@@ -1,0 +1,137 @@
+package pesrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/pdb"
+	"github.com/rawstack/rawstack/symbolizer/pe"
+	"github.com/rawstack/rawstack/symbolizer/symsrv"
+)
+
+func init() {
+	symbolizer.RegisterOpener(format.ModulePE, OpenModule)
+}
+
+// ErrImageMismatch says a file at a PE module's path is another build
+// than the one recorded (its TimeDateStamp or SizeOfImage differ).
+var ErrImageMismatch = errors.New("pesrc: image does not match the recorded code id")
+
+// OpenModule opens a PE module of a trace. The image is looked for at its
+// recorded path (after --path-map), then by its base name and code id in
+// the debug directories (flat and in symbol-store layout, NAME/CODEID/NAME)
+// and along _NT_SYMBOL_PATH, symbol servers included
+// ([symsrv.LocateImage]), and taken only when its code id (TimeDateStamp,
+// SizeOfImage) is the recorded one; its PDB is then found as [Open] finds
+// it, with _NT_SYMBOL_PATH. Without the image, the PDB alone is found by
+// the recorded RSDS identity (GUID, age, name) next to the recorded path,
+// in the debug directories and along _NT_SYMBOL_PATH, symbol servers
+// included, and names the module's addresses.
+func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Opened, error) {
+	var dirs []string
+	if opts != nil {
+		dirs = opts.DebugDirs
+	}
+	po := &Options{DebugDirs: dirs, SymbolPath: os.Getenv("_NT_SYMBOL_PATH")}
+	recorded := m.Path
+	if opts != nil {
+		recorded = opts.MapPath(m.Path)
+	}
+	var notes []string
+	codeID := ""
+	if m.TimeDateStamp != 0 || m.SizeOfImage != 0 {
+		codeID = fmt.Sprintf("%08X%x", m.TimeDateStamp, m.SizeOfImage)
+	}
+	// matching opens the image at p if it is the recorded build.
+	matching := func(p string) (*symbolizer.Opened, error) {
+		img, err := pe.Open(p)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				notes = append(notes, fmt.Sprintf("%s: %v", p, err))
+			}
+			return nil, nil
+		}
+		ts, size := img.TimeDateStamp, img.SizeOfImage
+		img.Close()
+		if codeID != "" && (ts != m.TimeDateStamp || size != m.SizeOfImage) {
+			notes = append(notes, fmt.Sprintf("%s: %v: %08X%x, recorded %s", p, ErrImageMismatch, ts, size, codeID))
+			return nil, nil
+		}
+		src, err := Open(p, po)
+		if err != nil {
+			return nil, err
+		}
+		return &symbolizer.Opened{Source: src, Path: p}, nil
+	}
+	for _, p := range imageCandidates(recorded) {
+		if o, err := matching(p); o != nil || err != nil {
+			return o, err
+		}
+	}
+	if codeID != "" && winBase(m.Path) != "" {
+		// Debug dirs (flat and symbol-store layout) and symbol servers,
+		// by name and code id.
+		p, err := symsrv.LocateImage(context.Background(), winBase(m.Path), codeID, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath})
+		if err == nil {
+			if o, err := matching(p); o != nil || err != nil {
+				return o, err
+			}
+		} else {
+			notes = append(notes, err.Error())
+		}
+	}
+	if m.HasPDB() {
+		cv := &pe.CodeView{GUID: pe.GUID(m.PDBGUID), Age: m.PDBAge, Path: m.PDBPath}
+		if cv.Path == "" {
+			cv.Path = strings.TrimSuffix(winBase(m.Path), filepathExt(winBase(m.Path))) + ".pdb"
+		}
+		where := ""
+		if recorded != "" {
+			where = recorded
+		}
+		p, err := symsrv.Locate(context.Background(), where, cv, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath})
+		if err == nil {
+			f, err := pdb.Open(p)
+			if err != nil {
+				return nil, err
+			}
+			return &symbolizer.Opened{Source: f, Path: p}, nil
+		}
+		notes = append(notes, err.Error())
+	}
+	return nil, fmt.Errorf("pesrc: module %s: no matching image or PDB found (%s)", m.Path, strings.Join(notes, "; "))
+}
+
+// imageCandidates lists where a module's image may be besides the
+// symbol stores: the mapped path, with Windows separators turned into
+// slashes too (for a path map that rewrote only the drive part).
+func imageCandidates(mapped string) []string {
+	if mapped == "" {
+		return nil
+	}
+	out := []string{mapped}
+	if s := strings.ReplaceAll(mapped, `\`, "/"); s != mapped {
+		out = append(out, s)
+	}
+	return out
+}
+
+// winBase is the last element of a path with / or \ separators.
+func winBase(p string) string {
+	if i := strings.LastIndexAny(p, `/\`); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+func filepathExt(p string) string {
+	if i := strings.LastIndexByte(p, '.'); i >= 0 {
+		return p[i:]
+	}
+	return ""
+}
