@@ -13,8 +13,8 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
-		short: "symbolize a trace and write it as pprof, folded stacks or a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope)",
+		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		short: "symbolize a trace and write it as pprof, folded stacks, a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope) or an OTLP profiles request",
 		run:   runConvert,
 	})
 }
@@ -22,7 +22,8 @@ func init() {
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	to := fs.String("to", "", "output format: pprof, folded, or a timeline: perfetto, chrome, firefox, speedscope")
+	to := fs.String("to", "", "output format: pprof, folded, a timeline: perfetto, chrome, firefox, speedscope, or otlp (a protobuf ExportProfilesServiceRequest)")
+	raw := fs.Bool("raw", false, "otlp: leave locations unsymbolized (addresses, mappings, build ids)")
 	out := fs.String("o", "", "output file (default: standard output)")
 	value := fs.String("value", "samples", "folded: the number after each stack, samples, cpu (ns on CPU) or offcpu (ns off CPU, from record --off-cpu)")
 	var sf symFlags
@@ -35,8 +36,11 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"want one trace FILE"}
 	}
 	timeline := timelineWriters[*to]
-	if *to != "pprof" && *to != "folded" && timeline == nil {
-		return &usageError{"--to must be pprof, folded, perfetto, chrome, firefox or speedscope"}
+	if *to != "pprof" && *to != "folded" && *to != "otlp" && timeline == nil {
+		return &usageError{"--to must be pprof, folded, perfetto, chrome, firefox, speedscope or otlp"}
+	}
+	if *raw && *to != "otlp" {
+		return &usageError{"--raw works with --to otlp"}
 	}
 	v := folded.Samples
 	switch *value {
@@ -47,6 +51,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		v = folded.OffCPUNanos
 	default:
 		return &usageError{"--value must be samples, cpu or offcpu"}
+	}
+	if *to == "otlp" {
+		return runOTLPConvert(pos[0], *raw, *out, &sf, stdout, stderr)
 	}
 	o, err := sf.options(stderr)
 	if err != nil {

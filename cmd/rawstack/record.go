@@ -21,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] (-a | -p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] (-a | -p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -45,6 +45,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	system := fs.Bool("a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
 	offCPU := fs.Bool("off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
 	goroutines := fs.Bool("goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
+	var of otlpFlags
+	of.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -85,11 +87,31 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"--stack-size must be in 1..65000"}
 	}
 
-	f, err := os.Create(*out)
+	if *keepRaw && of.endpoint != "" {
+		return &usageError{"--keep-raw cannot be streamed over OTLP"}
+	}
+	exp, err := of.start(stderr, *hz)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	var streams []io.Writer
+	if exp != nil {
+		streams = append(streams, exp)
+	}
+	// With --otlp-endpoint a file is written only when -o is given.
+	file := exp == nil
+	fs.Visit(func(fl *flag.Flag) { file = file || fl.Name == "o" })
+	var f *os.File
+	if file {
+		if f, err = os.Create(*out); err != nil {
+			if exp != nil {
+				exp.finish()
+			}
+			return err
+		}
+		defer f.Close()
+		streams = append(streams, f)
+	}
 	if be == platform.BackendEBPF && mode != platform.UnwindFP {
 		// Whole-system unwinding builds CFI tables for every module
 		// samples pass through; most of that is garbage once built. A soft
@@ -104,7 +126,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *dur)
 		defer cancel()
 	}
-	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
+	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: streams, NoKernel: *noKernel,
 		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode,
 		Backend: be, System: *system, OffCPU: *offCPU, Goroutines: *goroutines}
 	var cmd *exec.Cmd
@@ -120,7 +142,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	t, err := tracer.Start(ctx, opts)
 	if err != nil {
-		os.Remove(*out)
+		if f != nil {
+			os.Remove(*out)
+		}
+		if exp != nil {
+			exp.finish()
+		}
 		return err
 	}
 	progress := newProgress(stderr, *quiet)
@@ -158,20 +185,29 @@ loop:
 	}
 	progress.clear()
 	exitErr := t.Wait()
-	if err := f.Close(); err != nil {
-		return err
-	}
 	st := t.Stats()
-	var size int64
-	if fi, err := os.Stat(*out); err == nil {
-		size = fi.Size()
-	}
 	event := st.Event
 	if be == platform.BackendEBPF {
 		event += ", eBPF"
 	}
-	fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
-		*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, event, *hz, time.Since(start).Seconds())
+	if exp != nil {
+		// Before the file's summary: the last batch goes out and
+		// rawstack-otlp prints what it sent and lost.
+		if err := exp.finish(); err != nil {
+			return err
+		}
+	}
+	if f != nil {
+		if err := f.Close(); err != nil {
+			return err
+		}
+		var size int64
+		if fi, err := os.Stat(*out); err == nil {
+			size = fi.Size()
+		}
+		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
+			*out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, size, event, *hz, time.Since(start).Seconds())
+	}
 	if st.Suspensions > 0 {
 		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v\n",
 			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax)

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+)
+
+// The otlp scenario (issue 16): bytes per sample of the OTLP profiles
+// rawstack sends — raw and symbolized, as one request for a whole trace
+// (convert --to otlp) and streamed in batches (record --otlp-endpoint) —
+// against the gzipped pprof export of the same trace. The stream goes to
+// a local gRPC endpoint in this process that counts the request bytes
+// and answers OK.
+func init() {
+	register(&scenario{name: "otlp", order: 160, run: runOTLP})
+}
+
+var reOTLPSent = regexp.MustCompile(`otlp \S+: (\d+) samples sent in (\d+) batches \((\d+) bytes, (\d+) on the wire\)`)
+
+func runOTLP(cfg *config) ([]row, error) {
+	load, err := buildC(cfg, "recordload.cc", "-O2", "-g", "-fno-omit-frame-pointer")
+	if err != nil {
+		return nil, err
+	}
+	rawstack, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// rawstack runs its OTLP companion from its own directory.
+	if b, err := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), "rawstack-otlp"), "github.com/rawstack/rawstack/cmd/rawstack-otlp").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build rawstack-otlp: %v\n%s", err, b)
+	}
+	rounds := "150"
+	if cfg.short {
+		rounds = "40"
+	}
+	var rows []row
+	sizeOf := func(args ...string) (int64, int64, error) {
+		out := filepath.Join(cfg.work, "out.bin")
+		cmd := exec.Command(rawstack, append(args, "-o", out)...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return 0, 0, fmt.Errorf("rawstack %v: %v\n%s", args, err, b)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			return 0, 0, err
+		}
+		var z bytes.Buffer
+		w := gzip.NewWriter(&z)
+		w.Write(data)
+		w.Close()
+		return int64(len(data)), int64(z.Len()), nil
+	}
+
+	ep, err := newCountingEndpoint()
+	if err != nil {
+		return nil, err
+	}
+	defer ep.close()
+	for _, interval := range []string{"5s", "1s"} {
+		trace := filepath.Join(cfg.work, "otlp.rawstack")
+		for _, raw := range []bool{true, false} {
+			args := []string{"record", "-q", "-F", "999", "-o", trace, "--otlp-endpoint", ep.addr, "--otlp-interval", interval}
+			kind := "symbolized"
+			if raw {
+				args = append(args, "--otlp-raw")
+				kind = "raw"
+			}
+			b, err := exec.Command(rawstack, append(args, "--", load, rounds)...).CombinedOutput()
+			if err != nil {
+				return nil, fmt.Errorf("rawstack record: %v\n%s", err, b)
+			}
+			m := reOTLPSent.FindSubmatch(b)
+			if m == nil {
+				return nil, fmt.Errorf("rawstack record: no otlp summary:\n%s", b)
+			}
+			sent, _ := strconv.ParseFloat(string(m[1]), 64)
+			wire, _ := strconv.ParseFloat(string(m[4]), 64)
+			if sent == 0 {
+				return nil, fmt.Errorf("rawstack record: no samples sent:\n%s", b)
+			}
+			_, samples, err := countSamples(trace)
+			if err != nil {
+				return nil, err
+			}
+			pprofBytes, _, err := sizeOf("convert", trace, "--to", "pprof")
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, row{Scenario: "otlp", Metric: fmt.Sprintf("stream %s, %s batches: B/sample on the wire (gzip)", kind, interval),
+				Rawstack: wire / sent, Peer: "pprof.gz of the trace", PeerVal: float64(pprofBytes) / float64(samples), Better: "lower",
+				Note: fmt.Sprintf("%d samples, %s batches, endpoint counted %d B", int64(sent), m[2], ep.bytes.Load())})
+			ep.bytes.Store(0)
+		}
+		if interval == "5s" {
+			_, samples, err := countSamples(trace)
+			if err != nil {
+				return nil, err
+			}
+			pprofBytes, _, err := sizeOf("convert", trace, "--to", "pprof")
+			if err != nil {
+				return nil, err
+			}
+			for _, raw := range []bool{true, false} {
+				args := []string{"convert", trace, "--to", "otlp"}
+				kind := "symbolized"
+				if raw {
+					args = append(args, "--raw")
+					kind = "raw"
+				}
+				n, nz, err := sizeOf(args...)
+				if err != nil {
+					return nil, err
+				}
+				per := float64(samples)
+				rows = append(rows,
+					row{Scenario: "otlp", Metric: "one request, " + kind + ": B/sample", Rawstack: float64(n) / per, Peer: "pprof.gz", PeerVal: float64(pprofBytes) / per, Better: "lower"},
+					row{Scenario: "otlp", Metric: "one request, " + kind + ", gzip: B/sample", Rawstack: float64(nz) / per, Peer: "pprof.gz", PeerVal: float64(pprofBytes) / per, Better: "lower"})
+			}
+		}
+	}
+	return rows, nil
+}
+
+// countingEndpoint is an OTLP/gRPC endpoint (HTTP/2 without TLS) that
+// counts request bytes and accepts everything.
+type countingEndpoint struct {
+	addr  string
+	srv   *http.Server
+	bytes atomic.Int64
+}
+
+func newCountingEndpoint() (*countingEndpoint, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	e := &countingEndpoint{addr: l.Addr().String()}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	e.srv = &http.Server{Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		e.bytes.Add(n)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte{0, 0, 0, 0, 0}) // an empty ExportProfilesServiceResponse
+		w.Header().Set("Grpc-Status", "0")
+	})}
+	go e.srv.Serve(l)
+	return e, nil
+}
+
+func (e *countingEndpoint) close() { e.srv.Close() }

@@ -1,0 +1,46 @@
+package rawstackprocessor
+
+import (
+	"errors"
+)
+
+// Config configures the processor. In a Collector configuration:
+//
+//	processors:
+//	  rawstack:
+//	    debug_dirs: [/srv/debug]               # DIR/.build-id/xx/rest.debug
+//	    debuginfod_urls: [https://debuginfod.example.org]
+//	    max_open_files: 64
+type Config struct {
+	// DebugDirs are searched for debug files by GNU build id
+	// (DIR/.build-id/xx/rest.debug), before /usr/lib/debug.
+	DebugDirs []string `mapstructure:"debug_dirs"`
+	// DebuginfodURLs are debuginfod servers asked for debug files by
+	// build id. Empty means none (DEBUGINFOD_URLS is not consulted, so a
+	// collector does not reach out unless configured to).
+	DebuginfodURLs []string `mapstructure:"debuginfod_urls"`
+	// DebuginfodCache is where downloads are kept; "" means the user
+	// cache directory.
+	DebuginfodCache string `mapstructure:"debuginfod_cache"`
+	// UseRecordedPaths also opens binaries at the paths the hosts
+	// recorded (checked against the build id). Leave it off unless the
+	// collector shares the hosts' file systems: a host names the path.
+	UseRecordedPaths bool `mapstructure:"use_recorded_paths"`
+	// MaxOpenFiles bounds the debug files kept open (least recently used
+	// are closed first); 0 means 64.
+	MaxOpenFiles int `mapstructure:"max_open_files"`
+	// MaxAddressesPerFile bounds the answers remembered per file; 0
+	// means 65536.
+	MaxAddressesPerFile int `mapstructure:"max_addresses_per_file"`
+	// MaxLocations rejects requests with more locations than this; 0
+	// means 1<<20.
+	MaxLocations int `mapstructure:"max_locations"`
+}
+
+// Validate checks the bounds.
+func (c *Config) Validate() error {
+	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 {
+		return errors.New("rawstack processor: max_open_files, max_addresses_per_file and max_locations must not be negative")
+	}
+	return nil
+}

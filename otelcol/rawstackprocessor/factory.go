@@ -1,0 +1,41 @@
+// Package rawstackprocessor is an OpenTelemetry Collector processor that
+// symbolizes raw OTLP profiles — locations with an address and a mapping
+// that carries a GNU build id (process.executable.build_id.gnu), as
+// `rawstack record --otlp-raw` and the OpenTelemetry eBPF profiler send
+// them — with rawstack's symbolizer: debug files found by build id in
+// directories and on debuginfod servers, ELF symbol tables, DWARF with
+// inlined functions, Go's pclntab. Hosts send raw stacks; the collector,
+// which holds the debug files, names them once for the whole fleet.
+//
+// Locations that already have lines, kernel frames, and addresses it
+// cannot resolve pass through untouched. A request whose indices point
+// outside its dictionary is rejected as a permanent error, so the
+// receiver answers InvalidArgument and nothing downstream sees it.
+package rawstackprocessor
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper/xprocessorhelper"
+	"go.opentelemetry.io/collector/processor/xprocessor"
+)
+
+// Type is the processor's name in Collector configurations.
+var Type = component.MustNewType("rawstack")
+
+// NewFactory returns the processor's factory.
+func NewFactory() xprocessor.Factory {
+	return xprocessor.NewFactory(Type, func() component.Config { return &Config{} },
+		xprocessor.WithProfiles(createProfiles, component.StabilityLevelDevelopment))
+}
+
+func createProfiles(ctx context.Context, set processor.Settings, cfg component.Config, next xconsumer.Profiles) (xprocessor.Profiles, error) {
+	p := newSymbolizer(cfg.(*Config), set.Logger)
+	return xprocessorhelper.NewProfiles(ctx, set, cfg, next, p.process,
+		xprocessorhelper.WithCapabilities(consumer.Capabilities{MutatesData: true}),
+		xprocessorhelper.WithShutdown(func(context.Context) error { return p.res.Close() }))
+}

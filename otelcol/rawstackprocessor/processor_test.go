@@ -1,0 +1,213 @@
+package rawstackprocessor
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+)
+
+func openELF(path string) (*elf.File, error) { return elf.Open(path) }
+
+// rawRequest records the chain fixture with the CLI and converts the
+// trace to a raw OTLP profile.
+func rawRequest(t testing.TB, bin string) (pprofile.Profiles, int64) {
+	t.Helper()
+	file := t.TempDir() + "/t.rawstack"
+	cli := rawstackCLI(t)
+	if out, err := execCommand(cli, "record", "-q", "-o", file, "-F", "499", "--", bin, "0.3"); err != nil {
+		t.Fatalf("rawstack record: %v\n%s", err, out)
+	}
+	r, err := format.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, c, err := otlp.Convert(r, otlp.Options{Raw: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, c.Samples
+}
+
+func TestMalformedRequestsRejected(t *testing.T) {
+	needPerf(t)
+	bin, dbg := chain(t)
+	c := startCollector(t, &Config{DebugDirs: []string{dbg}}, "")
+	good, _ := rawRequest(t, bin)
+	client := &otlp.Client{Endpoint: c.addr}
+	ctx := context.Background()
+
+	hostile := map[string]func(p pprofile.Profiles){
+		"location mapping out of range": func(p pprofile.Profiles) {
+			p.Dictionary().LocationTable().At(1).SetMappingIndex(1 << 30)
+		},
+		"negative stack index": func(p pprofile.Profiles) {
+			p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).SetStackIndex(-5)
+		},
+		"stack location out of range": func(p pprofile.Profiles) {
+			p.Dictionary().StackTable().At(1).LocationIndices().Append(1 << 20)
+		},
+		"attribute key out of range": func(p pprofile.Profiles) {
+			p.Dictionary().AttributeTable().At(1).SetKeyStrindex(1 << 25)
+		},
+		"mapping ends before it starts": func(p pprofile.Profiles) {
+			m := p.Dictionary().MappingTable().At(1)
+			m.SetMemoryLimit(m.MemoryStart() - 1)
+		},
+	}
+	for name, mutate := range hostile {
+		p := pprofile.NewProfiles()
+		good.CopyTo(p)
+		mutate(p)
+		data, err := otlp.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = client.Export(ctx, data)
+		var se *otlp.StatusError
+		if !errors.As(err, &se) || se.Code != 3 || !strings.Contains(se.Message, "malformed") {
+			t.Errorf("%s: export returned %v, want InvalidArgument naming the malformed reference", name, err)
+		} else if otlp.IsRetryable(err) {
+			t.Errorf("%s: %v is retryable", name, err)
+		}
+	}
+	// Bytes that are no protobuf at all: the receiver refuses them.
+	if err := client.Export(ctx, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0x01}); err == nil {
+		t.Error("garbage request accepted")
+	}
+	if n := len(c.sink.AllProfiles()); n != 0 {
+		t.Errorf("%d malformed requests reached the consumer", n)
+	}
+	// The pipeline still works.
+	data, err := otlp.Marshal(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Export(ctx, data); err != nil {
+		t.Fatalf("good request after hostile ones: %v", err)
+	}
+	if len(c.sink.AllProfiles()) != 1 {
+		t.Fatalf("good request did not come through")
+	}
+}
+
+func TestUnresolvableFramesPassThrough(t *testing.T) {
+	needPerf(t)
+	bin, _ := chain(t)
+	p, _ := rawRequest(t, bin)
+	before := pprofile.NewProfiles()
+	p.CopyTo(before)
+	// No debug directories, no recorded paths: nothing can be found.
+	proc := newSymbolizer(&Config{}, zap.NewNop())
+	out, err := proc.process(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := otlp.Marshal(before)
+	b, _ := otlp.Marshal(out)
+	if !bytes.Equal(a, b) {
+		t.Error("a profile with nothing to resolve changed")
+	}
+	if proc.resolved.Load() != 0 || proc.unresolved.Load() == 0 {
+		t.Errorf("resolved %d, unresolved %d", proc.resolved.Load(), proc.unresolved.Load())
+	}
+}
+
+// FuzzProcess feeds arbitrary protobuf requests through the processor: it
+// must reject or process them, never panic or index out of range.
+func FuzzProcess(f *testing.F) {
+	p := pprofile.NewProfiles()
+	d := p.Dictionary()
+	d.StringTable().Append("", otlp.AttrBuildIDGNU, "/bin/x", otlp.AttrFrameType, "native")
+	d.AttributeTable().AppendEmpty()
+	a := d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(1)
+	a.Value().SetStr("0123456789abcdef0123456789abcdef01234567")
+	a = d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(3)
+	a.Value().SetStr("native")
+	d.MappingTable().AppendEmpty()
+	m := d.MappingTable().AppendEmpty()
+	m.SetMemoryStart(0x400000)
+	m.SetMemoryLimit(0x500000)
+	m.SetFilenameStrindex(2)
+	m.AttributeIndices().Append(1)
+	d.LocationTable().AppendEmpty()
+	l := d.LocationTable().AppendEmpty()
+	l.SetMappingIndex(1)
+	l.SetAddress(0x401234)
+	l.AttributeIndices().Append(2)
+	d.FunctionTable().AppendEmpty()
+	d.StackTable().AppendEmpty()
+	d.StackTable().AppendEmpty().LocationIndices().Append(1)
+	d.LinkTable().AppendEmpty()
+	pr := p.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	s := pr.Samples().AppendEmpty()
+	s.SetStackIndex(1)
+	s.TimestampsUnixNano().Append(1)
+	seed, err := otlp.Marshal(p)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	if data, err := os.ReadFile("testdata/raw.pb"); err == nil {
+		f.Add(data)
+	}
+	proc := newSymbolizer(&Config{MaxLocations: 1 << 12}, zap.NewNop())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var u pprofile.ProtoUnmarshaler
+		p, err := u.UnmarshalProfiles(data)
+		if err != nil {
+			return
+		}
+		proc.process(context.Background(), p)
+	})
+}
+
+// BenchmarkProcessor measures the processor on a raw profile of the
+// chain fixture with a warm cache (every file open, every address seen):
+// the steady state of a collector receiving from a fleet.
+func BenchmarkProcessor(b *testing.B) {
+	needPerf(b)
+	bin, dbg := chain(b)
+	p, samples := rawRequest(b, bin)
+	proc := newSymbolizer(&Config{DebugDirs: []string{dbg}}, zap.NewNop())
+	ctx := context.Background()
+	warm := pprofile.NewProfiles()
+	p.CopyTo(warm)
+	if _, err := proc.process(ctx, warm); err != nil {
+		b.Fatal(err)
+	}
+	if proc.resolved.Load() == 0 {
+		b.Fatal("nothing resolved")
+	}
+	copies := make([]pprofile.Profiles, b.N)
+	for i := range copies {
+		copies[i] = pprofile.NewProfiles()
+		p.CopyTo(copies[i])
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := proc.process(ctx, copies[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(samples)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+	b.ReportMetric(float64(p.Dictionary().LocationTable().Len()-1)*float64(b.N)/b.Elapsed().Seconds(), "locations/s")
+}
+
+func execCommand(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
+}

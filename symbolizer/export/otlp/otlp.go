@@ -1,0 +1,563 @@
+// Package otlp exports rawstack streams as OpenTelemetry profiles (OTLP,
+// the profiles signal of the OpenTelemetry protocol), built on the
+// Collector's own data model, go.opentelemetry.io/collector/pdata/pprofile.
+//
+// A [Builder] reads the events of a stream — from a file, or live as a
+// tracer stream — and turns the samples it has seen since the last
+// [Builder.Flush] into a [pprofile.Profiles]:
+//
+//   - one ResourceProfiles per process, with the semantic-convention
+//     resource attributes process.pid, process.parent_pid,
+//     process.executable.name, process.command_args, host.name, os.type
+//     and host.arch;
+//   - a "samples"/"count" profile of on-CPU samples (period type
+//     "cpu"/"nanoseconds") and, when there are off-CPU samples, an
+//     "off_cpu"/"nanoseconds" profile, as the OpenTelemetry eBPF profiler
+//     writes them: each Sample is one (stack, thread) with one timestamp
+//     per observation (and, off CPU, one value per timestamp: ns blocked),
+//     and the attributes thread.id and thread.name;
+//   - mappings with the attributes process.executable.build_id.gnu and
+//     process.executable.build_id.go, the names the OpenTelemetry
+//     profiler and semantic conventions use, so a backend or the rawstack
+//     Collector processor can find the debug files by build id;
+//   - locations with the attribute profile.frame.type ("native" or
+//     "kernel") and, unless [Options.Raw], one line per function at the
+//     address, innermost inlined function first (the pprof convention).
+//
+// A location's address is absolute, inside its mapping's [memory_start,
+// memory_limit). For every frame but the leaf it is the return address
+// minus one — an address inside the call instruction — so that a
+// symbolizer that sees the location alone names the call site. Raw
+// profiles carry no names at all: only addresses, mappings and build ids.
+//
+// [Write] encodes a Profiles as the protobuf ExportProfilesServiceRequest
+// that an OTLP receiver accepts; [Exporter] streams batches to a Collector
+// over gRPC.
+package otlp
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/symbolizer"
+)
+
+// Attribute names (OpenTelemetry semantic conventions and the
+// OpenTelemetry eBPF profiler).
+const (
+	AttrBuildIDGNU     = "process.executable.build_id.gnu"
+	AttrBuildIDGo      = "process.executable.build_id.go"
+	AttrFrameType      = "profile.frame.type"
+	AttrThreadID       = "thread.id"
+	AttrThreadName     = "thread.name"
+	AttrPID            = "process.pid"
+	AttrParentPID      = "process.parent_pid"
+	AttrExecutableName = "process.executable.name"
+	AttrCommandArgs    = "process.command_args"
+	AttrHostName       = "host.name"
+	AttrOSType         = "os.type"
+	AttrHostArch       = "host.arch"
+	AttrServiceName    = "service.name"
+)
+
+// Frame types of profile.frame.type.
+const (
+	FrameNative = "native"
+	FrameKernel = "kernel"
+)
+
+// ScopeName is the instrumentation scope of the profiles rawstack writes.
+const ScopeName = "github.com/rawstack/rawstack"
+
+// Options tune a [Builder].
+type Options struct {
+	// Raw leaves locations unsymbolized: address and mapping only.
+	Raw bool
+	// Resolver symbolizes locations when Raw is false; nil means a
+	// Resolver with the zero symbolizer.Options, created on first use.
+	Resolver *symbolizer.Resolver
+	// HostName is written as host.name on every resource; "" leaves it out.
+	HostName string
+	// ServiceName, if set, is written as service.name on every resource.
+	ServiceName string
+}
+
+// Builder turns stream events into OTLP profiles. It is not safe for
+// concurrent use.
+type Builder struct {
+	opts    Options
+	hdr     format.Header
+	db      *symbolizer.ModuleDB
+	stacks  map[uint64][]uint64
+	procs   map[uint32]format.Process
+	threads map[uint32]string
+
+	clock     format.ClockSync
+	haveClock bool
+
+	pending []pendingSample
+	// threads and processes that ended: forgotten after the next Flush,
+	// which may still need their names, so a long stream with thread
+	// churn does not grow.
+	endedThreads []uint32
+	endedProcs   []uint32
+	// counters since creation
+	samples, lost, rawStacks, unknownStacks int64
+}
+
+type pendingSample struct {
+	time   int64
+	pid    uint32
+	tid    uint32
+	weight uint64
+	stack  uint64
+	off    bool
+}
+
+// NewBuilder returns a Builder for a stream with header h.
+func NewBuilder(h format.Header, opts Options) *Builder {
+	return &Builder{
+		opts:    opts,
+		hdr:     h,
+		db:      symbolizer.NewModuleDB(),
+		stacks:  map[uint64][]uint64{},
+		procs:   map[uint32]format.Process{},
+		threads: map[uint32]string{},
+	}
+}
+
+// Event takes one event of the stream. It copies what it keeps.
+func (b *Builder) Event(ev *format.Event) {
+	switch ev.Kind {
+	case format.KindProcess:
+		b.procs[ev.Process.Pid] = ev.Process
+		b.endedProcs = slices.DeleteFunc(b.endedProcs, func(p uint32) bool { return p == ev.Process.Pid })
+	case format.KindClockSync:
+		b.clock, b.haveClock = ev.ClockSync, true
+	case format.KindThreadName:
+		b.threads[ev.ThreadName.Tid] = ev.ThreadName.Name
+		b.endedThreads = slices.DeleteFunc(b.endedThreads, func(t uint32) bool { return t == ev.ThreadName.Tid }) // a reused tid
+	case format.KindThreadEnd:
+		b.endedThreads = append(b.endedThreads, ev.ThreadEnd.Tid)
+	case format.KindProcessEnd:
+		b.endedProcs = append(b.endedProcs, ev.ProcessEnd.Pid)
+	case format.KindModuleLoad:
+		b.db.Load(&ev.ModuleLoad)
+	case format.KindModuleUnload:
+		b.db.Unload(&ev.ModuleUnload)
+	case format.KindStack:
+		b.stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
+	case format.KindLost:
+		b.lost += int64(ev.Lost.Count)
+	case format.KindRawStack:
+		b.rawStacks++
+	case format.KindSample:
+		s := &ev.Sample
+		b.samples++
+		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0})
+	}
+}
+
+// Counts are a Builder's running totals.
+type Counts struct {
+	// Samples is the number of Sample events taken.
+	Samples int64
+	// Lost sums the Lost events of the stream.
+	Lost int64
+	// RawStacks counts RawStack events, which are not exported:
+	// they need offline unwinding (record without --keep-raw).
+	RawStacks int64
+	// UnknownStacks counts samples whose stack was never defined.
+	UnknownStacks int64
+	// Pending is the number of samples not flushed yet.
+	Pending int
+}
+
+// Counts returns the running totals.
+func (b *Builder) Counts() Counts {
+	return Counts{Samples: b.samples, Lost: b.lost, RawStacks: b.rawStacks, UnknownStacks: b.unknownStacks, Pending: len(b.pending)}
+}
+
+// Flush returns the profiles of the samples taken since the last Flush,
+// and their number.
+func (b *Builder) Flush() (pprofile.Profiles, int) {
+	out := pprofile.NewProfiles()
+	n := len(b.pending)
+	if n == 0 {
+		b.forget()
+		return out, 0
+	}
+	if !b.opts.Raw && b.opts.Resolver == nil {
+		b.opts.Resolver = symbolizer.NewResolver(nil, 0, 0)
+	}
+	d := newDict(out.Dictionary())
+	byPid := map[uint32][]pendingSample{}
+	var pids []uint32
+	for _, s := range b.pending {
+		if _, ok := byPid[s.pid]; !ok {
+			pids = append(pids, s.pid)
+		}
+		byPid[s.pid] = append(byPid[s.pid], s)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	for _, pid := range pids {
+		rp := out.ResourceProfiles().AppendEmpty()
+		b.resource(rp.Resource().Attributes(), pid)
+		sp := rp.ScopeProfiles().AppendEmpty()
+		sp.Scope().SetName(ScopeName)
+		var on, off []pendingSample
+		for _, s := range byPid[pid] {
+			if s.off {
+				off = append(off, s)
+			} else {
+				on = append(on, s)
+			}
+		}
+		if len(on) > 0 {
+			b.profile(d, sp.Profiles().AppendEmpty(), on, false)
+		}
+		if len(off) > 0 {
+			b.profile(d, sp.Profiles().AppendEmpty(), off, true)
+		}
+	}
+	b.pending = b.pending[:0]
+	b.forget()
+	return out, n
+}
+
+// forget drops the names of threads and processes that ended.
+func (b *Builder) forget() {
+	for _, tid := range b.endedThreads {
+		delete(b.threads, tid)
+	}
+	for _, pid := range b.endedProcs {
+		delete(b.procs, pid)
+	}
+	b.endedThreads, b.endedProcs = b.endedThreads[:0], b.endedProcs[:0]
+}
+
+func (b *Builder) wall(t int64) uint64 {
+	if !b.haveClock {
+		return uint64(t)
+	}
+	return uint64(t - b.clock.Time + b.clock.WallNano)
+}
+
+func (b *Builder) resource(attrs pcommon.Map, pid uint32) {
+	attrs.PutInt(AttrPID, int64(pid))
+	if p, ok := b.procs[pid]; ok {
+		if p.Ppid != 0 {
+			attrs.PutInt(AttrParentPID, int64(p.Ppid))
+		}
+		if p.Name != "" {
+			attrs.PutStr(AttrExecutableName, p.Name)
+		}
+		if p.Cmdline != "" {
+			args := attrs.PutEmptySlice(AttrCommandArgs)
+			for _, a := range strings.Split(strings.TrimRight(p.Cmdline, "\x00"), "\x00") {
+				args.AppendEmpty().SetStr(a)
+			}
+		}
+	}
+	if b.opts.HostName != "" {
+		attrs.PutStr(AttrHostName, b.opts.HostName)
+	}
+	if b.opts.ServiceName != "" {
+		attrs.PutStr(AttrServiceName, b.opts.ServiceName)
+	}
+	switch b.hdr.OS {
+	case format.OSLinux:
+		attrs.PutStr(AttrOSType, "linux")
+	case format.OSWindows:
+		attrs.PutStr(AttrOSType, "windows")
+	case format.OSDarwin:
+		attrs.PutStr(AttrOSType, "darwin")
+	}
+	switch b.hdr.Arch {
+	case format.ArchAMD64:
+		attrs.PutStr(AttrHostArch, "amd64")
+	case format.ArchARM64:
+		attrs.PutStr(AttrHostArch, "arm64")
+	}
+}
+
+type sampleKey struct {
+	stack int32
+	tid   uint32
+}
+
+func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample, off bool) {
+	if off {
+		pr.SampleType().SetTypeStrindex(d.str("off_cpu"))
+		pr.SampleType().SetUnitStrindex(d.str("nanoseconds"))
+	} else {
+		pr.SampleType().SetTypeStrindex(d.str("samples"))
+		pr.SampleType().SetUnitStrindex(d.str("count"))
+		pr.PeriodType().SetTypeStrindex(d.str("cpu"))
+		pr.PeriodType().SetUnitStrindex(d.str("nanoseconds"))
+		pr.SetPeriod(int64(samples[0].weight))
+	}
+	var id pprofile.ProfileID
+	rand.Read(id[:])
+	pr.SetProfileID(id)
+	first, last := samples[0].time, samples[0].time
+	agg := map[sampleKey]pprofile.Sample{}
+	for _, s := range samples {
+		first, last = min(first, s.time), max(last, s.time)
+		st := b.stack(d, &s)
+		k := sampleKey{st, s.tid}
+		ps, ok := agg[k]
+		if !ok {
+			ps = pr.Samples().AppendEmpty()
+			ps.SetStackIndex(st)
+			ps.AttributeIndices().Append(d.intAttr(AttrThreadID, int64(s.tid)))
+			if name := b.threads[s.tid]; name != "" {
+				ps.AttributeIndices().Append(d.strAttr(AttrThreadName, name))
+			}
+			agg[k] = ps
+		}
+		ps.TimestampsUnixNano().Append(b.wall(s.time))
+		if off {
+			ps.Values().Append(int64(s.weight))
+		}
+	}
+	pr.SetTime(pcommon.Timestamp(b.wall(first)))
+	pr.SetDurationNano(uint64(last - first))
+}
+
+// stack returns the stack table index of a sample's stack.
+func (b *Builder) stack(d *dict, s *pendingSample) int32 {
+	pcs, ok := b.stacks[s.stack]
+	if s.stack != 0 && !ok {
+		b.unknownStacks++
+	}
+	d.keyBuf = d.keyBuf[:0]
+	locs := d.locBuf[:0]
+	for i, pc := range pcs {
+		addr := pc
+		if i > 0 && addr > 0 {
+			addr-- // inside the call instruction
+		}
+		li := b.location(d, s.pid, addr, s.time)
+		locs = append(locs, li)
+		d.keyBuf = binary.AppendUvarint(d.keyBuf, uint64(li))
+	}
+	d.locBuf = locs
+	if i, ok := d.stacks[string(d.keyBuf)]; ok {
+		return i
+	}
+	i := int32(d.d.StackTable().Len())
+	d.d.StackTable().AppendEmpty().LocationIndices().FromRaw(locs)
+	d.stacks[string(d.keyBuf)] = i
+	return i
+}
+
+type locKey struct {
+	mod  *symbolizer.Module
+	addr uint64
+}
+
+func (b *Builder) location(d *dict, pid uint32, addr uint64, t int64) int32 {
+	m := b.db.Lookup(pid, addr, t)
+	k := locKey{m, addr}
+	if i, ok := d.locs[k]; ok {
+		return i
+	}
+	i := int32(d.d.LocationTable().Len())
+	loc := d.d.LocationTable().AppendEmpty()
+	d.locs[k] = i
+	loc.SetAddress(addr)
+	ft := FrameNative
+	if m != nil {
+		if m.Kind == format.ModuleKernel {
+			ft = FrameKernel
+		}
+		loc.SetMappingIndex(d.mapping(m))
+	}
+	loc.AttributeIndices().Append(d.strAttr(AttrFrameType, ft))
+	if m != nil && !b.opts.Raw {
+		frames, _, _ := b.opts.Resolver.Resolve(m, addr)
+		AppendLines(d.d, loc, frames, d.str, d.function)
+	}
+	return i
+}
+
+// AppendLines adds one line per frame to loc, innermost first, naming
+// functions through fn (which returns a function table index for a name
+// and file, given str for string indices). Frames without a function name
+// are skipped.
+func AppendLines(dict pprofile.ProfilesDictionary, loc pprofile.Location, frames []symbolizer.Frame, str func(string) int32, fn func(name, file string) int32) {
+	for _, f := range frames {
+		if f.Function == "" {
+			continue
+		}
+		l := loc.Lines().AppendEmpty()
+		l.SetFunctionIndex(fn(f.Function, f.File))
+		l.SetLine(int64(f.Line))
+		l.SetColumn(int64(f.Column))
+	}
+}
+
+// dict interns the dictionary tables of one Profiles. Index 0 of every
+// table is the empty entry, as the OTLP profiles data model asks.
+type dict struct {
+	d      pprofile.ProfilesDictionary
+	strs   map[string]int32
+	attrs  map[attrKey]int32
+	maps   map[*symbolizer.Module]int32
+	locs   map[locKey]int32
+	funcs  map[[2]string]int32
+	stacks map[string]int32
+	keyBuf []byte
+	locBuf []int32
+}
+
+type attrKey struct {
+	key   string
+	sval  string
+	ival  int64
+	isInt bool
+}
+
+func newDict(d pprofile.ProfilesDictionary) *dict {
+	x := &dict{d: d, strs: map[string]int32{}, attrs: map[attrKey]int32{}, maps: map[*symbolizer.Module]int32{},
+		locs: map[locKey]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}}
+	x.str("")
+	d.AttributeTable().AppendEmpty()
+	d.MappingTable().AppendEmpty()
+	d.LocationTable().AppendEmpty()
+	d.FunctionTable().AppendEmpty()
+	d.StackTable().AppendEmpty()
+	d.LinkTable().AppendEmpty()
+	x.stacks[""] = 0
+	return x
+}
+
+func (x *dict) str(s string) int32 {
+	if i, ok := x.strs[s]; ok {
+		return i
+	}
+	i := int32(x.d.StringTable().Len())
+	x.d.StringTable().Append(s)
+	x.strs[s] = i
+	return i
+}
+
+func (x *dict) strAttr(key, val string) int32 {
+	k := attrKey{key: key, sval: val}
+	if i, ok := x.attrs[k]; ok {
+		return i
+	}
+	i := int32(x.d.AttributeTable().Len())
+	a := x.d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(x.str(key))
+	a.Value().SetStr(val)
+	x.attrs[k] = i
+	return i
+}
+
+func (x *dict) intAttr(key string, val int64) int32 {
+	k := attrKey{key: key, ival: val, isInt: true}
+	if i, ok := x.attrs[k]; ok {
+		return i
+	}
+	i := int32(x.d.AttributeTable().Len())
+	a := x.d.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(x.str(key))
+	a.Value().SetInt(val)
+	x.attrs[k] = i
+	return i
+}
+
+func (x *dict) function(name, file string) int32 {
+	k := [2]string{name, file}
+	if i, ok := x.funcs[k]; ok {
+		return i
+	}
+	i := int32(x.d.FunctionTable().Len())
+	f := x.d.FunctionTable().AppendEmpty()
+	f.SetNameStrindex(x.str(name))
+	f.SetSystemNameStrindex(x.str(name))
+	f.SetFilenameStrindex(x.str(file))
+	x.funcs[k] = i
+	return i
+}
+
+func (x *dict) mapping(m *symbolizer.Module) int32 {
+	if i, ok := x.maps[m]; ok {
+		return i
+	}
+	i := int32(x.d.MappingTable().Len())
+	pm := x.d.MappingTable().AppendEmpty()
+	pm.SetMemoryStart(m.Base)
+	pm.SetMemoryLimit(m.Base + m.Size)
+	pm.SetFileOffset(m.FileOffset)
+	pm.SetFilenameStrindex(x.str(m.Name()))
+	if len(m.BuildID) > 0 {
+		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGNU, m.BuildIDHex()))
+	}
+	if m.GoBuildID != "" {
+		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGo, m.GoBuildID))
+	}
+	x.maps[m] = i
+	return i
+}
+
+// Marshal encodes p as a protobuf ExportProfilesServiceRequest (which has
+// the wire format of ProfilesData).
+func Marshal(p pprofile.Profiles) ([]byte, error) {
+	var m pprofile.ProtoMarshaler
+	return m.MarshalProfiles(p)
+}
+
+// Write encodes p as a protobuf ExportProfilesServiceRequest to w.
+func Write(w io.Writer, p pprofile.Profiles) error {
+	b, err := Marshal(p)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// ErrRawStacks says a stream holds RawStack events, which this exporter
+// does not unwind: record without --keep-raw.
+var ErrRawStacks = errors.New("otlp: the trace holds raw stack copies (--keep-raw), which are not exported; record without --keep-raw")
+
+// Convert reads a whole stream and returns its profiles. Damaged chunks
+// are skipped and passed to warn (if not nil).
+func Convert(r *format.Reader, opts Options, warn func(error)) (pprofile.Profiles, Counts, error) {
+	b := NewBuilder(r.Header(), opts)
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		var ce *format.ChunkError
+		if errors.As(err, &ce) {
+			if warn != nil {
+				warn(err)
+			}
+			continue
+		}
+		if err != nil {
+			return pprofile.Profiles{}, b.Counts(), err
+		}
+		b.Event(ev)
+	}
+	c := b.Counts()
+	p, _ := b.Flush()
+	if c.RawStacks > 0 && warn != nil {
+		warn(ErrRawStacks)
+	}
+	return p, c, nil
+}

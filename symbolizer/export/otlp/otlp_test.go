@@ -1,0 +1,230 @@
+package otlp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/symbolizer"
+	_ "github.com/rawstack/rawstack/symbolizer/elfsrc"
+	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+	"github.com/rawstack/rawstack/tracer"
+)
+
+var (
+	traceOnce sync.Once
+	traceData []byte
+	traceErr  error
+	traceBin  string
+)
+
+// chainTrace records the tracer's main→a→b→c fixture once for the
+// package's tests and returns the trace and the binary.
+func chainTrace(t testing.TB) ([]byte, string) {
+	t.Helper()
+	if err := linux.Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	bin := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-o", "{dir}/chain", "{in0}"},
+		Inputs: []string{"../../../tracer/testdata/chain.c"},
+		Out:    "chain",
+	})
+	traceOnce.Do(func() {
+		var buf bytes.Buffer
+		cmd := exec.Command(bin, "0.4")
+		tr, err := tracer.Start(context.Background(), tracer.Options{Frequency: 499, Command: cmd, Streams: []io.Writer{&buf}})
+		if err != nil {
+			traceErr = err
+			return
+		}
+		traceErr = tr.Wait()
+		traceData, traceBin = buf.Bytes(), bin
+	})
+	if traceErr != nil {
+		t.Fatal(traceErr)
+	}
+	return traceData, traceBin
+}
+
+func convert(t testing.TB, data []byte, raw bool) pprofile.Profiles {
+	t.Helper()
+	r, err := format.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := otlp.Convert(r, otlp.Options{Raw: raw, HostName: "h1"}, func(err error) { t.Log(err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// roundTrip encodes p with Write and decodes it. (The otelcol module's
+// tests send the same bytes to the Collector's OTLP receiver, which
+// decodes them as an ExportProfilesServiceRequest; here the main module
+// stays free of grpc, which pprofileotlp would pull into its tests.)
+func roundTrip(t testing.TB, p pprofile.Profiles) pprofile.Profiles {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := otlp.Write(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	var u pprofile.ProtoUnmarshaler
+	p, err := u.UnmarshalProfiles(buf.Bytes())
+	if err != nil {
+		t.Fatalf("decoding the request: %v", err)
+	}
+	return p
+}
+
+// Summary is what tests compare: samples and the functions of each
+// sample's stack, per process.
+type Summary struct {
+	Samples int
+	Stacks  map[string]int // "leaf;caller;..." → samples
+	Pids    []int64
+}
+
+// Summarize walks profiles as a consumer would: through the dictionary.
+func Summarize(t testing.TB, p pprofile.Profiles) Summary {
+	t.Helper()
+	s := Summary{Stacks: map[string]int{}}
+	d := p.Dictionary()
+	strs := d.StringTable()
+	for _, rp := range p.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get(otlp.AttrPID); ok {
+			s.Pids = append(s.Pids, v.Int())
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, pr := range sp.Profiles().All() {
+				for _, smp := range pr.Samples().All() {
+					n := smp.TimestampsUnixNano().Len()
+					s.Samples += n
+					st := d.StackTable().At(int(smp.StackIndex()))
+					var names []string
+					for _, li := range st.LocationIndices().All() {
+						loc := d.LocationTable().At(int(li))
+						if loc.Lines().Len() == 0 {
+							names = append(names, "?")
+						}
+						for _, l := range loc.Lines().All() {
+							names = append(names, strs.At(int(d.FunctionTable().At(int(l.FunctionIndex())).NameStrindex())))
+						}
+					}
+					s.Stacks[strings.Join(names, ";")] += n
+				}
+			}
+		}
+	}
+	return s
+}
+
+func TestConvertSymbolizedMatchesSymbolizer(t *testing.T) {
+	data, _ := chainTrace(t)
+	r, _ := format.NewReader(bytes.NewReader(data))
+	want, err := symbolizer.Build(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Summarize(t, roundTrip(t, convert(t, data, false)))
+	if int64(got.Samples) != want.TotalCount() {
+		t.Errorf("OTLP holds %d samples, the symbolizer's profile %d", got.Samples, want.TotalCount())
+	}
+	chain := 0
+	for st, n := range got.Stacks {
+		if strings.Contains(st, "c;b;a;main") {
+			chain += n
+		}
+	}
+	if chain < got.Samples/2 {
+		t.Errorf("only %d of %d samples under c;b;a;main: %v", chain, got.Samples, got.Stacks)
+	}
+	if len(got.Pids) != 1 {
+		t.Errorf("resources for pids %v, want one", got.Pids)
+	}
+}
+
+func TestConvertRaw(t *testing.T) {
+	data, bin := chainTrace(t)
+	p := roundTrip(t, convert(t, data, true))
+	d := p.Dictionary()
+	if n := d.FunctionTable().Len(); n > 1 {
+		t.Errorf("raw profile has %d functions", n)
+	}
+	for _, loc := range d.LocationTable().All() {
+		if loc.Lines().Len() != 0 {
+			t.Fatalf("raw location %#x has lines", loc.Address())
+		}
+	}
+	// The fixture's mapping carries its GNU build id, as the OTel
+	// profiler names it.
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var found bool
+	for _, m := range d.MappingTable().All() {
+		if filepath.Base(d.StringTable().At(int(m.FilenameStrindex()))) != "chain" {
+			continue
+		}
+		for _, ai := range m.AttributeIndices().All() {
+			a := d.AttributeTable().At(int(ai))
+			if d.StringTable().At(int(a.KeyStrindex())) == otlp.AttrBuildIDGNU && len(a.Value().Str()) == 40 {
+				found = true
+			}
+		}
+		if m.MemoryStart() == 0 || m.MemoryLimit() <= m.MemoryStart() {
+			t.Errorf("mapping range %#x-%#x", m.MemoryStart(), m.MemoryLimit())
+		}
+	}
+	if !found {
+		t.Errorf("no mapping of chain with a %s attribute", otlp.AttrBuildIDGNU)
+	}
+	sym := Summarize(t, convert(t, data, false))
+	raw := Summarize(t, p)
+	if raw.Samples != sym.Samples {
+		t.Errorf("raw %d samples, symbolized %d", raw.Samples, sym.Samples)
+	}
+	// Resource attributes.
+	rp := p.ResourceProfiles().At(0)
+	for _, k := range []string{otlp.AttrPID, otlp.AttrExecutableName, otlp.AttrHostName, otlp.AttrOSType} {
+		if _, ok := rp.Resource().Attributes().Get(k); !ok {
+			t.Errorf("resource lacks %s: %v", k, rp.Resource().Attributes().AsRaw())
+		}
+	}
+	pr := rp.ScopeProfiles().At(0).Profiles().At(0)
+	if got := d.StringTable().At(int(pr.SampleType().TypeStrindex())); got != "samples" {
+		t.Errorf("sample type %q", got)
+	}
+	smp := pr.Samples().At(0)
+	var keys []string
+	for _, ai := range smp.AttributeIndices().All() {
+		keys = append(keys, d.StringTable().At(int(d.AttributeTable().At(int(ai)).KeyStrindex())))
+	}
+	if !slices.Contains(keys, otlp.AttrThreadID) {
+		t.Errorf("sample attributes %v lack %s", keys, otlp.AttrThreadID)
+	}
+	if ts := smp.TimestampsUnixNano().At(0); ts < 1e18 {
+		t.Errorf("timestamp %d is not wall-clock ns", ts)
+	}
+}

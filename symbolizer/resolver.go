@@ -1,0 +1,167 @@
+package symbolizer
+
+import (
+	"container/list"
+	"fmt"
+	"sync"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// Resolver symbolizes addresses one at a time, for callers that never
+// see a whole stream at once: a recorder streaming batches, or a service
+// that receives addresses from many hosts. It opens each module file
+// (found by path and build id as [Build] finds it) once, keeps at most
+// MaxFiles of them open, closing the least recently used first, and
+// remembers up to MaxAddrs answers per file. A file that cannot be opened
+// is remembered as such, so a missing debug file costs one search, not
+// one per address. A Resolver is safe for concurrent use.
+type Resolver struct {
+	opts     *Options
+	maxFiles int
+	maxAddrs int
+
+	mu    sync.Mutex
+	files map[fileKey]*resolved
+	lru   *list.List // of *resolved, most recent first
+}
+
+type resolved struct {
+	key   fileKey
+	elem  *list.Element
+	users int // callers using o; it is closed when evicted and unused
+	gone  bool
+
+	once sync.Once
+	o    *Opened
+	err  error
+
+	mu    sync.Mutex
+	addrs map[uint64][]Frame
+}
+
+// NewResolver returns a Resolver that opens files with opts (nil means
+// the zero Options), keeping at most maxFiles files open (0 means 64) and
+// maxAddrs answers per file (0 means 65536).
+func NewResolver(opts *Options, maxFiles, maxAddrs int) *Resolver {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if maxFiles <= 0 {
+		maxFiles = 64
+	}
+	if maxAddrs <= 0 {
+		maxAddrs = 1 << 16
+	}
+	return &Resolver{opts: opts, maxFiles: maxFiles, maxAddrs: maxAddrs, files: map[fileKey]*resolved{}, lru: list.New()}
+}
+
+// Resolve returns the frames of absolute address abs in module m (abs
+// must be the address to look up: for a return address, one less) and
+// the module-relative address. Frames are nil when nothing is known about
+// the address; err says why when m's file could not be opened. The
+// returned slice is shared: do not modify it.
+func (r *Resolver) Resolve(m *Module, abs uint64) (frames []Frame, rel uint64, err error) {
+	e := r.acquire(keyOf(m))
+	defer r.release(e)
+	e.once.Do(func() {
+		open := opener(m.Kind)
+		if open == nil && m.Kind == format.ModuleUnknown {
+			open = opener(format.ModuleELF) // as Build does
+		}
+		if open == nil {
+			e.err = fmt.Errorf("symbolizer: module %s: no symbol source for %s modules", m.Name(), m.Kind)
+			return
+		}
+		e.o, e.err = open(m, r.opts)
+		if e.err != nil {
+			e.err = fmt.Errorf("symbolizer: module %s: %w", m.Name(), e.err)
+			r.opts.warn(e.err)
+		}
+	})
+	var segs []Segment
+	if e.o != nil {
+		segs = e.o.Segments
+	}
+	rel, ok := m.Relative(abs, segs)
+	if e.err != nil || e.o == nil || e.o.Source == nil || !ok {
+		return nil, rel, e.err
+	}
+	e.mu.Lock()
+	fr, seen := e.addrs[rel]
+	e.mu.Unlock()
+	if seen {
+		return fr, rel, nil
+	}
+	fr, _ = e.o.Source.Symbolize(rel, nil)
+	e.mu.Lock()
+	if len(e.addrs) >= r.maxAddrs {
+		clear(e.addrs)
+	}
+	e.addrs[rel] = fr
+	e.mu.Unlock()
+	return fr, rel, nil
+}
+
+func (r *Resolver) acquire(k fileKey) *resolved {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.files[k]
+	if e != nil {
+		r.lru.MoveToFront(e.elem)
+	} else {
+		e = &resolved{key: k, addrs: map[uint64][]Frame{}}
+		e.elem = r.lru.PushFront(e)
+		r.files[k] = e
+		for r.lru.Len() > r.maxFiles {
+			old := r.lru.Back().Value.(*resolved)
+			r.lru.Remove(old.elem)
+			delete(r.files, old.key)
+			old.gone = true
+			if old.users == 0 {
+				old.close()
+			}
+		}
+	}
+	e.users++
+	return e
+}
+
+func (r *Resolver) release(e *resolved) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.users--
+	if e.gone && e.users == 0 {
+		e.close()
+	}
+}
+
+func (e *resolved) close() {
+	e.once.Do(func() {}) // an eviction before the first open: never open
+	if e.o != nil && e.o.Source != nil {
+		e.o.Source.Close()
+		e.o = nil
+	}
+}
+
+// Open reports how many module files are open or remembered.
+func (r *Resolver) Open() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.files)
+}
+
+// Close closes every open file. The Resolver stays usable.
+func (r *Resolver) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, e := range r.files {
+		r.lru.Remove(e.elem)
+		delete(r.files, k)
+		e.gone = true
+		if e.users == 0 {
+			e.close()
+		}
+	}
+	return nil
+}
