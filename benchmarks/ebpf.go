@@ -52,6 +52,13 @@ func runEBPF(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// record --backend ebpf runs the rawstack-ebpf companion, looked for
+	// next to rawstack.
+	companion := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "github.com/rawstack/rawstack/cmd/rawstack-ebpf")
+	companion.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := companion.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build rawstack-ebpf: %v\n%s", err, b)
+	}
 	perf, perfErr := exec.LookPath("perf")
 	rounds, reps := "40", 11
 	if cfg.short {
@@ -204,9 +211,7 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	}
 	st := recorder.ProcessState
 	r.recCPU = float64((st.UserTime() + st.SystemTime()).Nanoseconds())
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		r.rssKiB = float64(ru.Maxrss)
-	}
+	r.rssKiB = maxRSSKiB(st)
 	return r, nil
 }
 

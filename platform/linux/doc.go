@@ -25,9 +25,12 @@
 // # The eBPF back end
 //
 // With [platform.Config] Backend set to BackendEBPF (x86-64), samples come
-// from BPF programs loaded with github.com/cilium/ebpf from an object
-// embedded in the binary (bpf/rawstack.bpf.c, built by bpf/build.sh with
-// clang; `go generate` rebuilds it and CI checks it is current). One
+// from BPF programs that package platform/linux/ebpf loads with
+// github.com/cilium/ebpf from an object embedded in it (ebpf/bpf/
+// rawstack.bpf.c, built by ebpf/bpf/build.sh with clang; `go generate`
+// rebuilds it and CI checks it is current). A program enables the back
+// end by importing that package (it registers itself, [RegisterBPF]); it
+// is separate so that programs without it do not link cilium/ebpf. One
 // cpu-clock perf event per CPU, in frequency mode, runs the on_cpu program
 // for every process (System) or for the target and its descendants (a BPF
 // hash map, extended at fork by a sched_process_fork program). The program
