@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 )
 
 // ebpfHelper records with the eBPF back end. Its loader links
@@ -35,7 +37,27 @@ func runEBPFRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	cmd := exec.Command(path, append([]string{"record"}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	err := cmd.Run()
+	// Interrupts stop the recording, which the helper does: pass them on
+	// instead of dying and leaving it to record alone.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				cmd.Process.Signal(sig)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() > 0 {
 		os.Exit(ee.ExitCode()) // it has said why
