@@ -215,9 +215,22 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	return r, nil
 }
 
-// bpfMapMemory sums the memlock of pid's BPF map file descriptors, as
-// /proc/PID/fdinfo reports them.
+// bpfMapMemory sums the memlock of the BPF map file descriptors of pid
+// and its children (rawstack runs rawstack-ebpf), as /proc/PID/fdinfo
+// reports them.
 func bpfMapMemory(pid int) float64 {
+	total := pidMapMemory(pid)
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				total += pidMapMemory(c)
+			}
+		}
+	}
+	return total
+}
+
+func pidMapMemory(pid int) float64 {
 	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
