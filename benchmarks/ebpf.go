@@ -211,7 +211,7 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	}
 	st := recorder.ProcessState
 	r.recCPU = float64((st.UserTime() + st.SystemTime()).Nanoseconds())
-	r.rssKiB = maxRSSKiB(st)
+	r.rssKiB = float64(maxRSS(st))
 	return r, nil
 }
 

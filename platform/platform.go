@@ -48,6 +48,31 @@ func (e *PermissionError) Error() string {
 
 func (e *PermissionError) Unwrap() error { return e.Err }
 
+// ErrKernelThread says the target is a kernel thread: it has no user
+// stack to sample or unwind (a permission error would mislead).
+var ErrKernelThread = errors.New("kernel thread, no user stack")
+
+// TracedError says the target is already traced by another process (a
+// debugger, strace): ptrace allows one tracer at a time.
+type TracedError struct {
+	Pid        int
+	Tid        int    // the traced thread, when not the process's main thread
+	Tracer     int    // TracerPid in /proc/PID/status
+	TracerName string // its command name, "" if unknown
+}
+
+func (e *TracedError) Error() string {
+	name := ""
+	if e.TracerName != "" {
+		name = " (" + e.TracerName + ")"
+	}
+	who := fmt.Sprintf("pid %d", e.Pid)
+	if e.Tid != 0 && e.Tid != e.Pid {
+		who += fmt.Sprintf(" tid %d", e.Tid)
+	}
+	return fmt.Sprintf("%s is already traced by pid %d%s: detach that tracer first", who, e.Tracer, name)
+}
+
 // Config says what a back end samples.
 type Config struct {
 	// Pid is the process to sample; 0 means the calling process.

@@ -15,7 +15,16 @@ import (
 // ('lambda'(int)), a space between closing template brackets ("> >"),
 // clone suffixes as " (.isra.0)", and legacy Rust names (_ZN…17h<hash>E)
 // demangled as Itanium names, keeping the hash.
-func Demangle(name string) string {
+func Demangle(name string) string { return demangleStyle(name, spaceTemplateClose) }
+
+// DemangleLLVM19 is Demangle as llvm-symbolizer 19 prints names: closing
+// template brackets without a space between them ("<int>>"). The PE
+// symbol sources, held to llvm-symbolizer 19, use it.
+func DemangleLLVM19(name string) string {
+	return demangleStyle(name, func(s string) string { return s })
+}
+
+func demangleStyle(name string, closeStyle func(string) string) string {
 	if len(name) < 2 || name[0] != '_' {
 		return name
 	}
@@ -32,7 +41,7 @@ func Demangle(name string) string {
 					continue
 				}
 				if base := demangle.Filter(name[:i], demangle.LLVMStyle, demangle.NoRust); base != name[:i] {
-					return spaceTemplateClose(operatorTemplate(base)) + " (" + name[i:] + ")"
+					return closeStyle(operatorTemplate(base)) + " (" + name[i:] + ")"
 				}
 			}
 		}
@@ -41,7 +50,7 @@ func Demangle(name string) string {
 	if strings.HasPrefix(name, "_R") {
 		return out
 	}
-	return spaceTemplateClose(operatorTemplate(out))
+	return closeStyle(operatorTemplate(out))
 }
 
 // operatorTemplate removes the space the demangle package puts between

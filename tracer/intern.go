@@ -2,11 +2,30 @@ package tracer
 
 // stackTable interns stacks: equal PC lists get the same id. Lookups of
 // known stacks do not allocate.
+//
+// The table is capped (maxPCs PCs, maxStacks stacks; with the hash index
+// about 24 MiB): a program whose stacks rarely repeat would otherwise grow
+// the recorder without bound. When a new stack would pass the cap the
+// table forgets every stack and starts again; ids keep counting up, so an
+// id is never redefined (SPEC §5.3), and a stack seen again is defined
+// again under a new id before its first use, in the stream order every
+// chunk already follows. The cost is a repeated definition per stack
+// still in use after a reset.
 type stackTable struct {
 	byHash  map[uint64]int32 // hash → first entry with that hash
 	entries []stackEntry
 	pcs     []uint64 // all interned PCs, back to back
+	base    uint64   // ids of entries are base+index+1
+	resets  int
+
+	maxPCs, maxStacks int
 }
+
+// Default caps of the stack table: 8 MiB of PCs, 256 Ki stacks.
+const (
+	defaultMaxPCs    = 1 << 20
+	defaultMaxStacks = 1 << 18
+)
 
 type stackEntry struct {
 	off, n uint32
@@ -14,7 +33,7 @@ type stackEntry struct {
 }
 
 func newStackTable() *stackTable {
-	return &stackTable{byHash: make(map[uint64]int32, 1024)}
+	return &stackTable{byHash: make(map[uint64]int32, 1024), maxPCs: defaultMaxPCs, maxStacks: defaultMaxStacks}
 }
 
 func hashPCs(pcs []uint64) uint64 {
@@ -36,10 +55,14 @@ func (t *stackTable) intern(pcs []uint64) (uint64, bool) {
 		for i >= 0 {
 			e := &t.entries[i]
 			if equalPCs(t.pcs[e.off:e.off+e.n], pcs) {
-				return uint64(i) + 1, false
+				return t.base + uint64(i) + 1, false
 			}
 			last, i = i, e.next
 		}
+	}
+	if (len(t.pcs)+len(pcs) > t.maxPCs || len(t.entries) >= t.maxStacks) && len(t.entries) > 0 {
+		t.reset()
+		last = -1
 	}
 	idx := int32(len(t.entries))
 	t.entries = append(t.entries, stackEntry{off: uint32(len(t.pcs)), n: uint32(len(pcs)), next: -1})
@@ -49,16 +72,32 @@ func (t *stackTable) intern(pcs []uint64) (uint64, bool) {
 	} else {
 		t.byHash[h] = idx
 	}
-	return uint64(idx) + 1, true
+	return t.base + uint64(idx) + 1, true
 }
 
-// get returns the PCs of stack id.
+// reset forgets every stack; ids go on from where they were.
+func (t *stackTable) reset() {
+	t.base += uint64(len(t.entries))
+	t.entries = t.entries[:0]
+	t.pcs = t.pcs[:0]
+	clear(t.byHash)
+	t.resets++
+}
+
+// ids returns the range [first, last] of the ids the table holds now
+// (first > last when empty).
+func (t *stackTable) ids() (first, last uint64) {
+	return t.base + 1, t.base + uint64(len(t.entries))
+}
+
+// get returns the PCs of stack id, one of ids().
 func (t *stackTable) get(id uint64) []uint64 {
-	e := t.entries[id-1]
+	e := t.entries[id-t.base-1]
 	return t.pcs[e.off : e.off+e.n]
 }
 
-func (t *stackTable) len() int { return len(t.entries) }
+// len is how many distinct stacks were interned, resets included.
+func (t *stackTable) len() int { return int(t.base) + len(t.entries) }
 
 func equalPCs(a, b []uint64) bool {
 	if len(a) != len(b) {

@@ -53,7 +53,9 @@ type Options struct {
 	// are dropped; 0 means 256.
 	StreamQueue int
 	// FlushInterval bounds how long events wait before they are written;
-	// 0 means one second.
+	// 0 means 200 ms. With the back end reading its buffers at least every
+	// 50 ms, a recorder killed outright (SIGKILL, OOM) loses at most the
+	// last 250 ms of the trace.
 	FlushInterval time.Duration
 	// ChunkSize is the format chunk payload size; 0 means the format's default.
 	ChunkSize int
@@ -197,6 +199,10 @@ func (s sink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// DefaultFlushInterval is Options.FlushInterval's default: what a killed
+// recorder can lose, less the back end's 50 ms read interval.
+const DefaultFlushInterval = 200 * time.Millisecond
+
 // Start begins recording according to opts. Recording stops when ctx is
 // done, [Tracer.Stop] is called, or the target exits.
 func Start(ctx context.Context, opts Options) (*Tracer, error) {
@@ -232,7 +238,7 @@ func newTracer(opts Options) (*Tracer, error) {
 		opts.StreamQueue = 256
 	}
 	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
+		opts.FlushInterval = DefaultFlushInterval
 	}
 	t := &Tracer{
 		opts:    opts,
@@ -460,8 +466,9 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	for i, s := range t.strList {
 		w.WriteString(uint64(i+1), s)
 	}
-	for id := 1; id <= t.stacks.len(); id++ {
-		w.WriteStack(uint64(id), t.stacks.get(uint64(id)))
+	first, last := t.stacks.ids()
+	for id := first; id <= last; id++ {
+		w.WriteStack(id, t.stacks.get(id))
 	}
 	for _, c := range t.jit {
 		w.WriteJITCode(&c)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
@@ -448,5 +449,47 @@ func TestJITPythonTrampoline(t *testing.T) {
 	}
 	if d := ours - theirs; d < -0.10 || d > 0.10 {
 		t.Errorf("rawstack %.1f%% vs perf %.1f%%: more than 10 points apart", 100*ours, 100*theirs)
+	}
+}
+
+// TestJITNodeAttach attaches to a running node whose perf map already
+// holds its code: the map is read from the start, then tailed.
+func TestJITNodeAttach(t *testing.T) {
+	needPerfEvents(t)
+	node := needNode(t, "the attach test records a running node --perf-basic-prof")
+	dir := jitAppDir(t, "app.js")
+	cmd := exec.Command(node, "--perf-basic-prof", "app.js", "100000")
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		removeJITFiles(t, dir, uint32(cmd.Process.Pid))
+	}()
+	// Wait until fibJit is optimized: its map line is written then.
+	mapPath := fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid)
+	for i := 0; ; i++ {
+		if b, _ := os.ReadFile(mapPath); bytes.Contains(b, []byte("*fibJit")) {
+			break
+		}
+		if i == 300 {
+			t.Fatal("node wrote no map line for the optimized fibJit in 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	trace := filepath.Join(t.TempDir(), "attach.rawstack")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"record", "-q", "-o", trace, "-F", "999", "-p", strconv.Itoa(cmd.Process.Pid), "--duration", "1s"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("record: %s", stderr.String())
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	removeJITFiles(t, dir, uint32(cmd.Process.Pid))
+	share, n := foldedShare(t, trace, "fibJit")
+	t.Logf("attached: fibJit named in %.1f%% of %d samples", 100*share, n)
+	if share < 0.80 {
+		t.Errorf("fibJit in %.1f%% of the samples, want >= 80%%", 100*share)
 	}
 }

@@ -2,18 +2,13 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"debug/elf"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -245,7 +240,7 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dbg := debugFileFor(m.BuildID)
+			dbg := debugFileFor(m.File, m.BuildID)
 			if dwarf {
 				if src, err := elfsrc.Open(m.File, &elfsrc.Options{DebugFile: dbg}); err == nil {
 					out[i] = &dwarfNamer{src: src}
@@ -258,8 +253,8 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 				if p == "" {
 					continue
 				}
-				if st, err := namesFromSymtab(p, want[m.File]); err == nil && st != nil {
-					out[i] = st
+				if st, err := elfsrc.SymtabNames(p, want[m.File]); err == nil && st != nil {
+					out[i] = symNames(st)
 					return
 				}
 			}
@@ -272,18 +267,12 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 	return n
 }
 
-// debugFileFor returns the separate debug file of a build id under
-// /usr/lib/debug/.build-id, or "".
-func debugFileFor(id []byte) string {
-	if len(id) < 2 {
-		return ""
-	}
-	h := hex.EncodeToString(id)
-	p := "/usr/lib/debug/.build-id/" + h[:2] + "/" + h[2:] + ".debug"
-	if _, err := os.Stat(p); err != nil {
-		return ""
-	}
-	return p
+// debugFileFor returns the separate debug file of the module file path
+// (build id id), found as every command finds one (elfsrc.LocateConfig:
+// the build id under /usr/lib/debug, .gnu_debuglink); a snapshot does not
+// wait for debuginfod. "" when there is none or path carries its own.
+func debugFileFor(path string, id []byte) string {
+	return elfsrc.DebugFile(path, id, &symbolizer.Options{NoDebuginfod: true})
 }
 
 func (n *frameNamer) name(m *snapshot.Module, pc uint64) (string, string) {
@@ -326,185 +315,9 @@ func (d *dwarfNamer) name(addr uint64) (string, string) {
 func (d *dwarfNamer) close() { d.src.Close() }
 
 // symNames is the names of the frames of one ELF file, by link-time
-// address, chosen from its symbol table as eu-stack names frames; it knows
-// only the addresses it was built for (see [namesFromSymtab]).
+// address, from [elfsrc.SymtabNames]; it knows only the addresses it was
+// built for.
 type symNames map[uint64]string
-
-// symRank orders aliases at one address the way eu-stack tends to name
-// them: global or weak before local, the default version before an older
-// one, fewer leading underscores ("read" before "__read").
-func symRank(name string, info byte) int {
-	r := 0
-	if b := elf.ST_BIND(info); b == elf.STB_GLOBAL || b == elf.STB_WEAK {
-		r += 100
-	}
-	if !strings.Contains(name, "@") || strings.Contains(name, "@@") {
-		r += 10
-	}
-	r -= len(name) - len(strings.TrimLeft(name, "_"))
-	return r
-}
-
-// symtab is a symbol table walked without building a Symbol, or a name
-// string, per entry: libc's debug file has tens of thousands, and a
-// snapshot names a few dozen addresses.
-type symtab struct {
-	n    int
-	each func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex))
-	name func(k int) string
-}
-
-// fileSymtab returns the .symtab of f, or its .dynsym where it has none.
-func fileSymtab(f *elf.File) (*symtab, error) {
-	var sec *elf.Section
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_SYMTAB {
-			sec = s
-			break
-		}
-	}
-	if sec != nil && f.Class == elf.ELFCLASS64 && int(sec.Link) > 0 && int(sec.Link) < len(f.Sections) {
-		data, err := sec.Data()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sec.Name, err)
-		}
-		str, err := f.Sections[sec.Link].Data()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Sections[sec.Link].Name, err)
-		}
-		const size = 24 // Elf64_Sym
-		bo := f.ByteOrder
-		if n := len(data) / size; n > 1 { // entry 0 is the null symbol
-			return &symtab{
-				n: n,
-				each: func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex)) {
-					for k := 1; k < n; k++ {
-						e := data[k*size : (k+1)*size]
-						fn(k, bo.Uint64(e[8:]), bo.Uint64(e[16:]), e[4], elf.SectionIndex(bo.Uint16(e[6:])))
-					}
-				},
-				name: func(k int) string {
-					off := uint64(bo.Uint32(data[k*size:]))
-					if off >= uint64(len(str)) {
-						return ""
-					}
-					b := str[off:]
-					if i := bytes.IndexByte(b, 0); i >= 0 {
-						b = b[:i]
-					}
-					return string(b)
-				},
-			}, nil
-		}
-	}
-	syms, err := f.Symbols()
-	if err != nil || len(syms) == 0 {
-		syms, err = f.DynamicSymbols()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &symtab{
-		n: len(syms),
-		each: func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex)) {
-			for k, s := range syms {
-				fn(k, s.Value, s.Size, s.Info, s.Section)
-			}
-		},
-		name: func(k int) string { return syms[k].Name },
-	}, nil
-}
-
-// namesFromSymtab names the link-time addresses addrs from the symbol table of
-// the ELF file at path, as eu-stack does: the function symbol starting
-// nearest at or below an address names it if its range holds the address
-// (or it has no size); of several at one address the largest, then the
-// best ranked ([symRank]). It returns nil when the file has no function
-// symbols. Two passes over the table, with no sort of it: the first finds
-// the nearest start below each address, the second the best symbol at
-// each of those starts.
-func namesFromSymtab(path string, addrs []uint64) (symNames, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := fileSymtab(f)
-	if err != nil {
-		return nil, err
-	}
-	// Functions, and untyped symbols in code (the Go linker's).
-	isFunc := func(value, size uint64, info byte, shndx elf.SectionIndex) bool {
-		if shndx == elf.SHN_UNDEF || int(shndx) >= len(f.Sections) || value == 0 {
-			return false
-		}
-		switch elf.ST_TYPE(info) {
-		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
-			return true
-		case elf.STT_NOTYPE:
-			return f.Sections[shndx].Flags&elf.SHF_EXECINSTR != 0 && size != 0
-		}
-		return false
-	}
-	pcs := append([]uint64(nil), addrs...)
-	slices.Sort(pcs)
-	pcs = slices.Compact(pcs)
-	// near[i]: the highest symbol start in (pcs[i-1], pcs[i]].
-	near := make([]uint64, len(pcs))
-	has := make([]bool, len(pcs))
-	funcs := 0
-	st.each(func(k int, value, size uint64, info byte, shndx elf.SectionIndex) {
-		if !isFunc(value, size, info, shndx) {
-			return
-		}
-		funcs++
-		i, _ := slices.BinarySearch(pcs, value)
-		if i < len(pcs) && (!has[i] || value > near[i]) {
-			near[i], has[i] = value, true
-		}
-	})
-	if funcs == 0 {
-		return nil, nil
-	}
-	type best struct {
-		size uint64
-		rank int
-		k    int // -1: none yet
-		name string
-	}
-	starts := map[uint64]*best{}
-	for i := range pcs {
-		if has[i] {
-			starts[near[i]] = &best{k: -1}
-		}
-	}
-	st.each(func(k int, value, size uint64, info byte, shndx elf.SectionIndex) {
-		b := starts[value]
-		if b == nil || !isFunc(value, size, info, shndx) || b.k >= 0 && size < b.size {
-			return
-		}
-		name := st.name(k)
-		rank := symRank(name, info)
-		if b.k < 0 || size > b.size || rank > b.rank {
-			*b = best{size: size, rank: rank, k: k, name: name}
-		}
-	})
-	names := symNames{}
-	var start uint64
-	found := false
-	for i, pc := range pcs {
-		if has[i] {
-			start, found = near[i], true
-		}
-		if !found {
-			continue
-		}
-		if b := starts[start]; pc < start+b.size || b.size == 0 {
-			names[pc] = symbolizer.Demangle(b.name)
-		}
-	}
-	return names, nil
-}
 
 func (n symNames) name(addr uint64) (string, string) { return n[addr], "" }
 

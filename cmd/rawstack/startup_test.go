@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // Start-up budget of every command (issue 14: ≤ 3 ms). Wall-clock time is
@@ -48,13 +45,7 @@ func TestStartupInitCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the CLI")
 	}
-	goTool := testbuild.Need(t, "go", "builds the CLI as the README does")
-	bin := filepath.Join(t.TempDir(), "rawstack")
-	cmd := exec.Command(goTool, "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // the README's build command
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	if f, err := elf.Open(bin); err == nil {
 		for _, p := range f.Progs {
 			if p.Type == elf.PT_INTERP {

@@ -89,6 +89,11 @@ type jitFile struct {
 	head    []byte // the first bytes, to notice a rewrite
 	hdr     *jitfile.JitdumpHeader
 	dead    bool // a fatal error: not read again
+	// reread: the file was rewritten and is read again from the start;
+	// its lines already reported are recognized and skipped. (A map that
+	// is only appended to may repeat a line legitimately: code freed and
+	// compiled again at the same address, after other code was there.)
+	reread bool
 }
 
 func newJITTracker(cfg platform.Config, h platform.Handler) *jitTracker {
@@ -256,6 +261,7 @@ func (j *jitTracker) readFile(p *jitProc, f *jitFile) {
 			if f.f != nil {
 				f.f.Close()
 			}
+			f.reread = f.f != nil // a new file at the path: a rewrite
 			f.f, f.ino = nf, st.Ino
 			f.off, f.pending, f.head, f.hdr = 0, f.pending[:0], nil, nil
 		}
@@ -277,6 +283,7 @@ func (j *jitTracker) readFile(p *jitProc, f *jitFile) {
 	// reported are recognized and not repeated.
 	if size < f.off || len(f.head) > 0 && !f.sameHead() {
 		f.off, f.pending, f.head, f.hdr = 0, f.pending[:0], nil, nil
+		f.reread = true
 	}
 	for f.off < size {
 		n := size - f.off
@@ -330,7 +337,7 @@ func (j *jitTracker) consume(p *jitProc, f *jitFile, b []byte) {
 	var used int
 	var err error
 	if !f.dump {
-		used, err = j.perfMapLines(p, f.rel, start, data)
+		used, err = j.perfMapLines(p, f, start, data)
 	} else {
 		if f.hdr == nil {
 			h, herr := jitfile.ParseJitdumpHeader(f.rel, data)
@@ -363,14 +370,14 @@ func (j *jitTracker) consume(p *jitProc, f *jitFile, b []byte) {
 	f.pending = append(f.pending[:0], rest...)
 }
 
-func (j *jitTracker) perfMapLines(p *jitProc, file string, start int64, data []byte) (int, error) {
+func (j *jitTracker) perfMapLines(p *jitProc, f *jitFile, start int64, data []byte) (int, error) {
 	now := sys.Monotonic()
-	return jitfile.ParsePerfMap(file, start, data, func(e *jitfile.PerfMapEntry) {
+	return jitfile.ParsePerfMap(f.rel, start, data, func(e *jitfile.PerfMapEntry) {
 		if e.Size == 0 || j.fileBacked != nil && j.fileBacked(p.pid, e.Addr) {
 			return
 		}
 		k := perfKey{e.Addr, e.Size, string(e.Name)}
-		if _, dup := p.seen[k]; dup {
+		if _, dup := p.seen[k]; dup && f.reread {
 			return
 		}
 		if len(p.seen) < jitMaxSeen {
@@ -386,8 +393,10 @@ func (j *jitTracker) jitdumpRecords(p *jitProc, f *jitFile, start int64, data []
 	now := sys.Monotonic()
 	return jitfile.ParseJitdump(f.rel, start, data, func(r *jitfile.JitdumpRecord) {
 		t := int64(r.Timestamp)
-		if f.hdr.Flags&jitfile.FlagArchTimestamp != 0 || t <= 0 {
-			t = now // TSC times cannot be put on the stream clock here
+		if f.hdr.Flags&jitfile.FlagArchTimestamp != 0 || t <= 0 || t > now {
+			// TSC times cannot be put on the stream clock here, and a time
+			// in the future is on another clock than CLOCK_MONOTONIC.
+			t = now
 		}
 		switch r.ID {
 		case jitfile.RecDebugInfo:

@@ -69,10 +69,16 @@ func TestJITTrackerPerfMap(t *testing.T) {
 	if got := rec.names(); got != "first@0x1000,second@0x2000,third@0x3000" {
 		t.Fatalf("after appending: %s", got)
 	}
+	// Appended again (code compiled anew where it was): reported again.
+	write("1000 10 first\n", os.O_APPEND)
+	poll()
+	if got := rec.names(); got != "first@0x1000,second@0x2000,third@0x3000,first@0x1000" {
+		t.Fatalf("after a repeated line: %s", got)
+	}
 	// Rewritten in place, shorter: the known lines are not repeated.
 	write("0x2000 0x20 second\n0x4000 0x40 fourth at exit\n", os.O_TRUNC)
 	j.exit(pid)
-	if got := rec.names(); got != "first@0x1000,second@0x2000,third@0x3000,fourth at exit@0x4000" {
+	if got := rec.names(); got != "first@0x1000,second@0x2000,third@0x3000,first@0x1000,fourth at exit@0x4000" {
 		t.Fatalf("after the rewrite: %s", got)
 	}
 	if len(j.procs) != 0 {

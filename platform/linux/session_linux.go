@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -104,6 +105,9 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 		s.pid = cfg.Pid
 		if !sys.ProcessAlive(s.pid) {
 			return nil, fmt.Errorf("pid %d: no such process", s.pid)
+		}
+		if procinfo.KernelThread(s.pid) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.pid, procinfo.Comm(s.pid), platform.ErrKernelThread)
 		}
 	}
 	if err := s.attach(); err != nil {

@@ -1,13 +1,12 @@
 package snapshot
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // buildCgo builds testdata/cgo with the go command into a cached binary.
@@ -15,31 +14,16 @@ func buildCgo(t *testing.T) string {
 	t.Helper()
 	goTool := needTool(t, "go")
 	needTool(t, "gcc")
-	src := filepath.Join("testdata", "cgo", "main.go")
-	code, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
 	v, _ := exec.Command(goTool, "version").Output()
-	h := sha256.Sum256(append(code, v...))
-	dir := filepath.Join(os.TempDir(), "rawstack-snapshot-fixtures")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "cgo-"+hex.EncodeToString(h[:8]))
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	tmp := out + ".tmp" + hex.EncodeToString([]byte(t.Name()))[:8]
-	cmd := exec.Command(goTool, "build", "-o", tmp, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", src, err, b)
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "go",
+		Args:   []string{"build", "-o", "{dir}/cgo", "{in0}/main.go"},
+		Inputs: []string{filepath.Join("testdata", "cgo")},
+		Out:    "cgo",
+		Env:    []string{"CGO_ENABLED=1"},
+		Dir:    ".",
+		Key:    string(v),
+	})
 }
 
 // TestProcessCgo snapshots a Go program whose locked threads block deep in

@@ -3,9 +3,7 @@ package snapshot
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,39 +13,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
-// buildC compiles testdata/src with cc and flags into a binary cached under
-// the temp directory, keyed by the source, compiler and flags. It skips the
-// test when cc is not installed.
+// buildC compiles testdata/src with cc and flags into a binary cached by
+// the shared fixture builder. It skips the test when cc is not installed.
 func buildC(t testing.TB, cc, src string, flags ...string) string {
 	t.Helper()
-	ccPath := needTool(t, cc)
-	code, err := os.ReadFile(filepath.Join("testdata", src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	h.Write(code)
-	h.Write([]byte(ccPath + "\x00" + strings.Join(flags, "\x00")))
-	key := hex.EncodeToString(h.Sum(nil))[:16]
-	dir := filepath.Join(os.TempDir(), "rawstack-snapshot-fixtures")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, strings.TrimSuffix(src, filepath.Ext(src))+"-"+cc+"-"+key)
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	tmp := out + ".tmp" + key[:4] + hex.EncodeToString([]byte(t.Name()))[:8]
-	args := append(append([]string{}, flags...), "-o", tmp, filepath.Join("testdata", src))
-	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	out := strings.TrimSuffix(src, filepath.Ext(src)) + "-" + cc
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   cc,
+		Args:   append(append([]string{}, flags...), "-o", "{dir}/"+out, "{in0}"),
+		Inputs: []string{filepath.Join("testdata", src)},
+		Out:    out,
+	})
 }
 
 func needTool(t testing.TB, name string) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/procinfo"
 	"github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -52,6 +53,9 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			return nil, fmt.Errorf("snapshot: no process %d", pid)
 		}
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
+	}
+	if procinfo.KernelThread(pid) {
+		return nil, fmt.Errorf("snapshot: pid %d (%s): %w", pid, procinfo.Comm(pid), platform.ErrKernelThread)
 	}
 	maps, err := parseMaps(mapsText)
 	if err != nil {
@@ -358,6 +362,9 @@ func (s *stopper) stopAll() error {
 					// Other threads could be seized, so the credentials
 					// are fine: the kernel refuses an exiting thread.
 					continue
+				}
+				if tp, name := procinfo.Tracer(tid); err == unix.EPERM && tp != 0 && tp != os.Getpid() {
+					return &platform.TracedError{Pid: s.pid, Tid: tid, Tracer: tp, TracerName: name}
 				}
 				if err == unix.EPERM {
 					return &platform.PermissionError{

@@ -114,9 +114,9 @@ func TestProcessReleasesOnError(t *testing.T) {
 		t.Fatalf("seize helper: %q %v", line, err)
 	}
 	_, err = Process(pid, nil)
-	var pe *platform.PermissionError
-	if !errors.As(err, &pe) {
-		t.Fatalf("snapshot of a process with a traced thread: %v, want a PermissionError", err)
+	var te *platform.TracedError
+	if !errors.As(err, &te) || te.Tracer != holder.Process.Pid {
+		t.Fatalf("snapshot of a process with a traced thread: %v, want a TracedError naming tracer %d", err, holder.Process.Pid)
 	}
 	if !strings.Contains(err.Error(), fmt.Sprint(last)) {
 		t.Errorf("error %q does not name tid %d", err, last)

@@ -34,6 +34,11 @@ type Container struct {
 	// does (see dwarfline.Table.FileNameDir0); ELF sources follow the
 	// llvm-symbolizer 14 that Debian ships as llvm-symbolizer.
 	Dir0 bool
+	// Demangle, if set, turns every function name (from the DWARF and
+	// the symbols) into the name to print, in place of the Itanium and
+	// Rust demangler ELF names get: a PE image also has Microsoft names
+	// and, on x86, decorated C names.
+	Demangle func(name string) string
 }
 
 // Symbol is one entry of a Container's symbol table.
@@ -47,7 +52,7 @@ type Symbol struct {
 // PE: ImageBase + RVA, as its DWARF records them). A container without
 // .debug_info gives a Source that names addresses from Symbols alone.
 func NewDWARF(c Container) (*Source, error) {
-	s := &Source{path: c.Name, closer: c.Closer, noDemangle: c.NoDemangle, dir0: c.Dir0}
+	s := &Source{path: c.Name, closer: c.Closer, noDemangle: c.NoDemangle, dir0: c.Dir0, demangleFn: c.Demangle}
 	syms := make(symtab, 0, len(c.Symbols))
 	for _, sym := range c.Symbols {
 		syms = append(syms, symbol{addr: sym.Addr, size: sym.Size, name: sym.Name})

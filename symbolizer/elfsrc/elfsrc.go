@@ -49,8 +49,9 @@ type Source struct {
 	syms   symtab // from the symbol file (the binary)
 
 	noDemangle bool
-	dir0       bool             // join file names as llvm-symbolizer 19 (dwarfline.Table.FileNameDir0)
-	gopcln     *gopclntab.Table // Go runtime tables, used without DWARF
+	dir0       bool                // join file names as llvm-symbolizer 19 (dwarfline.Table.FileNameDir0)
+	demangleFn func(string) string // the container's demangler (NewDWARF); nil: Itanium and Rust
+	gopcln     *gopclntab.Table    // Go runtime tables, used without DWARF
 
 	hasDWARF    bool // the file has debug information entries
 	abbrevMu    sync.Mutex
@@ -828,13 +829,18 @@ var _ symbolizer.Source = (*Source)(nil)
 // in every stack, and demangling a heavily templated name costs more than
 // finding it.
 func (s *Source) demangle(name string) string {
-	if len(name) < 2 || name[0] != '_' || s.noDemangle {
+	if s.noDemangle || name == "" || s.demangleFn == nil && (len(name) < 2 || name[0] != '_') {
 		return name
 	}
 	if v, ok := s.demangled.Load(name); ok {
 		return v.(string)
 	}
-	d := symbolizer.Demangle(name)
+	var d string
+	if s.demangleFn != nil {
+		d = s.demangleFn(name)
+	} else {
+		d = symbolizer.Demangle(name)
+	}
 	s.demangled.Store(name, d)
 	return d
 }

@@ -106,3 +106,15 @@ func (s *Source) Segments() []symbolizer.Segment {
 	}
 	return out
 }
+
+// DebugFile returns the separate debug file of the ELF binary at path
+// (buildID, if known, must match), found as [OpenModule] and
+// [OpenLocated] find one; "" when the binary carries its own DWARF or no
+// debug file was found.
+func DebugFile(path string, buildID []byte, opts *symbolizer.Options) string {
+	res, err := locate.Find(locate.Request{Path: path, BuildID: buildID}, LocateConfig(opts))
+	if err != nil || res.Binary != path {
+		return ""
+	}
+	return res.Debug
+}

@@ -4,10 +4,8 @@ import (
 	"cmp"
 	debugpe "debug/pe"
 	"slices"
-	"strings"
 
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
-	"github.com/rawstack/rawstack/symbolizer/pdb"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
 
@@ -57,7 +55,7 @@ func symbols(img *pe.File) ([]elfsrc.Symbol, error) {
 			if err == nil {
 				s := f.Sections[sec-1]
 				e.idx = len(out)
-				out = append(out, elfsrc.Symbol{Addr: img.ImageBase + uint64(s.VirtualAddress) + uint64(sym.Value), Name: demangleMS(name)})
+				out = append(out, elfsrc.Symbol{Addr: img.ImageBase + uint64(s.VirtualAddress) + uint64(sym.Value), Name: name})
 			}
 		}
 		ents = append(ents, e)
@@ -125,17 +123,7 @@ func exportSymbols(img *pe.File) ([]elfsrc.Symbol, error) {
 	}
 	out := make([]elfsrc.Symbol, 0, len(exps))
 	for _, e := range exps {
-		out = append(out, elfsrc.Symbol{Addr: img.ImageBase + uint64(e.RVA), Name: demangleMS(e.Name)})
+		out = append(out, elfsrc.Symbol{Addr: img.ImageBase + uint64(e.RVA), Name: e.Name})
 	}
 	return out, nil
-}
-
-// demangleMS demangles a Microsoft C++ name ("?..."), which the DWARF
-// reader's demangler (Itanium and Rust) leaves alone; llvm-symbolizer
-// demangles both kinds.
-func demangleMS(name string) string {
-	if strings.HasPrefix(name, "?") {
-		return pdb.Demangle(name)
-	}
-	return name
 }

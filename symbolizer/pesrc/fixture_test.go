@@ -75,3 +75,44 @@ func clangPE(t testing.TB, pdb bool) string {
 		Out:    "prog.exe",
 	})
 }
+
+// mingwGCC32 builds testdata/prog.c for 32-bit Windows (i686), whose C
+// names carry x86 decorations ("_main").
+func mingwGCC32(t testing.TB) string {
+	t.Helper()
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "i686-w64-mingw32-gcc",
+		Args:   []string{"-O2", "-g", "-o", "{dir}/prog32.exe", "{in0}"},
+		Inputs: []string{"testdata/prog.c"},
+		Out:    "prog32.exe",
+	})
+}
+
+// mingwGXX builds testdata/stl.cc with mingw-w64 g++ -O2 -g: C++ with
+// libstdc++ templates inlined, Itanium names in the COFF symbols.
+func mingwGXX(t testing.TB) string {
+	t.Helper()
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "x86_64-w64-mingw32-g++",
+		Args:   []string{"-O2", "-g", "-o", "{dir}/stl.exe", "{in0}"},
+		Inputs: []string{"testdata/stl.cc"},
+		Out:    "stl.exe",
+	})
+}
+
+// rustPE builds testdata/rust/main.rs for x86_64-pc-windows-gnu with
+// Debian's rustc and its Windows standard library
+// (libstd-rust-dev-windows): DWARF inside the PE, legacy Rust mangling.
+func rustPE(t testing.TB) string {
+	t.Helper()
+	const rustc = "/usr/bin/rustc" // rustup's rustc has no Windows std here
+	if _, err := os.Stat("/usr/lib/rustlib/x86_64-pc-windows-gnu"); err != nil {
+		t.Skip("Rust's Windows standard library is not installed (apt-get install libstd-rust-dev-windows)")
+	}
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   rustc,
+		Args:   []string{"--target", "x86_64-pc-windows-gnu", "-C", "debuginfo=2", "-O", "-o", "{dir}/rs.exe", "{in0}"},
+		Inputs: []string{"testdata/rust/main.rs"},
+		Out:    "rs.exe",
+	})
+}

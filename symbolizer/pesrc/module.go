@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/rawstack/rawstack/format"
@@ -24,8 +23,10 @@ func init() {
 var ErrImageMismatch = errors.New("pesrc: image does not match the recorded code id")
 
 // OpenModule opens a PE module of a trace. The image is looked for at its
-// recorded path (after --path-map) and by its base name in the debug
-// directories, and taken only when its code id (TimeDateStamp,
+// recorded path (after --path-map), then by its base name and code id in
+// the debug directories (flat and in symbol-store layout, NAME/CODEID/NAME)
+// and along _NT_SYMBOL_PATH, symbol servers included
+// ([symsrv.LocateImage]), and taken only when its code id (TimeDateStamp,
 // SizeOfImage) is the recorded one; its PDB is then found as [Open] finds
 // it, with _NT_SYMBOL_PATH. Without the image, the PDB alone is found by
 // the recorded RSDS identity (GUID, age, name) next to the recorded path,
@@ -42,25 +43,47 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		recorded = opts.MapPath(m.Path)
 	}
 	var notes []string
-	for _, p := range imageCandidates(recorded, m.Path, dirs) {
+	codeID := ""
+	if m.TimeDateStamp != 0 || m.SizeOfImage != 0 {
+		codeID = fmt.Sprintf("%08X%x", m.TimeDateStamp, m.SizeOfImage)
+	}
+	// matching opens the image at p if it is the recorded build.
+	matching := func(p string) (*symbolizer.Opened, error) {
 		img, err := pe.Open(p)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				notes = append(notes, fmt.Sprintf("%s: %v", p, err))
 			}
-			continue
+			return nil, nil
 		}
 		ts, size := img.TimeDateStamp, img.SizeOfImage
 		img.Close()
-		if (m.TimeDateStamp != 0 || m.SizeOfImage != 0) && (ts != m.TimeDateStamp || size != m.SizeOfImage) {
-			notes = append(notes, fmt.Sprintf("%s: %v: %08X%x, recorded %08X%x", p, ErrImageMismatch, ts, size, m.TimeDateStamp, m.SizeOfImage))
-			continue
+		if codeID != "" && (ts != m.TimeDateStamp || size != m.SizeOfImage) {
+			notes = append(notes, fmt.Sprintf("%s: %v: %08X%x, recorded %s", p, ErrImageMismatch, ts, size, codeID))
+			return nil, nil
 		}
 		src, err := Open(p, po)
 		if err != nil {
 			return nil, err
 		}
 		return &symbolizer.Opened{Source: src, Path: p}, nil
+	}
+	for _, p := range imageCandidates(recorded) {
+		if o, err := matching(p); o != nil || err != nil {
+			return o, err
+		}
+	}
+	if codeID != "" && winBase(m.Path) != "" {
+		// Debug dirs (flat and symbol-store layout) and symbol servers,
+		// by name and code id.
+		p, err := symsrv.LocateImage(context.Background(), winBase(m.Path), codeID, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath})
+		if err == nil {
+			if o, err := matching(p); o != nil || err != nil {
+				return o, err
+			}
+		} else {
+			notes = append(notes, err.Error())
+		}
 	}
 	if m.HasPDB() {
 		cv := &pe.CodeView{GUID: pe.GUID(m.PDBGUID), Age: m.PDBAge, Path: m.PDBPath}
@@ -84,17 +107,16 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 	return nil, fmt.Errorf("pesrc: module %s: no matching image or PDB found (%s)", m.Path, strings.Join(notes, "; "))
 }
 
-// imageCandidates lists where a module's image may be: the mapped path,
-// and its base name (Windows separators understood) in each debug dir.
-func imageCandidates(mapped, recorded string, dirs []string) []string {
-	var out []string
-	if mapped != "" {
-		out = append(out, mapped)
+// imageCandidates lists where a module's image may be besides the
+// symbol stores: the mapped path, with Windows separators turned into
+// slashes too (for a path map that rewrote only the drive part).
+func imageCandidates(mapped string) []string {
+	if mapped == "" {
+		return nil
 	}
-	if b := winBase(recorded); b != "" {
-		for _, d := range dirs {
-			out = append(out, filepath.Join(d, b))
-		}
+	out := []string{mapped}
+	if s := strings.ReplaceAll(mapped, `\`, "/"); s != mapped {
+		out = append(out, s)
 	}
 	return out
 }

@@ -27,9 +27,10 @@ type traceModule struct {
 // RSDS and code identities, and stacks of real addresses of the
 // fixtures; symbolizer.Build must name every location as llvm-symbolizer
 // 19 names the same address of the image (for the clang+PDB image, from
-// the source pesrc answers it with, see TestOracleClangPDB). The last
-// module's image is gone: only its PDB, in a debug directory, is found by
-// the recorded GUID and age.
+// the source pesrc answers it with, see TestOracleClangPDB). The image of
+// the pdb-only module is gone: only its PDB, in a debug directory, is
+// found by the recorded GUID and age; the store module's image is only in
+// a symbol-store layout of the debug directory, under its code id.
 func TestTraceModules(t *testing.T) {
 	testbuild.Need(t, oracle, "the oracle for DWARF inside PE (apt-get install llvm-19)")
 	mingw := mingwGCC(t)
@@ -54,6 +55,8 @@ func TestTraceModules(t *testing.T) {
 		}},
 		// Only the PDB is left: the image's recorded path does not exist.
 		{name: "pdb-only", exe: clang, path: `C:\build\gone\prog.exe`, base: 0x7ff6_4000_0000, oracle: direct(hidden)},
+		// The image is in a symbol store under its code id.
+		{name: "store", exe: mingw, path: `D:\ship\prog.exe`, base: 0x7ff6_5000_0000, oracle: direct(mingw)},
 	}
 	var buf bytes.Buffer
 	w, err := format.NewWriter(&buf, format.Header{Version: format.Version1, PointerSize: 8, OS: format.OSWindows, Arch: format.ArchAMD64, Clock: format.ClockQPC}, nil)
@@ -100,6 +103,19 @@ func TestTraceModules(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(clang), "prog.pdb")); err != nil {
 		t.Fatal(err)
 	} else if err := os.WriteFile(filepath.Join(dbg, "prog.pdb"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img, err := pe.Open(mingw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dbg, "prog.exe", img.CodeID())
+	img.Close()
+	if b, err := os.ReadFile(mingw); err != nil {
+		t.Fatal(err)
+	} else if err := os.MkdirAll(store, 0o755); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(store, "prog.exe"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p, err := symbolizer.Build(r, &symbolizer.Options{DebugDirs: []string{dbg}, Warn: func(err error) { t.Errorf("warning: %v", err) }})
@@ -153,5 +169,16 @@ func TestTraceModules(t *testing.T) {
 		if named < len(locs)/2 {
 			t.Errorf("%s: only %d of %d locations named", m.name, named, len(locs))
 		}
+	}
+}
+
+func TestImageCandidates(t *testing.T) {
+	got := imageCandidates(`/src\bin\prog.exe`)
+	want := []string{`/src\bin\prog.exe`, "/src/bin/prog.exe"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := imageCandidates("/a/prog.exe"); len(got) != 1 {
+		t.Errorf("got %q, want the path alone", got)
 	}
 }

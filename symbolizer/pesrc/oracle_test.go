@@ -204,6 +204,62 @@ func TestOracleMingwGCC(t *testing.T) {
 	c.check(t, 99.9)
 }
 
+// TestOracleMingwGCC32: the same for 32-bit Windows, where
+// llvm-symbolizer strips the x86 C decorations ("_f", "_f@12") of names.
+func TestOracleMingwGCC32(t *testing.T) {
+	exe := mingwGCC32(t)
+	c := compareDirect(t, "mingw-gcc-i686", exe)
+	c.check(t, 99.9)
+}
+
+// TestOracleMingwGXX: C++ from mingw-w64 g++ -O2 -g. Known difference:
+//   - llvm-demangler-gives-up: LLVM 19's demangler, like LLVM 14's, leaves
+//     some names mangled (a pack expansion inside an expression, as in
+//     std::swap's enable_if<__and_<__not_<...>...>>); we print them
+//     demangled. Accepted when demangling LLVM's name gives ours.
+func TestOracleMingwGXX(t *testing.T) {
+	exe := mingwGXX(t)
+	testbuild.Need(t, oracle, "the oracle for DWARF inside PE (apt-get install llvm-19)")
+	vas := textVAs(t, exe, 4000)
+	theirs := llvmBlocks(t, exe, vas)
+	ours := ourBlocks(t, open(t, exe), vas)
+	c := &tally{name: "mingw-g++"}
+	for i, a := range vas {
+		c.add(a, ours[i], theirs[i], demanglerGivesUp(ours[i], theirs[i]))
+	}
+	if c.inlined < 100 {
+		t.Errorf("only %d addresses with inlined frames", c.inlined)
+	}
+	c.check(t, 99.9)
+}
+
+// demanglerGivesUp says "llvm-demangler-gives-up" when the two blocks
+// differ only in function lines that llvm-symbolizer left mangled and we
+// demangled the same name.
+func demanglerGivesUp(ours, theirs string) string {
+	a, b := strings.Split(ours, "\n"), strings.Split(theirs, "\n")
+	if len(a) != len(b) || ours == theirs {
+		return ""
+	}
+	for i := range a {
+		if a[i] != b[i] && (i%2 != 0 || !strings.HasPrefix(b[i], "_Z") || symbolizer.DemangleLLVM19(b[i]) != a[i]) {
+			return ""
+		}
+	}
+	return "llvm-demangler-gives-up"
+}
+
+// TestOracleRust: a Rust program for x86_64-pc-windows-gnu (DWARF inside
+// the PE, its standard library's too).
+func TestOracleRust(t *testing.T) {
+	exe := rustPE(t)
+	c := compareDirect(t, "rust-windows-gnu", exe)
+	if c.inlined < 100 {
+		t.Errorf("only %d addresses with inlined frames", c.inlined)
+	}
+	c.check(t, 99.9)
+}
+
 // TestOracleClangDWARF: clang --target=x86_64-w64-mingw32 -gdwarf, linked
 // by lld.
 func TestOracleClangDWARF(t *testing.T) {

@@ -34,6 +34,7 @@ package pesrc
 import (
 	"bytes"
 	"context"
+	debugpe "debug/pe"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,14 +85,15 @@ const (
 
 // Source symbolizes the RVAs of one PE image. It is safe for concurrent use.
 type Source struct {
-	path   string
-	img    *pe.File
-	base   uint64
-	dwarf  *elfsrc.Source // DWARF and symbol tables; never nil
-	hasDW  bool
-	pdb    *pdb.File
-	pdbErr error
-	gopcln *gopclntab.Table
+	path     string
+	img      *pe.File
+	base     uint64
+	dwarf    *elfsrc.Source // DWARF and symbol tables; never nil
+	hasDW    bool
+	pdb      *pdb.File
+	pdbErr   error
+	dwarfErr error
+	gopcln   *gopclntab.Table
 }
 
 // Open opens the PE image at path and every symbol source it has.
@@ -125,17 +127,25 @@ func newSource(img *pe.File, path string, opts *Options) (*Source, error) {
 		// A damaged export table loses the export names only.
 		opts.logf("pesrc: %s: %v", path, err)
 	}
-	order := binary.ByteOrder(binary.LittleEndian)
-	dw, err := elfsrc.NewDWARF(elfsrc.Container{
+	c := elfsrc.Container{
 		Name:       path,
-		Order:      order,
+		Order:      binary.LittleEndian,
 		Section:    func(name string) ([]byte, error) { return sectionData(img, name) },
 		Symbols:    syms,
 		NoDemangle: opts != nil && opts.NoDemangle,
 		Dir0:       true,
-	})
+		Demangle:   demangler(img.Machine == debugpe.IMAGE_FILE_MACHINE_I386),
+	}
+	dw, err := elfsrc.NewDWARF(c)
 	if err != nil {
-		return nil, fmt.Errorf("pesrc: %w", err)
+		// Damaged DWARF sections lose the DWARF only: the PDB, Go's
+		// tables and the symbols still answer.
+		s.dwarfErr = err
+		opts.logf("pesrc: %v", err)
+		c.Section = func(string) ([]byte, error) { return nil, nil }
+		if dw, err = elfsrc.NewDWARF(c); err != nil {
+			return nil, fmt.Errorf("pesrc: %w", err)
+		}
 	}
 	s.dwarf, s.hasDW = dw, dw.HasDWARF()
 	if opts == nil || !opts.NoPDB {
@@ -223,6 +233,10 @@ func (s *Source) HasPDB() bool { return s.pdb != nil }
 // PDBError says why the image's PDB was not used (nil if it was, or if
 // the image names none).
 func (s *Source) PDBError() error { return s.pdbErr }
+
+// DWARFError says why the image's DWARF sections were not used (nil if
+// they were, or if it has none).
+func (s *Source) DWARFError() error { return s.dwarfErr }
 
 // HasGoTables reports whether Go's runtime tables name the image's code.
 func (s *Source) HasGoTables() bool { return s.gopcln != nil }
