@@ -220,7 +220,13 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 // reports them.
 func bpfMapMemory(pid int) float64 {
 	total := pidMapMemory(pid)
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+	// A child is listed under the thread that forked it.
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, tk := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, tk.Name()))
+		if err != nil {
+			continue
+		}
 		for _, f := range strings.Fields(string(b)) {
 			if c, err := strconv.Atoi(f); err == nil {
 				total += pidMapMemory(c)
