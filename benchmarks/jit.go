@@ -155,10 +155,15 @@ func jitPerf(perf, dir string, argv []string) (jitRun, error) {
 	if b, err := rec.CombinedOutput(); err != nil {
 		return jitRun{}, fmt.Errorf("perf record: %v: %s", err, b)
 	}
-	defer os.Remove(fmt.Sprintf("/tmp/perf-%d.map", rec.Process.Pid))
 	out, err := exec.Command(perf, "script", "-i", data, "-F", "comm,tid,ip,sym").Output()
 	if err != nil {
 		return jitRun{}, fmt.Errorf("perf script: %w", err)
+	}
+	// Remove the map node wrote (perf's child: its pid is in the headers).
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "node" {
+			os.Remove("/tmp/perf-" + f[1] + ".map")
+		}
 	}
 	var all, hit int
 	for _, block := range bytes.Split(out, []byte("\n\n")) {

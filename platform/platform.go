@@ -109,6 +109,10 @@ type Config struct {
 	// JITCodeBytes copies the machine code of each jitdump code load into
 	// the trace (perf maps carry none).
 	JITCodeBytes bool
+	// Goroutines reads, for samples of Go code, the goroutine id and its
+	// pprof labels from the target's memory (the g register from the
+	// sample's user registers, field offsets from the executable's DWARF).
+	Goroutines bool
 }
 
 // Backend names a sampling mechanism of a back end.
@@ -199,6 +203,13 @@ type Sample struct {
 	Regs      []uint64
 	StackAddr uint64
 	Stack     []byte
+	// Goroutine is the Go goroutine id the thread ran (Config.Goroutines;
+	// 0: unknown or not Go); LabelSet its pprof labels' set id (0: none),
+	// numbered by the back end from 1; NewLabels, set on the first sample
+	// of a set, holds the set's labels.
+	Goroutine uint64
+	LabelSet  uint64
+	NewLabels []format.Label
 }
 
 // Handler receives a back end's events, in order, from one goroutine.

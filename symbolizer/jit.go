@@ -40,6 +40,10 @@ type pidJIT struct {
 	module  *Module // the pseudo-module "[jit] NAME" its frames are in
 }
 
+// maxJITOverlaps caps the later entries compared with each entry when
+// validities are computed.
+const maxJITOverlaps = 4096
+
 type jitDB struct {
 	byPid map[uint32]*pidJIT
 	seq   int
@@ -97,9 +101,11 @@ func (j *jitDB) finalize() {
 		sort.SliceStable(es, func(a, b int) bool { return es[a].start < es[b].start })
 		later := func(a, b *jitEntry) bool { return a.t < b.t || a.t == b.t && a.seq < b.seq }
 		for i, a := range es {
-			// Entries overlapping a start before a.end: those after i up to
-			// a.end, and those before i that reach past a.start.
-			for k := i + 1; k < len(es) && es[k].start < a.end; k++ {
+			// Every overlapping pair is met once, from the entry that
+			// starts first. Real maps overlap rarely (code reused at an
+			// address); the cap keeps a hostile trace from making this
+			// quadratic, at the price of validities it leaves open.
+			for k := i + 1; k < len(es) && es[k].start < a.end && k-i <= maxJITOverlaps; k++ {
 				b := es[k]
 				if later(a, b) && b.t < a.until {
 					a.until = b.t

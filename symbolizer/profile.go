@@ -67,6 +67,11 @@ type Sample struct {
 	CPUNanos int64
 	// OffCPUNanos is the summed weight of off-CPU samples (ns blocked).
 	OffCPUNanos int64
+	// Goroutine is the Go goroutine id the samples ran on (0: unknown),
+	// and Labels its pprof labels; samples are aggregated per stack,
+	// goroutine and label set.
+	Goroutine uint64
+	Labels    []format.Label
 }
 
 // Profile is a symbolized profile built from a stream.
@@ -147,6 +152,7 @@ type builder struct {
 	locs    map[locKey]int
 	norm    map[stackKey][]int // stack → location indices
 	samples map[string]*Sample
+	labels  map[uint64][]format.Label // LabelSet id → labels
 	keyBuf  []byte
 	first   bool
 	opts    *Options
@@ -170,6 +176,7 @@ func newBuilder(h format.Header) *builder {
 		locs:      map[locKey]int{},
 		norm:      map[stackKey][]int{},
 		samples:   map[string]*Sample{},
+		labels:    map[uint64][]format.Label{},
 		first:     true,
 		strs:      map[uint64]string{},
 		procNames: map[uint32]string{},
@@ -190,6 +197,8 @@ func (b *builder) event(ev *format.Event) {
 		b.rawStack(&ev.RawStack)
 	case format.KindSample:
 		b.sample(&ev.Sample)
+	case format.KindLabelSet:
+		b.labels[ev.LabelSet.ID] = append([]format.Label(nil), ev.LabelSet.Labels...)
 	case format.KindString:
 		b.strs[ev.String.ID] = ev.String.Value
 	case format.KindProcess:
@@ -223,18 +232,29 @@ func (b *builder) sample(s *format.Sample) {
 			b.norm[k] = locs
 		}
 	}
-	b.add(locs, s.Weight, s.Flags)
+	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels)
 }
 
 // add aggregates one sample with the given locations.
 func (b *builder) add(locs []int, weight uint64, flags format.SampleFlags) {
-	b.keyBuf = b.keyBuf[:0]
+	b.addGo(locs, weight, flags, 0, 0)
+}
+
+// addGo aggregates one sample with the given locations, goroutine and
+// label set.
+func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels uint64) {
+	// The length first, so what follows the locations is unambiguous.
+	b.keyBuf = binary.AppendUvarint(b.keyBuf[:0], uint64(len(locs)))
 	for _, l := range locs {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, uint64(l))
 	}
+	if goid != 0 || labels != 0 {
+		b.keyBuf = binary.AppendUvarint(b.keyBuf, goid)
+		b.keyBuf = binary.AppendUvarint(b.keyBuf, labels)
+	}
 	agg := b.samples[string(b.keyBuf)]
 	if agg == nil {
-		agg = &Sample{Locs: locs}
+		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels]}
 		b.samples[string(b.keyBuf)] = agg
 		b.p.Samples = append(b.p.Samples, agg)
 	}

@@ -17,7 +17,7 @@ const (
 func openBackend(opts Options, h platform.Handler) (backend, error) {
 	cfg := platform.Config{Pid: opts.Pid, Frequency: opts.Frequency, NoKernel: opts.NoKernel,
 		Unwind: opts.Unwind, StackSize: opts.StackSize, KeepRaw: opts.KeepRaw,
-		NoJIT: opts.NoJIT, JITCodeBytes: opts.JITCodeBytes,
+		NoJIT: opts.NoJIT, JITCodeBytes: opts.JITCodeBytes, Goroutines: opts.Goroutines,
 		Backend: opts.Backend, System: opts.System, OffCPU: opts.OffCPU}
 	if opts.Command != nil {
 		return linux.Launch(opts.Command, cfg, h)

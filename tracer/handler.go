@@ -91,8 +91,13 @@ func (h *handler) Sample(s *platform.Sample) {
 		return
 	}
 	id := t.internStack(s.PCs)
+	if s.NewLabels != nil && s.LabelSet == uint64(len(t.labelSets))+1 {
+		t.labelSets = append(t.labelSets, s.NewLabels)
+		t.w.WriteLabelSet(s.LabelSet, s.NewLabels)
+	}
 	t.inChunk++
-	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags})
+	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags,
+		Goroutine: s.Goroutine, Labels: s.LabelSet})
 	t.mu.Unlock()
 }
 

@@ -91,6 +91,15 @@ type Options struct {
 	// flagged format.SampleOffCPU, weighted by the nanoseconds a thread
 	// waited, each time it comes back on CPU.
 	OffCPU bool
+	// Goroutines records, on each sample of Go code, the goroutine id and
+	// its pprof labels (runtime/pprof.Do, SetGoroutineLabels): the
+	// sampled g register (R14 on amd64, X28 on arm64) locates the g, whose
+	// fields are read at offsets from the executable's DWARF. A Go binary
+	// without DWARF, or a sample in non-Go code, records goroutine 0.
+	// In frame-pointer mode it adds two user registers to each kernel
+	// record (24 bytes); the DWARF modes sample them already. RawStack
+	// events (KeepRaw) carry no goroutine.
+	Goroutines bool
 	// NoJIT turns off recording the code JIT runtimes publish in perf
 	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
 	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
@@ -163,27 +172,30 @@ type Tracer struct {
 	stopErr error
 	flushQ  chan struct{}
 
-	mu       sync.Mutex
-	w        *format.Writer
-	sink     sink
-	streams  []*stream
-	hdr      format.Header
-	start    format.ClockSync
-	stacks   *stackTable
-	strings  map[string]uint64
-	strList  []string
-	procs    map[uint32]format.Process
-	threads  map[uint32]threadState
-	modules  map[uint64]format.ModuleLoad
-	jit      map[jitKey]format.JITCode // live JIT code, for snapshots
-	jitLines []format.JITLine
-	inChunk  uint64 // samples in the chunk being built
-	final    bool   // stopping: deliver chunks even if a stream is slow
-	closed   bool
-	nThreads int
-	nProcs   int
-	nModules int
-	dropped  uint64
+	mu      sync.Mutex
+	w       *format.Writer
+	sink    sink
+	streams []*stream
+	hdr     format.Header
+	start   format.ClockSync
+	stacks  *stackTable
+	strings map[string]uint64
+	strList []string
+	// labelSets are the goroutine label sets written so far, by id-1
+	// (the back end numbers them from 1), replayed on hot join.
+	labelSets [][]format.Label
+	procs     map[uint32]format.Process
+	threads   map[uint32]threadState
+	modules   map[uint64]format.ModuleLoad
+	jit       map[jitKey]format.JITCode // live JIT code, for snapshots
+	jitLines  []format.JITLine
+	inChunk   uint64 // samples in the chunk being built
+	final     bool   // stopping: deliver chunks even if a stream is slow
+	closed    bool
+	nThreads  int
+	nProcs    int
+	nModules  int
+	dropped   uint64
 }
 
 type threadState struct {
@@ -472,6 +484,9 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	}
 	for _, c := range t.jit {
 		w.WriteJITCode(&c)
+	}
+	for i, ls := range t.labelSets {
+		w.WriteLabelSet(uint64(i+1), ls)
 	}
 	w.Close()
 	return buf.b

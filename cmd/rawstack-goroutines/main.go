@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	stats := fs.Bool("stats", false, "print timings to stderr")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per goroutine (0: 100)")
 	fs.Bool("goroutines", true, "accepted for `rawstack snapshot --goroutines`")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this command to FILE")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err.Error())
 	}
@@ -62,6 +64,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return usageError("unexpected argument " + strconv.Quote(fs.Arg(0)))
 	}
 	debug.SetGCPercent(400)
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	opts := &goroutines.Options{MaxFrames: *maxFrames}
 	t0 := time.Now()
 	var d *goroutines.Dump

@@ -12,19 +12,19 @@ import (
 
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
-// buildProg compiles the symbolizer's C corpus with gcc -O2 -g.
+// buildProg compiles the symbolizer's C corpus with gcc -O2 -g, cached by
+// the shared fixture builder.
 func buildProg(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed")
-	}
-	bin := filepath.Join(t.TempDir(), "prog")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-o", bin, "../../symbolizer/elfsrc/testdata/prog.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return bin
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "gcc",
+		Args:   []string{"-O2", "-g", "-o", "{dir}/prog", "{in0}"},
+		Inputs: []string{"../../symbolizer/elfsrc/testdata/prog.c"},
+		Out:    "prog",
+	})
 }
 
 func TestAddr2lineMatchesLLVMSymbolizer(t *testing.T) {

@@ -139,12 +139,33 @@ func perfShareWith(t *testing.T, dir, sub string, graph []string, argv ...string
 	if all == 0 {
 		t.Fatal("perf recorded no samples")
 	}
-	// Leave no maps behind: perf's own run wrote them too.
-	if p := rec.Process; p != nil {
-		os.Remove(fmt.Sprintf("/tmp/perf-%d.map", p.Pid))
-		os.Remove(filepath.Join(dir, fmt.Sprintf("jit-%d.dump", p.Pid)))
+	// Leave no maps behind: the runtime perf ran (its child) wrote them too.
+	for _, pid := range scriptPids(b) {
+		os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid))
+		os.Remove(filepath.Join(dir, fmt.Sprintf("jit-%d.dump", pid)))
 	}
 	return float64(hit) / float64(all), all
+}
+
+// scriptPids returns the thread ids in the header lines ("comm tid") of
+// perf script -F comm,tid,... output; a process's main thread id is its pid.
+func scriptPids(out []byte) []int {
+	seen := map[int]bool{}
+	var pids []int
+	for _, line := range strings.Split(string(out), "\n") {
+		if line == "" || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if pid, err := strconv.Atoi(f[len(f)-1]); err == nil && !seen[pid] {
+			seen[pid] = true
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // jitTraceStats returns the JIT events' count and encoded bytes (with the
@@ -281,7 +302,8 @@ func TestJITNodePerfMap(t *testing.T) {
 	needPerfEvents(t)
 	node := needNode(t, "the Node JIT test records node --perf-basic-prof")
 	dir := jitAppDir(t, "app.js")
-	trace, pid := jitRecord(t, dir, nil, node, "--perf-basic-prof", "app.js", nodeRounds)
+	// Frame pointers, as perf record -g: the kernel's call chains.
+	trace, pid := jitRecord(t, dir, []string{"--unwind", "fp"}, node, "--perf-basic-prof", "app.js", nodeRounds)
 	st := traceJITStats(t, trace)
 	removeJITFiles(t, dir, pid)
 	ours, n := foldedShare(t, trace, "fibJit")
@@ -337,7 +359,7 @@ func TestJITNodeJitdump(t *testing.T) {
 	needPerfEvents(t)
 	node := needNode(t, "the Node jitdump test records node --perf-prof")
 	dir := jitAppDir(t, "app.js")
-	trace, pid := jitRecord(t, dir, nil, node, "--perf-prof", "app.js", nodeRounds)
+	trace, pid := jitRecord(t, dir, nil, node, "--perf-prof", "app.js", nodeRounds) // record's default unwinding (auto)
 	st := traceJITStats(t, trace)
 	removeJITFiles(t, dir, pid)
 	if st.sources[format.JITSourceJitdump] == 0 {
@@ -367,7 +389,7 @@ func TestJITJavaMapAtExit(t *testing.T) {
 	// so that the method the test names owns its samples.
 	argv := []string{java, "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit", "-XX:+PreserveFramePointer",
 		"-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,HotJava::mixHotJava", "-cp", dir, "HotJava", "8000"}
-	trace, pid := jitRecord(t, t.TempDir(), nil, argv...)
+	trace, pid := jitRecord(t, t.TempDir(), []string{"--unwind", "fp"}, argv...)
 	st := traceJITStats(t, trace)
 	removeJITFiles(t, dir, pid)
 	if st.sources[format.JITSourcePerfMap] == 0 {
@@ -492,4 +514,21 @@ func TestJITNodeAttach(t *testing.T) {
 	if share < 0.80 {
 		t.Errorf("fibJit in %.1f%% of the samples, want >= 80%%", 100*share)
 	}
+}
+
+// TestJITHintWithoutMaps: node run without --perf-basic-prof leaves its
+// JIT code unnamed, and report says how to name it.
+func TestJITHintWithoutMaps(t *testing.T) {
+	needPerfEvents(t)
+	node := needNode(t, "the hint test records node without its perf map")
+	dir := jitAppDir(t, "app.js")
+	trace, _ := jitRecord(t, dir, []string{"--unwind", "fp"}, node, "app.js", "1500")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"report", trace, "--top", "3", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("report: %s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "node --perf-basic-prof") {
+		t.Errorf("no hint about JIT maps:\n%s\n%s", stderr.String(), stdout.String())
+	}
+	t.Log(strings.TrimSpace(stderr.String()))
 }

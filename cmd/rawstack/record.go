@@ -22,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:  "record",
-		usage: "[-o FILE] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] (-a | -p PID [--duration D] | -- CMD ARGS...)",
+		usage: "[-o FILE] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] (-a | -p PID [--duration D] | -- CMD ARGS...)",
 		short: "sample a command or a running process and write a raw trace",
 		run:   runRecord,
 	})
@@ -45,6 +45,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
 	system := fs.Bool("a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
 	offCPU := fs.Bool("off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
+	goroutines := fs.Bool("goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -109,7 +110,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
 		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode,
-		Backend: be, System: *system, OffCPU: *offCPU}
+		Backend: be, System: *system, OffCPU: *offCPU, Goroutines: *goroutines}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)

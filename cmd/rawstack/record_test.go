@@ -11,22 +11,21 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
-// buildChain compiles the tracer's main→a→b→c fixture into a temp dir.
+// buildChain compiles the tracer's main→a→b→c fixture, cached by the
+// shared fixture builder.
 func buildChain(t *testing.T) string {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) to build the fixture")
-	}
-	bin := filepath.Join(t.TempDir(), "chain")
-	if b, err := exec.Command(cc, "-O2", "-fno-omit-frame-pointer", "-o", bin, "../../tracer/testdata/chain.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, b)
-	}
-	return bin
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   []string{"-O2", "-fno-omit-frame-pointer", "-o", "{dir}/chain", "{in0}"},
+		Inputs: []string{"../../tracer/testdata/chain.c"},
+		Out:    "chain",
+	})
 }
 
 func TestRecordCommand(t *testing.T) {

@@ -118,6 +118,9 @@ func runReport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if h := jitHint(p); h != "" {
+		fmt.Fprintln(stderr, h)
+	}
 	return text.Write(stdout, p, *top)
 }
 

@@ -16,7 +16,8 @@ import (
 //	char data[size];
 //	u64 dyn_size;                   how many bytes of data are valid (absent if size is 0)
 type userStack struct {
-	nUserRegs int // weight of sample_regs_user; 0: the session samples no user stacks
+	nUserRegs int  // weight of sample_regs_user; 0: the session samples no user stacks
+	regsOnly  bool // REGS_USER without STACK_USER (goroutines in frame-pointer mode)
 
 	UserABI   uint64
 	UserRegs  []uint64 // aliases the decoder's buffer
@@ -40,6 +41,9 @@ func decodeUserStack(b []byte, r *record) error {
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[8*i:]))
 		}
 		b = b[8*r.nUserRegs:]
+	}
+	if r.regsOnly {
+		return nil
 	}
 	if len(b) < 8 {
 		return fmt.Errorf("%w: sample: no user stack size", errRecord)

@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 func TestParseMaps(t *testing.T) {
@@ -70,19 +71,16 @@ func FuzzParseMaps(f *testing.F) {
 	})
 }
 
-// buildFixture compiles a testdata C source with cc into a temp dir.
+// buildFixture compiles a testdata C source with cc, cached by the shared
+// fixture builder.
 func buildFixture(t testing.TB, src string, flags ...string) string {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) to build fixtures")
-	}
-	bin := filepath.Join(t.TempDir(), "fixture")
-	args := append([]string{"-o", bin, filepath.Join("testdata", src)}, flags...)
-	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, b)
-	}
-	return bin
+	return testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   append([]string{"-o", "{dir}/fixture", "{in0}"}, flags...),
+		Inputs: []string{filepath.Join("testdata", src)},
+		Out:    "fixture",
+	})
 }
 
 // gnuBuildID reads the build id with debug/elf, as an oracle.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"runtime"
@@ -61,6 +62,7 @@ type Session struct {
 	mapsBuf   []byte    // /proc/PID/maps, reused
 	system    bool      // BackendEBPF: every process of the host
 	jit       *jitTracker
+	gos       *goSampling // Config.Goroutines
 }
 
 type procState struct {
@@ -184,6 +186,18 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	if s.jit = newJITTracker(cfg, h); s.jit != nil {
 		s.jit.fileBacked = s.fileBacked
+	}
+	if cfg.Goroutines {
+		s.gos = newGoSampling()
+	}
+	if s.gos != nil {
+		mask := s.gos.mask
+		if s.uw != nil {
+			mask = s.uw.mask // holds both registers already
+		} else {
+			s.rec.nUserRegs, s.rec.regsOnly = bits.OnesCount64(mask), true
+		}
+		s.gos.place(mask)
 	}
 	return s
 }
@@ -324,6 +338,9 @@ func (s *Session) attach() error {
 	if s.uw != nil {
 		s.uw.chooseAuto(s.pid)
 		s.uw.setAttr(&attr)
+	} else if s.gos != nil {
+		attr.Sample_type |= perfSampleRegsUser
+		attr.Sample_regs_user = s.gos.mask
 	}
 
 	s.reportInitial(tids)
@@ -737,6 +754,9 @@ func (s *Session) dispatch(r *record) {
 				ps.modules = ps.modules[:0]
 				ps.comm = name
 			}
+			if s.gos != nil {
+				s.gos.gr.forget(r.Pid)
+			}
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid))})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
@@ -793,6 +813,9 @@ func (s *Session) dispatch(r *record) {
 				}
 				delete(s.procs, r.Pid)
 			}
+			if s.gos != nil {
+				s.gos.gr.forget(r.Pid)
+			}
 			if int(r.Pid) != s.pid || s.cmd == nil {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
@@ -847,6 +870,10 @@ func (s *Session) prepareSample(r *record, flags format.SampleFlags) bool {
 		sm.Flags |= format.SampleTruncated
 	}
 	sm.PCs = r.PCs
+	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
+	if s.gos != nil && r.UserABI != 0 && len(r.UserRegs) > max(s.gos.gIdx, s.gos.sIdx) {
+		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.gr.goroutine(r.Pid, r.UserRegs[s.gos.gIdx], r.UserRegs[s.gos.sIdx])
+	}
 	return s.uw == nil || s.uw.sample(s, r, sm)
 }
 

@@ -55,6 +55,7 @@ func Dump(pid int) (*Image, error) {
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
 	defer pagemap.Close()
+	arena := prefault(dir, pagemap)
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -137,7 +138,12 @@ func Dump(pid int) (*Image, error) {
 			total += (j - i) * pageSize
 			i = j
 		}
-		buf := make([]byte, total)
+		var buf []byte
+		if total <= len(arena) {
+			buf, arena = arena[:total:total], arena[total:]
+		} else {
+			buf = make([]byte, total)
+		}
 		pos, got := 0, 0
 		for len(iov) > 0 {
 			k := min(len(iov), 1024) // IOV_MAX
@@ -167,6 +173,52 @@ func Dump(pid int) (*Image, error) {
 	st.release()
 	im.Stopped = time.Since(start)
 	return im, nil
+}
+
+// prefault returns memory for the copy, sized from the touched pages the
+// process has now (plus a quarter and 1 MiB for growth) and written once
+// per page, so the page faults and zeroing of fresh memory happen before
+// the target is stopped, not while it is.
+func prefault(dir string, pagemap *os.File) []byte {
+	text, err := os.ReadFile(dir + "/maps")
+	if err != nil {
+		return nil
+	}
+	maps, err := parseMaps(text)
+	if err != nil {
+		return nil
+	}
+	var total uint64
+	var pm []byte
+	for _, m := range maps {
+		if !dumped(&m) {
+			continue
+		}
+		if m.Path != "" && !strings.HasPrefix(m.Path, "[") {
+			total += m.End - m.Start
+			continue
+		}
+		pages := int((m.End - m.Start) / pageSize)
+		if cap(pm) < pages*8 {
+			pm = make([]byte, pages*8)
+		}
+		n, _ := pagemap.ReadAt(pm[:pages*8], int64(m.Start/pageSize*8))
+		for i := 0; i+8 <= n; i += 8 {
+			if binary.LittleEndian.Uint64(pm[i:])>>62 != 0 {
+				total += pageSize
+			}
+		}
+	}
+	const maxArena = 4 << 30
+	total += total/4 + 1<<20
+	if total > maxArena {
+		total = maxArena
+	}
+	arena := make([]byte, total)
+	for i := 0; i < len(arena); i += pageSize {
+		arena[i] = 1
+	}
+	return arena
 }
 
 // dumped says whether Dump copies mapping m: readable private memory

@@ -1,14 +1,14 @@
 package msvc
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 func needTool(t testing.TB, names ...string) {
@@ -21,29 +21,15 @@ func needTool(t testing.TB, names ...string) {
 }
 
 // corpus compiles testdata/names.cpp for x86_64-pc-windows-msvc (cached by
-// source hash) and returns the decorated names of its object file.
+// the shared fixture builder) and returns the decorated names of its object file.
 func corpus(t *testing.T) []string {
 	needTool(t, "clang", "llvm-nm")
-	src, _ := filepath.Abs("testdata/names.cpp")
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(b)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	obj := filepath.Join(cache, "rawstack-test", "msvc", hex.EncodeToString(h[:8])+".obj")
-	if _, err := os.Stat(obj); err != nil {
-		os.MkdirAll(filepath.Dir(obj), 0o755)
-		tmp := obj + ".tmp"
-		out, err := exec.Command("clang", "--target=x86_64-pc-windows-msvc", "-std=c++17", "-O0", "-c", src, "-o", tmp).CombinedOutput()
-		if err != nil {
-			t.Fatalf("clang: %v\n%s", err, out)
-		}
-		os.Rename(tmp, obj)
-	}
+	obj := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "clang",
+		Args:   []string{"--target=x86_64-pc-windows-msvc", "-std=c++17", "-O0", "-c", "{in0}", "-o", "{dir}/names.obj"},
+		Inputs: []string{filepath.Join("testdata", "names.cpp")},
+		Out:    "names.obj",
+	})
 	out, err := exec.Command("llvm-nm", obj).Output()
 	if err != nil {
 		t.Fatalf("llvm-nm: %v", err)

@@ -3,8 +3,6 @@ package symsrv
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer/pdb"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
@@ -31,8 +30,8 @@ var (
 	buildCache = map[int]*build{}
 )
 
-// buildHello builds testdata/hello.c with VARIANT=v into a cached
-// directory (prog.exe and prog.pdb) and returns its paths.
+// buildHello builds testdata/hello.c with VARIANT=v with the shared
+// fixture builder (prog.exe and prog.pdb) and returns its paths.
 func buildHello(t *testing.T, v int) *build {
 	t.Helper()
 	for _, tool := range []string{"clang", "lld-link"} {
@@ -45,31 +44,16 @@ func buildHello(t *testing.T, v int) *build {
 	if b := buildCache[v]; b != nil {
 		return b
 	}
-	src, _ := filepath.Abs("testdata/hello.c")
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(append(data, byte(v)))
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "rawstack-test", "symsrv", hex.EncodeToString(h[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "ok")); err != nil {
-		os.MkdirAll(dir, 0o755)
-		for _, c := range [][]string{
-			{"clang", "--target=x86_64-pc-windows-msvc", "-O1", "-g", "-gcodeview", fmt.Sprintf("-DVARIANT=%d", v), "-c", src, "-o", "hello.obj"},
-			{"lld-link", "/debug", "/nodefaultlib", "/entry:main", "/subsystem:console", "hello.obj", "/out:prog.exe", "/pdb:prog.pdb"},
-		} {
-			cmd := exec.Command(c[0], c[1:]...)
-			cmd.Dir = dir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("%v: %v\n%s", c, err, out)
-			}
-		}
-		os.WriteFile(filepath.Join(dir, "ok"), nil, 0o644)
-	}
+	// The PDB records the object's path, so the build runs in the output
+	// directory and names its files relatively.
+	exe := testbuild.Build(t, testbuild.Cmd{
+		Tool: "sh",
+		Args: []string{"-ec", fmt.Sprintf(`clang --target=x86_64-pc-windows-msvc -O1 -g -gcodeview -DVARIANT=%d -c {in0} -o hello.obj
+lld-link /debug /nodefaultlib /entry:main /subsystem:console hello.obj /out:prog.exe /pdb:prog.pdb`, v)},
+		Inputs: []string{filepath.Join("testdata", "hello.c")},
+		Out:    "prog.exe",
+	})
+	dir := filepath.Dir(exe)
 	b := &build{exe: filepath.Join(dir, "prog.exe"), pdb: filepath.Join(dir, "prog.pdb")}
 	img, err := pe.Open(b.exe)
 	if err != nil {
@@ -133,9 +117,13 @@ func TestLocateLocal(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("recorded path", func(t *testing.T) {
-		p, err := Locate(ctx, "", b.cv, &Options{})
-		if err != nil || p != b.cv.Path {
-			t.Fatalf("Locate = %q, %v; want the recorded %q", p, err, b.cv.Path)
+		// The linker recorded the directory the fixture was built in
+		// before the cache renamed it into place: record where it is.
+		cv := *b.cv
+		cv.Path = b.pdb
+		p, err := Locate(ctx, "", &cv, &Options{})
+		if err != nil || p != cv.Path {
+			t.Fatalf("Locate = %q, %v; want the recorded %q", p, err, cv.Path)
 		}
 	})
 	t.Run("next to image", func(t *testing.T) {

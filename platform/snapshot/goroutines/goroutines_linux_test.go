@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
@@ -165,6 +166,7 @@ func checkReleased(t *testing.T, pid int) {
 // against the fixture's own /debug/pprof traceback.
 func TestProcess(t *testing.T) {
 	bin := buildParked(t)
+	launched := time.Now()
 	cmd, addr := startParked(t, bin, "-n", strconv.Itoa(workers), "-http", "127.0.0.1:0")
 	pid := cmd.Process.Pid
 	oracle := oracleWorkers(t, addr)
@@ -174,6 +176,23 @@ func TestProcess(t *testing.T) {
 	d := processOrSkip(t, pid)
 	checkReleased(t, pid)
 	checkDump(t, d, oracle, true)
+	// The fixture collected once after its workers parked, so the
+	// runtime recorded their wait (for those parked by then: most); it
+	// began after the fixture started.
+	recorded := 0
+	for i := range d.Goroutines {
+		g := &d.Goroutines[i]
+		if len(g.Frames) < 4 || g.Frames[3].Func != "main.stage3" || g.WaitSince == 0 {
+			continue
+		}
+		recorded++
+		if w := d.Waited(g); w <= 0 || w > time.Since(launched) {
+			t.Errorf("goroutine %d: waited %v (waitsince %d, snapshot at %d), want more than 0 and less than the fixture has lived (%v)", g.ID, w, g.WaitSince, d.Time, time.Since(launched))
+		}
+	}
+	if recorded < workers/2 {
+		t.Errorf("%d of %d workers have a recorded wait, want most", recorded, workers)
+	}
 	if d.Stopped <= 0 || d.Copied <= 0 || d.Time == 0 {
 		t.Errorf("stopped %v, copied %d, time %d: want all set", d.Stopped, d.Copied, d.Time)
 	}

@@ -43,7 +43,7 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 	// A third value, off-CPU nanoseconds, only when the profile has
 	// off-CPU time: on-CPU profiles keep their two.
 	nv := 2
-	var m enc
+	var m, lb enc
 	m.msg(&e.b, fProfileSampleType, valueType(e, "samples", "count"))
 	m.msg(&e.b, fProfileSampleType, valueType(e, "cpu", "nanoseconds"))
 	if off > 0 {
@@ -54,6 +54,20 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
 		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[i]) })
+		// A goroutine's pprof labels as string labels (go tool pprof
+		// -tagfocus key=value), the goroutine as a numeric one.
+		for _, l := range s.Labels {
+			lb.b = lb.b[:0]
+			lb.uint(fLabelKey, uint64(e.str(l.Key)))
+			lb.uint(fLabelStr, uint64(e.str(l.Value)))
+			m.msg(&m, fSampleLabel, lb.b)
+		}
+		if s.Goroutine != 0 {
+			lb.b = lb.b[:0]
+			lb.uint(fLabelKey, uint64(e.str("goroutine")))
+			lb.uint(fLabelNum, s.Goroutine)
+			m.msg(&m, fSampleLabel, lb.b)
+		}
 		e.b.msg(&e.b, fProfileSample, m.b)
 	}
 	mapID := map[*symbolizer.Module]uint64{}
@@ -125,6 +139,12 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 	if count > 0 {
 		e.b.uint(fProfilePeriod, uint64(cpu/count))
 	}
+	// pprof shows the last sample type unless told: with off-CPU time
+	// that would hide on-CPU time behind waiting, so cpu stays the default
+	// view and -sample_index=off-cpu picks the other.
+	if nv == 3 {
+		e.b.uint(fProfileDefaultSampleType, uint64(e.str("cpu")))
+	}
 	// The string table last: every string is known by now. pprof reads
 	// fields in any order.
 	for _, s := range e.strTab {
@@ -135,21 +155,27 @@ func Encode(b []byte, p *symbolizer.Profile) []byte {
 
 // Field numbers of profile.proto.
 const (
-	fProfileSampleType  = 1
-	fProfileSample      = 2
-	fProfileMapping     = 3
-	fProfileLocation    = 4
-	fProfileFunction    = 5
-	fProfileStringTable = 6
-	fProfileDuration    = 10
-	fProfilePeriodType  = 11
-	fProfilePeriod      = 12
+	fProfileSampleType        = 1
+	fProfileSample            = 2
+	fProfileMapping           = 3
+	fProfileLocation          = 4
+	fProfileFunction          = 5
+	fProfileStringTable       = 6
+	fProfileDuration          = 10
+	fProfilePeriodType        = 11
+	fProfilePeriod            = 12
+	fProfileDefaultSampleType = 14
 
 	fValueTypeType = 1
 	fValueTypeUnit = 2
 
 	fSampleLocation = 1
 	fSampleValue    = 2
+	fSampleLabel    = 3
+
+	fLabelKey = 1
+	fLabelStr = 2
+	fLabelNum = 3
 
 	fMappingID              = 1
 	fMappingStart           = 2

@@ -61,6 +61,13 @@ func main() {
 	}
 	go spin()
 	parked.Wait()
+	// The runtime records when a goroutine began waiting (g.waitsince)
+	// when a collection scans its stack; the workers announce themselves
+	// just before they block. One runtime.GC here left waitsince unset
+	// (dlv agreed), two set it.
+	time.Sleep(100 * time.Millisecond)
+	runtime.GC()
+	runtime.GC()
 	for counter.Load() == 0 {
 		runtime.Gosched()
 	}
