@@ -52,6 +52,13 @@ func runEBPF(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// record --backend ebpf runs the rawstack-ebpf companion, looked for
+	// next to rawstack.
+	companion := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "github.com/rawstack/rawstack/cmd/rawstack-ebpf")
+	companion.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := companion.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build rawstack-ebpf: %v\n%s", err, b)
+	}
 	perf, perfErr := exec.LookPath("perf")
 	rounds, reps := "40", 11
 	if cfg.short {
@@ -208,9 +215,28 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	return r, nil
 }
 
-// bpfMapMemory sums the memlock of pid's BPF map file descriptors, as
-// /proc/PID/fdinfo reports them.
+// bpfMapMemory sums the memlock of the BPF map file descriptors of pid
+// and its children (rawstack runs rawstack-ebpf), as /proc/PID/fdinfo
+// reports them.
 func bpfMapMemory(pid int) float64 {
+	total := pidMapMemory(pid)
+	// A child is listed under the thread that forked it.
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, tk := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, tk.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				total += pidMapMemory(c)
+			}
+		}
+	}
+	return total
+}
+
+func pidMapMemory(pid int) float64 {
 	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {

@@ -80,8 +80,9 @@ type Options struct {
 	KeepRaw bool
 	// Backend selects the sampling mechanism: BackendPerf (the default,
 	// perf_event ring buffers) or BackendEBPF (BPF programs; needs
-	// CAP_BPF and CAP_PERFMON, or root). The eBPF back end unwinds user
-	// stacks with CFI unless Unwind is UnwindFP.
+	// CAP_BPF and CAP_PERFMON, or root, and the program must import
+	// github.com/rawstack/rawstack/platform/linux/ebpf). The eBPF back end
+	// unwinds user stacks with CFI unless Unwind is UnwindFP.
 	Backend Backend
 	// System, with BackendEBPF, samples every process of the host; Pid
 	// and Command must not be set.

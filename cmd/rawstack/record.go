@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/tracer"
 )
 
@@ -54,6 +55,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	be, err := platform.ParseBackend(*backend)
 	if err != nil {
 		return &usageError{err.Error()}
+	}
+	if be == platform.BackendEBPF && !linux.BPFLinked() {
+		return runEBPFRecord(args, stdout, stderr)
 	}
 	unwindSet := false
 	fs.Visit(func(f *flag.Flag) { unwindSet = unwindSet || f.Name == "unwind" })

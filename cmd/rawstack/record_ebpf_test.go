@@ -12,6 +12,7 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
+	_ "github.com/rawstack/rawstack/platform/linux/ebpf" // in-process here; the rawstack binary runs rawstack-ebpf
 )
 
 // TestRecordEBPFOffCPU runs the CLI end to end as the issue asks:

@@ -25,9 +25,12 @@
 // # The eBPF back end
 //
 // With [platform.Config] Backend set to BackendEBPF (x86-64), samples come
-// from BPF programs loaded with github.com/cilium/ebpf from an object
-// embedded in the binary (bpf/rawstack.bpf.c, built by bpf/build.sh with
-// clang; `go generate` rebuilds it and CI checks it is current). One
+// from BPF programs that package platform/linux/ebpf loads with
+// github.com/cilium/ebpf from an object embedded in it (ebpf/bpf/
+// rawstack.bpf.c, built by ebpf/bpf/build.sh with clang; `go generate`
+// rebuilds it and CI checks it is current). A program enables the back
+// end by importing that package (it registers itself, [RegisterBPF]); it
+// is separate so that programs without it do not link cilium/ebpf. One
 // cpu-clock perf event per CPU, in frequency mode, runs the on_cpu program
 // for every process (System) or for the target and its descendants (a BPF
 // hash map, extended at fork by a sched_process_fork program). The program
@@ -62,16 +65,20 @@
 //   - completeness: a C program built with -fomit-frame-pointer keeps
 //     main → a → … → leaf in 561 of 561 samples with the window and 0 of
 //     506 with the frame-pointer walk.
-//   - cost: the copy is a few microseconds in the kernel per sample
-//     (workload slowdown at 100 Hz whole-system within noise of perf's);
-//     the host-side unwinding is what costs: the recorder's CPU is ~3x
-//     perf record -a -g's, its peak RSS 55-80 MiB (CFI tables of every
-//     module samples pass through; a 40 MiB soft memory limit in the CLI
-//     keeps it near what is live). --unwind fp costs less than perf.
+//   - cost, whole host at 100 Hz against perf record -a -g (benchmarks
+//     -run ebpf, 11 interleaved rounds, three runs at machine loads of
+//     20-35 on 2 vCPUs): the workload's slowdown is perf's within 3-4%
+//     (pair ratios 1.01-1.04); the host-side unwinding is what costs:
+//     recorder CPU 1.5-4.8x perf's (pair ratios 1.45, 2.67, 4.81), peak
+//     RSS 29-66 MiB (CFI tables of every module samples pass through; a
+//     40 MiB soft memory limit in rawstack-ebpf keeps the heap near what
+//     is live). --unwind fp: recorder CPU 0.88-1.11x perf's, peak RSS
+//     21-26 MiB. BPF memory: 4.1 MiB (the 4 MiB ring, 43 KiB of per-CPU
+//     scratch).
 //
 // So the window: complete chains for any code with CFI, no per-host table
 // pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
-// scratch buffer. A module whose table is built the first time a sample
+// scratch buffer; the price is recorder CPU on the host. A module whose table is built the first time a sample
 // passes through it stalls the reader meanwhile. With System set, a
 // sample the reader reaches more than half a second late builds no new
 // tables (it is unwound with those built, frame pointers elsewhere);

@@ -3,8 +3,6 @@
 package linux
 
 import (
-	"bytes"
-	_ "embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,24 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
 
-//go:generate sh bpf/build.sh
-
-// bpfObject is bpf/rawstack.bpf.c compiled by bpf/build.sh.
-//
-//go:embed bpf/rawstack_x86_bpfel.o
-var bpfObject []byte
-
-// Record layout written by the BPF programs (bpf/rawstack.bpf.c).
+// Record layout written by the BPF programs (ebpf/bpf/rawstack.bpf.c).
 const (
 	bpfHdrSize   = 48
 	bpfNRegs     = 17
@@ -53,16 +39,13 @@ const (
 
 // bpfState is what the eBPF back end adds to a Session.
 type bpfState struct {
-	coll  *ebpf.Collection
-	links []link.Link
-	rb    *ringbuf.Reader
-	rec   ringbuf.Record
+	progs BPFPrograms
+	rec   []byte // the record Next returned, until reported
 
 	pending     bool   // rec holds a record not yet reported
 	pendingTime uint64 // its time for merging
 	lost        uint64 // BPF-side drops reported so far
 	lastLost    time.Time
-	lostVals    []uint64
 	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
 
 	// Off CPU: the unwound stack of each thread that left the CPU,
@@ -80,17 +63,9 @@ type offStack struct {
 }
 
 func (b *bpfState) close() {
-	for _, l := range b.links {
-		l.Close()
-	}
-	b.links = nil
-	if b.rb != nil {
-		b.rb.Close()
-		b.rb = nil
-	}
-	if b.coll != nil {
-		b.coll.Close()
-		b.coll = nil
+	if b.progs != nil {
+		b.progs.Close()
+		b.progs = nil
 	}
 }
 
@@ -110,6 +85,9 @@ func ProbeBPF() error {
 }
 
 func probeBPF() error {
+	if bpfLoadFn == nil {
+		return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "not linked into this program: import github.com/rawstack/rawstack/platform/linux/ebpf (the rawstack command runs rawstack-ebpf for it)"}
+	}
 	caps, err := sys.CapEff()
 	if err == nil {
 		has := func(c uint) bool { return caps&(1<<c) != 0 }
@@ -127,24 +105,7 @@ func probeBPF() error {
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "the kernel has no BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF=y is needed for CO-RE)"}
 	}
-	for _, f := range []struct {
-		name string
-		err  func() error
-	}{
-		{"BPF ring buffer maps (Linux 5.8)", func() error { return features.HaveMapType(ebpf.RingBuf) }},
-		{"BPF perf-event programs", func() error { return features.HaveProgramType(ebpf.PerfEvent) }},
-	} {
-		if err := f.err(); err != nil {
-			if errors.Is(err, ebpf.ErrNotSupported) {
-				return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "the kernel lacks " + f.name}
-			}
-			if errors.Is(err, sys.EPERM) {
-				return &platform.PermissionError{Op: "probing " + f.name, Need: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
-			}
-			return fmt.Errorf("probing %s: %w", f.name, err)
-		}
-	}
-	return nil
+	return bpfProbeFn()
 }
 
 // attachBPF loads the BPF programs, opens one cpu-clock perf event per CPU
@@ -173,58 +134,24 @@ func (s *Session) attachBPF() (err error) {
 		}
 	}()
 
-	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(bpfObject))
-	if err != nil {
-		return fmt.Errorf("reading the embedded BPF object: %w", err)
-	}
-	stack := 0
+	spec := BPFSpec{All: s.system, CopyStack: s.uw != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.cfg.OffCPU}
 	if s.uw != nil {
-		stack = s.uw.size
+		spec.StackBytes = s.uw.size
 	}
-	copyStack := uint32(0)
-	if s.uw != nil {
-		copyStack = 1
-	}
-	all := uint32(0)
-	if s.system {
-		all = 1
-	}
-	ringBytes := uint32(bpfRingBytes)
 	if s.cfg.RingPages > 0 {
-		ringBytes = uint32(s.cfg.RingPages * sys.PageSize)
-		for ringBytes&(ringBytes-1) != 0 {
-			ringBytes &= ringBytes - 1
+		spec.RingBytes = s.cfg.RingPages * sys.PageSize
+		for spec.RingBytes&(spec.RingBytes-1) != 0 {
+			spec.RingBytes &= spec.RingBytes - 1
 		}
 	}
-	spec.Maps["events"].MaxEntries = ringBytes
-	for name, v := range map[string]any{
-		"all_procs": all, "copy_stack": copyStack, "stack_bytes": uint32(stack), "self_tgid": uint32(os.Getpid()),
-	} {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("setting BPF constant %s: %w", name, err)
-		}
-	}
-	if !s.cfg.OffCPU {
-		delete(spec.Programs, "on_switch")
-	}
-	b.coll, err = ebpf.NewCollection(spec)
+	b.progs, err = bpfLoadFn(spec)
 	if err != nil {
-		return loadError(err)
+		return err
 	}
 	if !s.system {
-		one := uint8(1)
-		if err := b.coll.Maps["targets"].Put(uint32(s.pid), one); err != nil {
-			return fmt.Errorf("selecting pid %d: %w", s.pid, err)
+		if err := b.progs.Select(uint32(s.pid)); err != nil {
+			return err
 		}
-	}
-
-	// Fork tracking first, so that no child of a target escapes.
-	for _, name := range []string{"on_fork", "on_exit"} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: b.coll.Programs[name]})
-		if err != nil {
-			return fmt.Errorf("attaching %s (tp_btf): %w", name, err)
-		}
-		b.links = append(b.links, l)
 	}
 
 	// One cpu-clock event per CPU, system-wide.
@@ -241,7 +168,7 @@ func (s *Session) attachBPF() (err error) {
 		attr.Sample = uint64(max)
 		s.cfg.Frequency = max
 	}
-	prog := b.coll.Programs["on_cpu"].FD()
+	prog := b.progs.PerfProgramFD()
 	cpus := onlineCPUs()
 	s.rings = make([]*ring, len(cpus))
 	for i, cpu := range cpus {
@@ -263,12 +190,7 @@ func (s *Session) attachBPF() (err error) {
 			return fmt.Errorf("attaching the BPF program to the perf event of cpu %d: %w", cpu, err)
 		}
 	}
-	b.rb, err = ringbuf.NewReader(b.coll.Maps["events"])
-	if err != nil {
-		return fmt.Errorf("reading the BPF ring buffer: %w", err)
-	}
-	b.rb.SetDeadline(time.Unix(1, 0)) // never block: Run polls
-	s.polls = append(s.polls, sys.PollFd{Fd: int32(b.coll.Maps["events"].FD()), Events: sys.POLLIN})
+	s.polls = append(s.polls, sys.PollFd{Fd: int32(b.progs.RingFD()), Events: sys.POLLIN})
 
 	// Side-band records from now on; then what exists already.
 	for _, fd := range s.fds {
@@ -285,34 +207,10 @@ func (s *Session) attachBPF() (err error) {
 		}
 		s.reportInitial(tids)
 	}
-	if err := b.coll.Variables["running"].Set(uint32(1)); err != nil {
-		return fmt.Errorf("starting the BPF programs: %w", err)
-	}
 	if s.cfg.OffCPU {
 		b.offPending = map[uint32]*offStack{}
-		l, err := link.AttachTracing(link.TracingOptions{Program: b.coll.Programs["on_switch"]})
-		if err != nil {
-			return fmt.Errorf("attaching on_switch (tp_btf/sched_switch): %w", err)
-		}
-		b.links = append(b.links, l)
 	}
-	return nil
-}
-
-// loadError explains a failure to load the BPF collection.
-func loadError(err error) error {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		log := ve.Log
-		if len(log) > 20 {
-			log = log[len(log)-20:]
-		}
-		return fmt.Errorf("the kernel's verifier rejected rawstack's BPF program: %v\n%s", ve.Cause, strings.Join(log, "\n"))
-	}
-	if errors.Is(err, sys.EPERM) {
-		return &platform.PermissionError{Op: "loading eBPF programs", Need: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
-	}
-	return fmt.Errorf("loading rawstack's BPF programs: %w", err)
+	return b.progs.Start()
 }
 
 // reportAll reports every process of the host as it is now.
@@ -355,7 +253,7 @@ func (s *Session) readAllBPF() {
 			s.bytes.Add(r.commit())
 		}
 	}
-	if b.rb == nil {
+	if b.progs == nil {
 		return
 	}
 	if !b.pending {
@@ -369,7 +267,7 @@ func (s *Session) readAllBPF() {
 			}
 		}
 		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].pendingTime) {
-			s.handleBPF(b.rec.RawSample)
+			s.handleBPF(b.rec)
 			b.next()
 			continue
 		}
@@ -393,27 +291,32 @@ func (s *Session) readAllBPF() {
 // next reads the BPF ring's next record into b.rec.
 func (b *bpfState) next() {
 	b.pending = false
-	if err := b.rb.ReadInto(&b.rec); err != nil || len(b.rec.RawSample) < bpfHdrSize {
+	rec, ok := b.progs.Next()
+	if !ok || len(rec) < bpfHdrSize {
 		return
 	}
-	b.pending = true
-	h := b.rec.RawSample
+	b.pending, b.rec = true, rec
+	h := rec
 	b.pendingTime = binary.LittleEndian.Uint64(h[16:])
 	if binary.LittleEndian.Uint32(h) == bpfKindOnCPU {
 		b.pendingTime += binary.LittleEndian.Uint64(h[24:]) // written when the thread came back
 	}
 }
 
+// BPFRingBytes returns how many bytes of records the session has read
+// from the BPF ring buffer (headers excluded): divided by Stats().Samples,
+// what each sample moves.
+func (s *Session) BPFRingBytes() uint64 {
+	if s.bpf == nil {
+		return 0
+	}
+	return s.bpf.ringBytes
+}
+
 // reportBPFLost reports the samples the BPF programs could not write.
 func (s *Session) reportBPFLost() {
 	b := s.bpf
-	if err := b.coll.Maps["lost"].Lookup(uint32(0), &b.lostVals); err != nil {
-		return
-	}
-	var n uint64
-	for _, v := range b.lostVals {
-		n += v
-	}
+	n := b.progs.Lost()
 	if n > b.lost {
 		s.lost.Add(n - b.lost)
 		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: n - b.lost, Reason: format.LostRingOverflow})

@@ -3,15 +3,11 @@
 package linux
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
-	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/internal/testbuild"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -143,49 +139,4 @@ func FuzzDecodeBPF(f *testing.F) {
 		s := replayBPF(&countHandler{}, platform.UnwindDWARF, 1)
 		s.handleBPF(b)
 	})
-}
-
-// TestBPFBytesPerSample measures what each way of taking user stacks
-// moves through the BPF ring buffer per sample, for the package doc: the
-// frame-pointer walk (a few return addresses) against registers plus a
-// stack window (kB). It records the tracer's chain.c, built with frame
-// pointers, so both ways see its whole chain.
-func TestBPFBytesPerSample(t *testing.T) {
-	needBPFHere(t)
-	bin := testbuild.Build(t, testbuild.Cmd{
-		Tool:   "cc",
-		Args:   []string{"-O2", "-fno-omit-frame-pointer", "-o", "{dir}/chain", "{in0}"},
-		Inputs: []string{"../../tracer/testdata/chain.c"},
-		Out:    "chain",
-	})
-	for _, c := range []struct {
-		mode  platform.UnwindMode
-		stack int
-	}{{platform.UnwindFP, 0}, {platform.UnwindDWARF, 4096}, {platform.UnwindDWARF, 8192}} {
-		h := &countHandler{}
-		s, err := Launch(exec.Command(bin, "0.3"), platform.Config{Backend: platform.BackendEBPF, Unwind: c.mode, StackSize: c.stack, Frequency: 999}, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		s.Run(ctx)
-		cancel()
-		s.Close()
-		st := s.Stats()
-		if st.Samples < 50 {
-			t.Fatalf("%v: only %d samples", c.mode, st.Samples)
-		}
-		t.Logf("%v, stack window %d: %d samples, %.0f bytes per sample through the BPF ring", c.mode, c.stack, st.Samples, float64(s.bpf.ringBytes)/float64(st.Samples))
-	}
-}
-
-func needBPFHere(t *testing.T) {
-	t.Helper()
-	if err := ProbeBPF(); err != nil {
-		var pe *platform.PermissionError
-		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
 }

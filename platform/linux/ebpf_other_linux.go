@@ -20,3 +20,6 @@ func ProbeBPF() error { return errBPFArch() }
 
 func (s *Session) attachBPF() error { return errBPFArch() }
 func (s *Session) readAllBPF()      {}
+
+// BPFRingBytes returns 0: no eBPF back end here.
+func (s *Session) BPFRingBytes() uint64 { return 0 }

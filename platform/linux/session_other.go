@@ -38,3 +38,4 @@ func (s *Session) Stats() platform.Stats         { return platform.Stats{} }
 func (s *Session) Run(ctx context.Context) error { return errNS() }
 func (s *Session) ReadAll()                      {}
 func (s *Session) Close() error                  { return nil }
+func (s *Session) BPFRingBytes() uint64          { return 0 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds rawstack's BPF object from rawstack.bpf.c: `go generate
-# ./platform/linux` runs it, and .ci/run runs it into a temporary file and
+# ./platform/linux/ebpf` runs it, and .ci/run runs it into a temporary file and
 # compares, so the committed object is always the one its source gives.
 # Flags are pinned and the debug info that names build paths is stripped
 # (BTF, which CO-RE needs, stays), so the output is byte for byte the same

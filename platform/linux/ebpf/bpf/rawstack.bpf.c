@@ -117,7 +117,7 @@ static __always_inline void count_lost(__u32 reason)
  * is the program's context (perf event registers or tracepoint arguments): bpf_get_stack
  * takes the kernel stack from it and the user part from the registers the
  * thread entered the kernel with. */
-static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now)
+static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
 {
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -140,7 +140,7 @@ static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now)
 	h->stack = 0;
 	h->pad2 = 0;
 
-	long n = bpf_get_stack(ctx, s->buf + KERNEL_OFF, MAX_KERNEL * 8, 0);
+	long n = bpf_get_stack(ctx, s->buf + KERNEL_OFF, MAX_KERNEL * 8, skip & 0xff);
 	if (n < 0)
 		n = 0;
 	if (n > MAX_KERNEL * 8)
@@ -220,7 +220,7 @@ int on_cpu(struct bpf_perf_event_data *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!running || !selected(id >> 32))
 		return 0;
-	emit(ctx, RS_CPU, ctx->sample_period, bpf_ktime_get_ns());
+	emit(ctx, RS_CPU, ctx->sample_period, bpf_ktime_get_ns(), 0);
 	return 0;
 }
 
@@ -240,7 +240,9 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u32 tgid = prev->tgid, tid = prev->pid;
 	if (tid != 0 && tgid != self_tgid && !(prev->flags & PF_KTHREAD) && selected(tgid)) {
 		bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY);
-		emit(ctx, RS_OFFCPU, 0, now);
+		/* Skip this program's frame and bpf_trace_run4's: the stack
+		 * starts in __schedule. */
+		emit(ctx, RS_OFFCPU, 0, now, 2);
 	}
 	__u32 ntid = next->pid;
 	__u64 *start = bpf_map_lookup_elem(&offstart, &ntid);

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+// ebpfHelper records with the eBPF back end. Its loader links
+// github.com/cilium/ebpf, whose package initialisation would slow the
+// start of every rawstack command, so `rawstack record --backend ebpf`
+// runs it instead: looked for next to rawstack, then on PATH.
+const ebpfHelper = "rawstack-ebpf"
+
+// runEBPFRecord runs rawstack-ebpf record with record's arguments; its
+// output and exit status become the command's.
+func runEBPFRecord(args []string, stdout, stderr io.Writer) error {
+	path := ""
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), ebpfHelper)
+		if _, err := os.Stat(p); err == nil {
+			path = p
+		}
+	}
+	if path == "" {
+		p, err := exec.LookPath(ebpfHelper)
+		if err != nil {
+			return fmt.Errorf("--backend ebpf needs the %s command next to rawstack or on PATH "+
+				"(go install github.com/rawstack/rawstack/cmd/%s@latest)", ebpfHelper, ebpfHelper)
+		}
+		path = p
+	}
+	cmd := exec.Command(path, append([]string{"record"}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// Interrupts stop the recording, which the helper does: pass them on
+	// instead of dying and leaving it to record alone.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				cmd.Process.Signal(sig)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() > 0 {
+		os.Exit(ee.ExitCode()) // it has said why
+	}
+	return err
+}

@@ -1,0 +1,7 @@
+//go:build linux && amd64
+
+package ebpf
+
+import "golang.org/x/sys/unix"
+
+var errPerm error = unix.EPERM
