@@ -26,15 +26,15 @@ func init() {
 
 const peOracle = "llvm-symbolizer-19"
 
-// peFixtureSrc finds symbolizer/pesrc/testdata from the repository root
+// peFixtureSrc finds symbolizer/elfsrc/testdata from the repository root
 // or from benchmarks/.
 func peFixtureSrc() (string, error) {
-	for _, d := range []string{"symbolizer/pesrc/testdata", "../symbolizer/pesrc/testdata"} {
+	for _, d := range []string{"symbolizer/elfsrc/testdata", "../symbolizer/elfsrc/testdata"} {
 		if _, err := os.Stat(filepath.Join(d, "prog.c")); err == nil {
 			return filepath.Abs(d)
 		}
 	}
-	return "", fmt.Errorf("symbolizer/pesrc/testdata not found; run from the repository root")
+	return "", fmt.Errorf("symbolizer/elfsrc/testdata not found; run from the repository root")
 }
 
 func buildPEFixtures(cfg *config) (goExe, mingwExe string, err error) {

@@ -24,7 +24,7 @@ import (
 // the same).
 func TestAddr2lineWindowsBinaries(t *testing.T) {
 	llvm := testbuild.Need(t, "llvm-symbolizer-19", "the oracle for Windows binaries (apt-get install llvm-19)")
-	src := "../../symbolizer/pesrc/testdata"
+	src := "../../symbolizer/elfsrc/testdata"
 	mingw := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "x86_64-w64-mingw32-gcc",
 		Args:   []string{"-O2", "-g", "-o", "{dir}/prog.exe", "{in0}"},

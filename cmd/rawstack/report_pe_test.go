@@ -20,7 +20,7 @@ func TestReportPEModule(t *testing.T) {
 	exe := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "x86_64-w64-mingw32-gcc",
 		Args:   []string{"-O2", "-g", "-o", "{dir}/prog.exe", "{in0}"},
-		Inputs: []string{"../../symbolizer/pesrc/testdata/prog.c"},
+		Inputs: []string{"../../symbolizer/elfsrc/testdata/prog.c"},
 		Out:    "prog.exe",
 	})
 	f, err := pe.Open(exe)

@@ -14,7 +14,7 @@ import (
 
 const goMod = "printf 'module goprog\\ngo 1.22\\n' > go.mod"
 
-// goPE builds testdata/goprog for windows/amd64 three ways in one
+// goPE builds ../elfsrc/testdata/goprog (the ELF oracle tests' program) for windows/amd64 three ways in one
 // directory (so that the source paths in the tables agree): full.exe as
 // go build makes it (DWARF compressed into .zdebug_* sections),
 // plain.exe with -compressdwarf=false, stripped.exe with -s -w. It
@@ -26,7 +26,7 @@ func goPE(t testing.TB, name string) string {
 		Tool: "sh",
 		Args: []string{"-c", goMod + " && cp {in0} . && go build -trimpath=false -o full.exe . && " +
 			"go build -trimpath=false -ldflags=-compressdwarf=false -o plain.exe . && go build -ldflags='-s -w' -o stripped.exe ."},
-		Inputs: []string{"testdata/goprog/main.go"},
+		Inputs: []string{"../elfsrc/testdata/goprog/main.go"},
 		Env:    []string{"GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0"},
 		Out:    "full.exe",
 		Key:    goVersion(),
@@ -45,7 +45,7 @@ func mingwGCC(t testing.TB) string {
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool:   "x86_64-w64-mingw32-gcc",
 		Args:   []string{"-O2", "-g", "-o", "{dir}/prog.exe", "{in0}"},
-		Inputs: []string{"testdata/prog.c"},
+		Inputs: []string{"../elfsrc/testdata/prog.c"},
 		Out:    "prog.exe",
 	})
 }
@@ -83,7 +83,7 @@ func mingwGCC32(t testing.TB) string {
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool:   "i686-w64-mingw32-gcc",
 		Args:   []string{"-O2", "-g", "-o", "{dir}/prog32.exe", "{in0}"},
-		Inputs: []string{"testdata/prog.c"},
+		Inputs: []string{"../elfsrc/testdata/prog.c"},
 		Out:    "prog32.exe",
 	})
 }
@@ -95,7 +95,7 @@ func mingwGXX(t testing.TB) string {
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool:   "x86_64-w64-mingw32-g++",
 		Args:   []string{"-O2", "-g", "-o", "{dir}/stl.exe", "{in0}"},
-		Inputs: []string{"testdata/stl.cc"},
+		Inputs: []string{"../elfsrc/testdata/stl.cc"},
 		Out:    "stl.exe",
 	})
 }
@@ -112,7 +112,7 @@ func rustPE(t testing.TB) string {
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool:   rustc,
 		Args:   []string{"--target", "x86_64-pc-windows-gnu", "-C", "debuginfo=2", "-O", "-o", "{dir}/rs.exe", "{in0}"},
-		Inputs: []string{"testdata/rust/main.rs"},
+		Inputs: []string{"../elfsrc/testdata/rust/main.rs"},
 		Out:    "rs.exe",
 	})
 }
