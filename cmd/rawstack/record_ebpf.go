@@ -2,12 +2,10 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 )
 
@@ -20,20 +18,9 @@ const ebpfHelper = "rawstack-ebpf"
 // runEBPFRecord runs rawstack-ebpf record with record's arguments; its
 // output and exit status become the command's.
 func runEBPFRecord(args []string, stdout, stderr io.Writer) error {
-	path := ""
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), ebpfHelper)
-		if _, err := os.Stat(p); err == nil {
-			path = p
-		}
-	}
-	if path == "" {
-		p, err := exec.LookPath(ebpfHelper)
-		if err != nil {
-			return fmt.Errorf("--backend ebpf needs the %s command next to rawstack or on PATH "+
-				"(go install github.com/rawstack/rawstack/cmd/%s@latest)", ebpfHelper, ebpfHelper)
-		}
-		path = p
+	path, err := findCompanion(ebpfHelper, "--backend ebpf")
+	if err != nil {
+		return err
 	}
 	cmd := exec.Command(path, append([]string{"record"}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
@@ -56,7 +43,7 @@ func runEBPFRecord(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(done)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() > 0 {
