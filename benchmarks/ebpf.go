@@ -191,9 +191,11 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	if err := recorder.Start(); err != nil {
 		return r, err
 	}
+	rss := watchRSS(recorder.Process.Pid)
 	time.Sleep(time.Second)
 	lr, err := runLoad(exec.Command(load, rounds))
 	if err != nil {
+		rss.peakKiB()
 		recorder.Process.Kill()
 		recorder.Wait()
 		return r, err
@@ -202,6 +204,7 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	if bpfMaps {
 		r.mapBytes = bpfMapMemory(recorder.Process.Pid)
 	}
+	r.rssKiB = float64(rss.peakKiB())
 	recorder.Process.Signal(os.Interrupt)
 	if err := recorder.Wait(); err != nil {
 		// perf record re-raises the SIGINT it handled, to exit by it.
@@ -211,7 +214,6 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	}
 	st := recorder.ProcessState
 	r.recCPU = float64((st.UserTime() + st.SystemTime()).Nanoseconds())
-	r.rssKiB = float64(maxRSS(st))
 	return r, nil
 }
 

@@ -37,16 +37,21 @@ func runMemory(cfg *config) ([]row, error) {
 	cmd := exec.Command(cli, "record", "-q", "-F", "4000", "-o", out, "--", bin, secs)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	// The recorder's own peak (VmHWM), polled: ru_maxrss would report at
+	// least this benchmark process's RSS, which it inherits.
+	rss := watchRSS(cmd.Process.Pid)
+	err = cmd.Wait()
+	maxrssKB := rss.peakKiB()
+	if err != nil {
 		return nil, fmt.Errorf("rawstack record: %v: %s", err, stderr.String())
 	}
-	return memoryRows(cmd, out, secs)
+	return memoryRows(maxrssKB, out, secs)
 }
 
-func memoryRows(cmd *exec.Cmd, out, secs string) ([]row, error) {
-	// ru_maxrss of the recorder and its waited-for children: the workload's
-	// own is well under a megabyte.
-	maxrssKB := maxRSS(cmd.ProcessState)
+func memoryRows(maxrssKB int64, out, secs string) ([]row, error) {
 	f, err := os.Open(out)
 	if err != nil {
 		return nil, err

@@ -2,7 +2,8 @@
 
 package main
 
-import "os"
+// rssWatch is a no-op off Linux.
+type rssWatch struct{}
 
-// maxRSS is unknown off Linux.
-func maxRSS(st *os.ProcessState) int64 { return 0 }
+func watchRSS(pid int) *rssWatch   { return &rssWatch{} }
+func (w *rssWatch) peakKiB() int64 { return 0 }
