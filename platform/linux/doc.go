@@ -66,14 +66,17 @@
 //     main → a → … → leaf in 561 of 561 samples with the window and 0 of
 //     506 with the frame-pointer walk.
 //   - cost, whole host at 100 Hz against perf record -a -g (benchmarks
-//     -run ebpf, 11 interleaved rounds, three runs at machine loads of
-//     20-35 on 2 vCPUs): the workload's slowdown is perf's within 3-4%
-//     (pair ratios 1.01-1.04); the host-side unwinding is what costs:
-//     recorder CPU 1.5-4.8x perf's (pair ratios 1.45, 2.67, 4.81), peak
-//     RSS 29-66 MiB (CFI tables of every module samples pass through; a
-//     40 MiB soft memory limit in rawstack-ebpf keeps the heap near what
-//     is live). --unwind fp: recorder CPU 0.88-1.11x perf's, peak RSS
-//     21-26 MiB. BPF memory: 4.1 MiB (the 4 MiB ring, 43 KiB of per-CPU
+//     -run ebpf, 11 interleaved rounds). On an idle 2-vCPU machine: the
+//     workload's slowdown is perf's within 1-2% (pair ratios 1.01-1.02);
+//     recorder CPU 271 vs 271 ms (pair ratio 1.04) with the window,
+//     0.83x perf's with --unwind fp; peak RSS (VmHWM of rawstack and
+//     rawstack-ebpf together) 28.5 MiB, 28.0 MiB with --unwind fp,
+//     against perf's 12.7 MiB. At machine loads of 20-35 the host-side
+//     unwinding costs more: recorder CPU 1.5-4.8x perf's (pair ratios
+//     1.45, 2.67, 4.81; the CFI tables of every module samples pass
+//     through are built on first touch, and a 40 MiB soft memory limit in
+//     rawstack-ebpf keeps the heap near what is live), --unwind fp
+//     0.88-1.11x. BPF memory: 4.1 MiB (the 4 MiB ring, 43 KiB of per-CPU
 //     scratch).
 //
 // So the window: complete chains for any code with CFI, no per-host table
