@@ -12,9 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/internal/unix"
-	"github.com/rawstack/rawstack/platform"
 )
 
 // Dump copies the state of the live process pid that a debugger needs to
@@ -31,14 +29,8 @@ import (
 // reader: interpreting the Go runtime's structures takes far longer than
 // copying them, and the target runs again as soon as the copy is done.
 func Dump(pid int) (*Image, error) {
-	if hostArch == arch.ArchUnknown {
-		return nil, &platform.NotSupportedError{Feature: "dump", Reason: "unsupported architecture " + runtime.GOARCH}
-	}
-	if pid <= 0 {
-		return nil, fmt.Errorf("snapshot: bad pid %d", pid)
-	}
-	if pid == os.Getpid() {
-		return nil, fmt.Errorf("snapshot: pid %d is the calling process: a process cannot ptrace its own threads", pid)
+	if err := checkTarget("dump", pid); err != nil {
+		return nil, err
 	}
 	dir := "/proc/" + strconv.Itoa(pid)
 	exe, err := os.Readlink(dir + "/exe")

@@ -37,14 +37,8 @@ const maxSeizeRounds = 8
 // Threads that exit meanwhile are left out; new ones are looked for until
 // the thread list is stable.
 func Process(pid int, opts *Options) (*Snapshot, error) {
-	if hostArch == arch.ArchUnknown {
-		return nil, &platform.NotSupportedError{Feature: "snapshot", Reason: "unsupported architecture " + runtime.GOARCH}
-	}
-	if pid <= 0 {
-		return nil, fmt.Errorf("snapshot: bad pid %d", pid)
-	}
-	if pid == os.Getpid() {
-		return nil, fmt.Errorf("snapshot: pid %d is the calling process: a process cannot ptrace its own threads", pid)
+	if err := checkTarget("snapshot", pid); err != nil {
+		return nil, err
 	}
 	dir := "/proc/" + strconv.Itoa(pid)
 	mapsText, err := os.ReadFile(dir + "/maps")
@@ -429,4 +423,20 @@ func (s *stopper) release() {
 			tr.state = stateGone
 		}
 	}
+}
+
+// checkTarget rejects what no ptrace snapshot or dump of pid can work on:
+// an architecture without a register mapping, a bad pid, the calling
+// process itself.
+func checkTarget(feature string, pid int) error {
+	if hostArch == arch.ArchUnknown {
+		return &platform.NotSupportedError{Feature: feature, Reason: "unsupported architecture " + runtime.GOARCH}
+	}
+	if pid <= 0 {
+		return fmt.Errorf("snapshot: bad pid %d", pid)
+	}
+	if pid == os.Getpid() {
+		return fmt.Errorf("snapshot: pid %d is the calling process: a process cannot ptrace its own threads", pid)
+	}
+	return nil
 }
