@@ -484,7 +484,9 @@ func (c *CoreFile) Snapshot(opts *Options) (*Snapshot, error) {
 	for _, ct := range c.Threads {
 		snap.Threads = append(snap.Threads, Thread{Tid: ct.Tid, Regs: ct.Regs})
 	}
-	unwindThreads(snap.Threads, set, mem, opts.maxFrames())
+	if err := unwindThreads(snap.Threads, set, mem, opts.maxFrames()); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
 	return snap, nil
 }
 

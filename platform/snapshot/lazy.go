@@ -4,18 +4,20 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"sort"
+	"sync"
 
 	"github.com/rawstack/rawstack/arch"
 )
 
 // Lazy unwind tables. Parsing all of a large library's .eh_frame (libc:
-// ~3000 FDEs, 28000 rows) takes longer than stopping a hundred threads, and
+// ~3700 FDEs, 28000 rows) takes longer than stopping a hundred threads, and
 // a snapshot needs a few dozen FDEs. For a file whose .eh_frame_hdr holds
-// the usual sorted search table, the table handed to arch holds only the
-// FDEs the stacks have needed so far: unwindThreads finds each stack's
-// first pc whose FDE is missing, adds it and unwinds again. Unneeded FDEs
-// are left out of the section arch parses (see [lazyEH.table]); the wanted
-// ones keep their offsets, so pc-relative pointers decode unchanged.
+// the usual sorted search table, the unwinder asks [lazyEH.rule] for the
+// rule at each pc it meets: the search table (read in place from the
+// mapped file) names the FDE, and arch parses that one entry
+// (arch.Sections.EHFrameFDEs) where it lies in the section, so pc-relative
+// pointers decode unchanged. Parsed FDEs are kept for the next snapshot
+// that shares the TableCache.
 
 // lazyMinSize is the .eh_frame size above which a file is loaded lazily
 // (ld.so's 13 KiB already takes a millisecond to parse whole).
@@ -23,23 +25,29 @@ const lazyMinSize = 4 << 10
 
 type lazyEH struct {
 	sections arch.Sections // the whole .eh_frame, unmodified
-	// search is .eh_frame_hdr's table: FDE start pcs (link-time) and the
-	// offsets of their FDEs in .eh_frame, sorted by pc.
-	pcs    []uint64
-	fdeOff []uint32
-	wanted map[uint32]bool // FDE offsets in the current table
+	// hdr is .eh_frame_hdr's search table, read in place: count entries
+	// of (FDE start pc, FDE address), 32-bit offsets from hdrAddr, sorted
+	// by pc.
+	hdr     []byte
+	hdrAddr uint64
+	count   int
+
+	mu   sync.Mutex
+	fdes map[uint32]*arch.Table // by FDE offset; nil: the FDE did not parse
 }
 
 // newLazyEH returns the lazy form of f's unwind info, or nil when f needs
 // the full parse (small, has .debug_frame, or an unusual .eh_frame_hdr).
-func newLazyEH(f *elf.File, a arch.Arch, path string) *lazyEH {
+// data returns a section's bytes (a slice of the mapped file where it is
+// mapped); the lazy table keeps them.
+func newLazyEH(f *elf.File, a arch.Arch, path string, data func(*elf.Section) ([]byte, error)) *lazyEH {
 	eh, hdr := f.Section(".eh_frame"), f.Section(".eh_frame_hdr")
 	if eh == nil || hdr == nil || eh.Type == elf.SHT_NOBITS || hdr.Type == elf.SHT_NOBITS ||
 		eh.Size < lazyMinSize || eh.Size > 256<<20 || hdr.Size > 64<<20 || f.Section(".debug_frame") != nil {
 		return nil
 	}
-	ehData, err1 := eh.Data()
-	hdrData, err2 := hdr.Data()
+	ehData, err1 := data(eh)
+	hdrData, err2 := data(hdr)
 	if err1 != nil || err2 != nil || len(hdrData) < 12 || hdrData[0] != 1 {
 		return nil
 	}
@@ -76,89 +84,67 @@ func newLazyEH(f *elf.File, a arch.Arch, path string) *lazyEH {
 	if count > uint64(len(hdrData)-off)/8 {
 		return nil
 	}
-	l := &lazyEH{
+	// The table is searched in place: its entries are checked as a
+	// lookup reads them, not all up front (libc has thousands).
+	return &lazyEH{
 		sections: arch.Sections{File: path, Arch: a, EHFrame: ehData, EHFrameAddr: eh.Addr, EHFrameHdrAddr: hdr.Addr},
-		pcs:      make([]uint64, count),
-		fdeOff:   make([]uint32, count),
-		wanted:   map[uint32]bool{},
+		hdr:      hdrData[off : off+int(count)*8],
+		hdrAddr:  hdr.Addr,
+		count:    int(count),
+		fdes:     map[uint32]*arch.Table{},
 	}
-	for i := uint64(0); i < count; i++ {
-		e := hdrData[off+int(i)*8:]
-		pc := hdr.Addr + uint64(int64(int32(le.Uint32(e))))
-		fde := hdr.Addr + uint64(int64(int32(le.Uint32(e[4:]))))
-		if fde < eh.Addr || fde-eh.Addr >= uint64(len(ehData)) || i > 0 && pc < l.pcs[i-1] {
-			return nil
-		}
-		l.pcs[i], l.fdeOff[i] = pc, uint32(fde-eh.Addr)
-	}
-	return l
+}
+
+// entry returns the link-time start pc of search table entry i and its
+// FDE's address.
+func (l *lazyEH) entry(i int) (pc, fde uint64) {
+	e := l.hdr[i*8:]
+	le := binary.LittleEndian
+	return l.hdrAddr + uint64(int64(int32(le.Uint32(e)))), l.hdrAddr + uint64(int64(int32(le.Uint32(e[4:]))))
 }
 
 // fdeFor returns the offset of the FDE whose range may hold the link-time
-// address pc.
+// address pc. A table that is not sorted where the search reads it, or
+// points outside .eh_frame, gives no FDE.
 func (l *lazyEH) fdeFor(pc uint64) (uint32, bool) {
-	i := sort.Search(len(l.pcs), func(i int) bool { return l.pcs[i] > pc })
+	i := sort.Search(l.count, func(i int) bool { p, _ := l.entry(i); return p > pc })
 	if i == 0 {
 		return 0, false
 	}
-	return l.fdeOff[i-1], true
+	start, fde := l.entry(i - 1)
+	if i < l.count {
+		if next, _ := l.entry(i); next < start {
+			return 0, false
+		}
+	}
+	eh := l.sections.EHFrameAddr
+	if fde < eh || fde-eh >= uint64(len(l.sections.EHFrame)) {
+		return 0, false
+	}
+	return uint32(fde - eh), true
 }
 
-// table builds the table of the wanted FDEs. It lays them and their CIEs
-// out at their original offsets in a section of the original size and
-// covers each gap between them with one entry whose CIE pointer is
-// invalid, which arch skips: the parse costs what the wanted FDEs cost,
-// whatever the size of .eh_frame.
-func (l *lazyEH) table() *arch.Table {
-	le := binary.LittleEndian
-	eh := l.sections.EHFrame
-	type span struct{ off, end int }
-	entry := func(off int) (span, bool) {
-		if off < 0 || off+8 > len(eh) {
-			return span{}, false
-		}
-		n := le.Uint32(eh[off:])
-		if n == 0 || n == 0xffffffff || uint64(n) > uint64(len(eh)-off-4) {
-			return span{}, false // 64-bit entries are not kept
-		}
-		return span{off, off + 4 + int(n)}, true
+// rule returns the rule at the link-time address pc, parsing its FDE the
+// first time one is asked for. It is safe for concurrent use.
+func (l *lazyEH) rule(pc uint64) arch.Rule {
+	off, ok := l.fdeFor(pc)
+	if !ok {
+		return arch.Rule{}
 	}
-	var spans []span
-	for off := range l.wanted {
-		fde, ok := entry(int(off))
-		if !ok {
-			continue
+	l.mu.Lock()
+	t, ok := l.fdes[off]
+	if !ok {
+		s := l.sections
+		s.EHFrameFDEs = []int{int(off)}
+		t, _ = arch.NewTable(s)
+		if t != nil && t.FDEs == 0 {
+			t = nil
 		}
-		cie, ok := entry(fde.off + 4 - int(le.Uint32(eh[fde.off+4:])))
-		if !ok || cie.end > fde.off {
-			continue
-		}
-		spans = append(spans, fde, cie)
+		l.fdes[off] = t
 	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
-	data := make([]byte, len(eh))
-	pos := 0
-	gap := func(end int) {
-		if end-pos >= 8 {
-			le.PutUint32(data[pos:], uint32(end-pos-4))
-			le.PutUint32(data[pos+4:], 0xffffffff)
-		} else {
-			copy(data[pos:end], eh[pos:end])
-		}
+	l.mu.Unlock()
+	if t == nil {
+		return arch.Rule{}
 	}
-	for _, sp := range spans {
-		if sp.off < pos {
-			continue // a CIE shared by several FDEs
-		}
-		gap(sp.off)
-		copy(data[sp.off:sp.end], eh[sp.off:sp.end])
-		pos = sp.end
-	}
-	if len(eh)-pos >= 8 {
-		gap(len(eh))
-	} // else: zeros, a terminator
-	s := l.sections
-	s.EHFrame = data
-	t, _ := arch.NewTable(s) // the gap entries are reported as errors
-	return t
+	return t.Lookup(pc) // CFANone past the FDE's end
 }

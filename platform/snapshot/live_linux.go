@@ -91,7 +91,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	// hundred threads, and the unwind needs both.
 	type loaded struct {
 		mods []Module
-		set  *moduleSet
+		set  *arch.Modules
 	}
 	done := make(chan loaded, 1)
 	go func() {
@@ -148,10 +148,13 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	}()
 	l := <-done
 	snap.Modules = l.mods
-	unwindThreads(snap.Threads, l.set, mem, opts.maxFrames())
+	err = unwindThreads(snap.Threads, l.set, mem, opts.maxFrames())
 	st.release()
 	snap.Stopped = time.Since(start)
 	<-namesDone
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
+	}
 	for i := range snap.Threads {
 		snap.Threads[i].Name = names[i]
 	}

@@ -8,13 +8,13 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/elfnote"
+	"github.com/rawstack/rawstack/internal/mapfile"
 )
 
 // TableCache keeps what a snapshot reads from each ELF file (program
@@ -40,34 +40,11 @@ type fileInfo struct {
 	buildID []byte
 	arch    arch.Arch
 
-	mu    sync.Mutex  // guards table and lazy
-	table *arch.Table // nil: no usable unwind info
-	lazy  *lazyEH     // non-nil: table holds only the FDEs needed so far
-}
-
-// currentTable returns the file's table as it stands.
-func (fi *fileInfo) currentTable() *arch.Table {
-	fi.mu.Lock()
-	defer fi.mu.Unlock()
-	return fi.table
-}
-
-// want adds the FDEs at offs to a lazy table, rebuilding it, and reports
-// whether any was new.
-func (fi *fileInfo) want(offs []uint32) bool {
-	fi.mu.Lock()
-	defer fi.mu.Unlock()
-	added := false
-	for _, o := range offs {
-		if !fi.lazy.wanted[o] {
-			fi.lazy.wanted[o] = true
-			added = true
-		}
-	}
-	if added {
-		fi.table = fi.lazy.table()
-	}
-	return added
+	table *arch.Table // nil: no usable unwind info (or lazy)
+	lazy  *lazyEH     // non-nil: rules come from here, one FDE at a time
+	// mapped is the file, mapped, when lazy reads its sections in place;
+	// it is unmapped when the fileInfo is no longer reachable.
+	mapped *mapfile.File
 }
 
 // file returns the information of the ELF file at path.
@@ -83,14 +60,25 @@ func (c *TableCache) file(path string) (*fileInfo, error) {
 	if fi != nil {
 		return fi, nil
 	}
-	f, err := os.Open(path)
+	// The file is mapped, not read: a lazy table touches the pages of the
+	// search table entries and FDEs it needs, in place.
+	m, err := mapfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	fi, err = readFileInfo(f, path)
+	err = mapfile.Guard(func() error {
+		fi, err = readFileInfo(m, m.Data(), path)
+		return err
+	})
 	if err != nil {
+		m.Close()
 		return nil, err
+	}
+	if fi.lazy == nil {
+		m.Close() // everything kept was copied out
+	} else {
+		fi.mapped = m
+		runtime.AddCleanup(fi, func(m *mapfile.File) { m.Close() }, m)
 	}
 	c.mu.Lock()
 	c.m[k] = fi
@@ -124,7 +112,7 @@ func (c *TableCache) image(name string, b []byte) (*fileInfo, error) {
 	if fi != nil {
 		return fi, nil
 	}
-	fi, err := readFileInfo(bytes.NewReader(b), name)
+	fi, err := readFileInfo(bytes.NewReader(b), b, name)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +122,9 @@ func (c *TableCache) image(name string, b []byte) (*fileInfo, error) {
 	return fi, nil
 }
 
-func readFileInfo(r io.ReaderAt, path string) (*fileInfo, error) {
+// readFileInfo reads the ELF file r. mapped, when not nil, is all of r's
+// bytes: a lazy table then reads its sections from it in place.
+func readFileInfo(r io.ReaderAt, mapped []byte, path string) (*fileInfo, error) {
 	f, err := elf.NewFile(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -150,8 +140,13 @@ func readFileInfo(r io.ReaderAt, path string) (*fileInfo, error) {
 		fi.arch = arch.ARM64
 	}
 	fi.buildID = elfBuildID(f)
-	if fi.lazy = newLazyEH(f, fi.arch, path); fi.lazy != nil {
-		fi.table = fi.lazy.table()
+	data := func(s *elf.Section) ([]byte, error) {
+		if mapped != nil && s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(mapped)) && s.FileSize <= uint64(len(mapped))-s.Offset {
+			return mapped[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize], nil
+		}
+		return s.Data()
+	}
+	if fi.lazy = newLazyEH(f, fi.arch, path, data); fi.lazy != nil {
 		return fi, nil
 	}
 	// A table with a format error still holds every entry that parsed.
@@ -219,7 +214,7 @@ func elfBuildID(f *elf.File) []byte {
 // reading the distinct files concurrently. open names the file to read for
 // a mapping (it returns "" when there is none); image reads an in-memory
 // ELF image such as the vDSO (nil when unavailable).
-func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string, image func(start, end uint64) []byte) ([]Module, *moduleSet) {
+func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string, image func(start, end uint64) []byte) ([]Module, *arch.Modules) {
 	mods := make([]Module, 0, len(maps))
 	var files []string
 	infos := map[string]*fileInfo{}
@@ -273,7 +268,7 @@ func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string
 	for i, f := range files {
 		infos[f] = results[i]
 	}
-	set := &moduleSet{ams: &arch.Modules{}}
+	set := &arch.Modules{}
 	for i := range mods {
 		mod := &mods[i]
 		fi := infos[mod.File]
@@ -287,103 +282,34 @@ func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string
 		if fi != nil {
 			mod.BuildID = fi.buildID
 			mod.Bias, mod.HaveBias = fi.bias(mod.Start, mod.Offset)
-			if t := fi.currentTable(); mod.HaveBias && t != nil {
-				am.Table, am.Bias = t, mod.Bias
+			switch {
+			case !mod.HaveBias:
+			case fi.lazy != nil:
+				am.Rules, am.Bias = fi.lazy.rule, mod.Bias
 				mod.HasCFI = true
-				if fi.lazy != nil {
-					set.lazy = append(set.lazy, lazyRef{am, fi})
-				}
+			case fi.table != nil:
+				am.Table, am.Bias = fi.table, mod.Bias
+				mod.HasCFI = true
 			}
 		}
-		set.ams.Add(am)
+		set.Add(am)
 	}
 	return mods, set
 }
 
-// moduleSet is what an unwind consults: arch's modules, and those of them
-// whose tables grow on demand.
-type moduleSet struct {
-	ams  *arch.Modules
-	lazy []lazyRef // sorted by Start
-}
-
-type lazyRef struct {
-	mod arch.Module
-	fi  *fileInfo
-}
-
-func (s *moduleSet) lazyAt(addr uint64) *lazyRef {
-	i := sort.Search(len(s.lazy), func(i int) bool { return s.lazy[i].mod.End > addr })
-	if i < len(s.lazy) && s.lazy[i].mod.Start <= addr {
-		return &s.lazy[i]
-	}
-	return nil
-}
-
-// unwindThreads unwinds every thread with registers through mem. Where a
-// stack reaches a pc whose FDE a lazy table lacks, the FDE is added and the
-// stack unwound again, until no stack lacks one.
-func unwindThreads(threads []Thread, set *moduleSet, mem arch.Memory, maxFrames int) {
-	u := arch.NewUnwinder(set.ams)
-	u.MaxFrames = maxFrames
-	todo := make([]int, 0, len(threads))
-	for i := range threads {
-		if threads[i].Err == nil {
-			todo = append(todo, i)
-		}
-	}
-	need := map[*fileInfo][]uint32{}
-	for round := 0; len(todo) > 0 && round < maxLazyRounds; round++ {
-		next := todo[:0]
-		clear(need)
-		for _, i := range todo {
-			t := &threads[i]
-			t.PCs = u.Unwind(&t.Regs, mem, t.PCs[:0])
-			t.Stop = u.Stop
-			if round == maxLazyRounds-1 {
-				continue
-			}
-			for k, pc := range t.PCs {
-				if k > 0 {
-					pc--
-				}
-				l := set.lazyAt(pc)
-				if l == nil {
-					continue
-				}
-				off, ok := l.fi.fdeFor(pc - l.mod.Bias)
-				if !ok || l.fi.has(off) {
-					continue
-				}
-				need[l.fi] = append(need[l.fi], off)
-				next = append(next, i)
-				break
+// unwindThreads unwinds every thread with registers through mem. Lazy
+// tables read mapped files as the unwind asks for rules: a file truncated
+// meanwhile gives an error wrapping mapfile.ErrFault rather than a crash.
+func unwindThreads(threads []Thread, mods *arch.Modules, mem arch.Memory, maxFrames int) error {
+	return mapfile.Guard(func() error {
+		u := arch.NewUnwinder(mods)
+		u.MaxFrames = maxFrames
+		for i := range threads {
+			if t := &threads[i]; t.Err == nil {
+				t.PCs = u.Unwind(&t.Regs, mem, t.PCs[:0])
+				t.Stop = u.Stop
 			}
 		}
-		for fi, offs := range need {
-			if !fi.want(offs) {
-				continue
-			}
-			t := fi.currentTable()
-			for _, l := range set.lazy {
-				if l.fi == fi {
-					m := l.mod
-					m.Table = t
-					set.ams.Add(m)
-				}
-			}
-		}
-		todo = next
-	}
-}
-
-// maxLazyRounds bounds the unwind-and-add-FDEs rounds of unwindThreads.
-const maxLazyRounds = 256
-
-func (fi *fileInfo) fdeFor(pc uint64) (uint32, bool) { return fi.lazy.fdeFor(pc) }
-
-func (fi *fileInfo) has(off uint32) bool {
-	fi.mu.Lock()
-	defer fi.mu.Unlock()
-	return fi.lazy.wanted[off]
+		return nil
+	})
 }

@@ -12,10 +12,12 @@
 // PT_LOAD segments and, where the core omitted them, from the files its
 // NT_FILE note names.
 //
-// Unwind tables are read lazily: for a library with the usual
-// .eh_frame_hdr search table only the FDEs the stacks need are parsed
-// (libc has thousands), so a cold snapshot costs little more than a warm
-// one. A [TableCache] shared between snapshots keeps what was read.
+// Unwind tables are read lazily: module files are mapped, not read, and
+// for a library with the usual .eh_frame_hdr search table the unwinder
+// parses the FDE of each pc it meets the first time it meets it (libc has
+// thousands; a snapshot needs a few dozen), so a cold snapshot costs little
+// more than a warm one. A [TableCache] shared between snapshots keeps what
+// was parsed (and the mappings).
 //
 // A snapshot holds absolute addresses and modules; it does not symbolize.
 // [Snapshot.Write] turns it into an event stream.

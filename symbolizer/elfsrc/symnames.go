@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rawstack/rawstack/internal/mapfile"
 	"github.com/rawstack/rawstack/symbolizer"
 )
 
@@ -34,8 +35,20 @@ type rawSymtab struct {
 	name func(k int) string
 }
 
-// fileRawSymtab returns the .rawSymtab of f, or its .dynsym where it has none.
-func fileRawSymtab(f *elf.File) (*rawSymtab, error) {
+// sectionBytes returns sec's bytes: a slice of the mapped file where the
+// section is stored uncompressed within it, else a copy read from f.
+func sectionBytes(sec *elf.Section, mapped []byte) ([]byte, error) {
+	if mapped != nil && sec.Type != elf.SHT_NOBITS && sec.Flags&elf.SHF_COMPRESSED == 0 &&
+		sec.Offset <= uint64(len(mapped)) && sec.FileSize <= uint64(len(mapped))-sec.Offset {
+		return mapped[sec.Offset : sec.Offset+sec.FileSize : sec.Offset+sec.FileSize], nil
+	}
+	return sec.Data()
+}
+
+// fileRawSymtab returns the .symtab of f, or its .dynsym where it has none.
+// mapped, when not nil, is the whole file f was read from: the table is
+// then read in place, not copied.
+func fileRawSymtab(f *elf.File, mapped []byte) (*rawSymtab, error) {
 	var sec *elf.Section
 	for _, s := range f.Sections {
 		if s.Type == elf.SHT_SYMTAB {
@@ -44,11 +57,11 @@ func fileRawSymtab(f *elf.File) (*rawSymtab, error) {
 		}
 	}
 	if sec != nil && f.Class == elf.ELFCLASS64 && int(sec.Link) > 0 && int(sec.Link) < len(f.Sections) {
-		data, err := sec.Data()
+		data, err := sectionBytes(sec, mapped)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sec.Name, err)
 		}
-		str, err := f.Sections[sec.Link].Data()
+		str, err := sectionBytes(f.Sections[sec.Link], mapped)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Sections[sec.Link].Name, err)
 		}
@@ -106,13 +119,31 @@ func fileRawSymtab(f *elf.File) (*rawSymtab, error) {
 // symbols. Two passes over the table, with no sort of it: the first finds
 // the nearest start below each address, the second the best symbol at
 // each of those starts.
-func SymtabNames(path string, addrs []uint64) (map[uint64]string, error) {
-	f, err := elf.Open(path)
+//
+// The file is mapped, not read: of libc's 4 MB debug file only the symbol
+// and string tables are touched, in place.
+func SymtabNames(path string, addrs []uint64) (names map[uint64]string, err error) {
+	m, err := mapfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := fileRawSymtab(f)
+	defer m.Close()
+	err = mapfile.Guard(func() error {
+		names, err = symtabNames(m, addrs)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("elfsrc: %s: %w", path, err)
+	}
+	return names, nil
+}
+
+func symtabNames(m *mapfile.File, addrs []uint64) (map[uint64]string, error) {
+	f, err := elf.NewFile(m)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fileRawSymtab(f, m.Data())
 	if err != nil {
 		return nil, err
 	}
