@@ -85,7 +85,11 @@ func newLazyEH(f *elf.File, a arch.Arch, path string, data func(*elf.Section) ([
 		return nil
 	}
 	// The table is searched in place: its entries are checked as a
-	// lookup reads them, not all up front (libc has thousands).
+	// lookup reads them, not all up front (libc has thousands). Its pages
+	// and those of .eh_frame are faulted in now, while the target's
+	// threads are still being stopped, rather than during the unwind.
+	faultIn(hdrData)
+	faultIn(ehData)
 	return &lazyEH{
 		sections: arch.Sections{File: path, Arch: a, EHFrame: ehData, EHFrameAddr: eh.Addr, EHFrameHdrAddr: hdr.Addr},
 		hdr:      hdrData[off : off+int(count)*8],
@@ -147,4 +151,16 @@ func (l *lazyEH) rule(pc uint64) arch.Rule {
 		return arch.Rule{}
 	}
 	return t.Lookup(pc) // CFANone past the FDE's end
+}
+
+// faultInSink keeps faultIn's reads from being optimized away.
+var faultInSink byte
+
+// faultIn reads a byte of each page of b.
+func faultIn(b []byte) {
+	var x byte
+	for i := 0; i < len(b); i += 4096 {
+		x += b[i]
+	}
+	faultInSink = x
 }

@@ -86,9 +86,11 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 		return b
 	}
-	// Modules load on other goroutines while this one stops the threads:
-	// parsing a large library's unwind table takes as long as stopping a
-	// hundred threads, and the unwind needs both.
+	// Modules load on other goroutines while this one stops the threads
+	// (files are mapped, build ids read, search tables faulted in), and
+	// the buffer the stacks will be read into is allocated and its pages
+	// faulted in: a page fault on fresh memory costs microseconds, and
+	// none of this needs the target stopped.
 	type loaded struct {
 		mods []Module
 		set  *arch.Modules
@@ -98,6 +100,8 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		mods, set := loadModules(maps, cache, open, image)
 		done <- loaded{mods, set}
 	}()
+	bufc := make(chan []byte, 1)
+	go func() { bufc <- touched(make([]byte, prefetchPages(threadCount(dir))*pageSize)) }()
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -135,7 +139,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			sps = append(sps, t.Regs.SP())
 		}
 	}
-	prefetch(lm, mem, sps)
+	prefetch(lm, mem, sps, <-bufc)
 	// Names do not need the threads stopped: another goroutine reads them
 	// (a /proc file per thread) while this one unwinds.
 	names := make([]string, len(snap.Threads))
@@ -273,9 +277,45 @@ func (m *liveMem) read(buf []byte, iov []unix.RemoteIovec) int {
 // for one).
 const prefetchAbove = 1 << 10
 
+// prefetchPages is how many pages prefetch may read for n threads: the
+// pages holding [sp, sp+prefetchAbove) of each.
+func prefetchPages(n int) int { return n * (1 + (prefetchAbove+pageSize-2)/pageSize) }
+
+// threadCount returns the number of threads of /proc/PID (num_threads of
+// its stat), 0 if unknown.
+func threadCount(dir string) int {
+	var b [1024]byte
+	n, err := unix.ReadSmall(dir+"/stat", b[:])
+	if err != nil {
+		return 0
+	}
+	s := string(b[:n])
+	// After "pid (comm) ", num_threads is the 18th field.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 18 {
+		return 0
+	}
+	c, _ := strconv.Atoi(f[17])
+	return min(c, 1<<16)
+}
+
+// touched writes to each page of b, so that the page faults of fresh
+// memory are taken now, and returns b.
+func touched(b []byte) []byte {
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 0
+	}
+	return b
+}
+
 // prefetch reads the pages holding [a, a+prefetchAbove) for each a of
-// addrs into mem with as few reads as the kernel's iovec limit allows.
-func prefetch(lm *liveMem, mem *pageCache, addrs []uint64) {
+// addrs into mem with as few reads as the kernel's iovec limit allows,
+// into buf where it is large enough.
+func prefetch(lm *liveMem, mem *pageCache, addrs []uint64, buf []byte) {
 	const maxIov = 1024 // IOV_MAX
 	var iov []unix.RemoteIovec
 	seen := map[uint64]bool{}
@@ -299,7 +339,9 @@ func prefetch(lm *liveMem, mem *pageCache, addrs []uint64) {
 			}
 		}
 	}
-	buf := make([]byte, len(iov)*pageSize)
+	if len(buf) < len(iov)*pageSize {
+		buf = make([]byte, len(iov)*pageSize)
+	}
 	for len(iov) > 0 {
 		n := min(len(iov), maxIov)
 		pages := lm.read(buf[:n*pageSize], iov[:n]) / pageSize

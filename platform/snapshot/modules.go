@@ -304,8 +304,16 @@ func unwindThreads(threads []Thread, mods *arch.Modules, mem arch.Memory, maxFra
 	return mapfile.Guard(func() error {
 		u := arch.NewUnwinder(mods)
 		u.MaxFrames = maxFrames
+		// One block holds the frames of every stack up to pcsPerThread
+		// deep (a deeper one grows its own): hundreds of threads, one
+		// allocation.
+		const pcsPerThread = 32
+		block := make([]uint64, len(threads)*pcsPerThread)
 		for i := range threads {
 			if t := &threads[i]; t.Err == nil {
+				if t.PCs == nil {
+					t.PCs = block[i*pcsPerThread : i*pcsPerThread : (i+1)*pcsPerThread]
+				}
 				t.PCs = u.Unwind(&t.Regs, mem, t.PCs[:0])
 				t.Stop = u.Stop
 			}
