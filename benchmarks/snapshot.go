@@ -73,21 +73,28 @@ func runSnapshot(cfg *config) ([]row, error) {
 		return nil, fmt.Errorf("snapshot saw %d threads, want %d", len(snap.Threads), snapshotThreads+1)
 	}
 
+	// At least 11 rounds: the headline figure is the median of the
+	// per-round ratios eu-stack/rawstack, each round running the two
+	// back to back, in alternating order (A B, B A, ...), so load that
+	// comes and goes falls on both sides of a pair.
 	runs := 15
 	if cfg.short {
-		runs = 5
+		runs = 11
 	}
 	type tool struct {
 		name string
 		args []string
 		ms   []float64
 		out  []byte
+		err  []byte
 		skip string
 	}
 	tools := []*tool{
 		{name: "rawstack-help", args: []string{cli, "help"}},
 		{name: "rawstack-nosym", args: []string{cli, "snapshot", "-p", pid, "--no-symbols"}},
-		{name: "rawstack", args: []string{cli, "snapshot", "-p", pid}},
+		// Symbolized, as eu-stack prints by default; --stats adds a line
+		// on stderr with how long the threads were stopped.
+		{name: "rawstack", args: []string{cli, "snapshot", "-p", pid, "--stats"}},
 		{name: "eu-stack", args: []string{"eu-stack", "-p", pid}},
 		{name: "gdb", args: []string{"gdb", "-batch", "-nx", "-p", pid, "-ex", "thread apply all bt"}},
 	}
@@ -96,21 +103,50 @@ func runSnapshot(cfg *config) ([]row, error) {
 			t.skip = t.args[0] + " not installed"
 		}
 	}
-	var cold, warm, stopped []float64
+	byName := map[string]*tool{}
+	for _, t := range tools {
+		byName[t.name] = t
+	}
+	raw, eu, gdb := byName["rawstack"], byName["eu-stack"], byName["gdb"]
+	runTool := func(t *tool) {
+		if t.skip != "" {
+			return
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command(t.args[0], t.args[1:]...)
+		cmd.Stderr = &stderr
+		start := time.Now()
+		out, err := cmd.Output()
+		d := time.Since(start)
+		if err != nil {
+			t.skip = fmt.Sprintf("%s failed: %v", t.name, err)
+			return
+		}
+		t.ms = append(t.ms, ms(d))
+		t.out, t.err = out, stderr.Bytes()
+	}
+	var cold, warm, stopped, cliStopped, pairs []float64
 	for i := 0; i < runs; i++ {
-		for _, t := range tools {
-			if t.skip != "" || t.name == "gdb" && i >= 3 { // gdb takes seconds: 3 runs
-				continue
+		runTool(byName["rawstack-help"])
+		runTool(byName["rawstack-nosym"])
+		// The pair: rawstack then eu-stack in even rounds, the other
+		// way round in odd ones.
+		pair := []*tool{raw, eu}
+		if i%2 == 1 {
+			pair = []*tool{eu, raw}
+		}
+		nr, ne := len(raw.ms), len(eu.ms)
+		for _, t := range pair {
+			runTool(t)
+		}
+		if len(raw.ms) > nr && len(eu.ms) > ne {
+			pairs = append(pairs, eu.ms[ne]/raw.ms[nr])
+			if d, ok := statsStopped(raw.err); ok {
+				cliStopped = append(cliStopped, d)
 			}
-			start := time.Now()
-			out, err := exec.Command(t.args[0], t.args[1:]...).Output()
-			d := time.Since(start)
-			if err != nil {
-				t.skip = fmt.Sprintf("%s failed: %v", t.name, err)
-				continue
-			}
-			t.ms = append(t.ms, ms(d))
-			t.out = out
+		}
+		if i < 3 { // gdb takes seconds: 3 runs
+			runTool(gdb)
 		}
 		start := time.Now()
 		if _, err := snapshot.Process(target.Process.Pid, nil); err != nil {
@@ -125,34 +161,74 @@ func runSnapshot(cfg *config) ([]row, error) {
 		warm = append(warm, ms(time.Since(start)))
 		stopped = append(stopped, ms(s.Stopped))
 	}
-	byName := map[string]*tool{}
 	for _, t := range tools {
-		byName[t.name] = t
 		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.2f ms\n", t.name, len(t.ms), medianOf(t.ms))
 	}
-	frames := func(out []byte) int { return bytes.Count(out, []byte("\n#")) }
-	raw, eu, gdb := byName["rawstack"], byName["eu-stack"], byName["gdb"]
+	fmt.Fprintf(cfg.logger, "  pair ratios eu-stack/rawstack: %.2f\n", pairs)
 	note := func(t *tool) string {
 		if t.skip != "" {
 			return t.skip
 		}
 		return ""
 	}
+	e2e := fmt.Sprintf("median of %d pair ratios %.2fx (target ≥ 5x, aim 10x); threads stopped %.2f ms (median, --stats)",
+		len(pairs), medianOf(pairs), medianOf(cliStopped))
+	if len(pairs) == 0 {
+		e2e = "no pairs: " + strings.TrimSpace(note(raw)+" "+note(eu))
+	}
 	rows := []row{
 		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, no symbols", Rawstack: medianOf(byName["rawstack-nosym"].ms), Better: "lower",
 			Note: strings.TrimSuffix("target ≤ 10 ms; "+note(byName["rawstack-nosym"]), "; ")},
-		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "eu-stack -p", PeerVal: medianOf(eu.ms), Better: "lower",
-			Note: strings.TrimSuffix("target ≥ 10× faster than eu-stack; "+strings.TrimSpace(note(raw)+" "+note(eu)), "; ")},
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "eu-stack -p", PeerVal: medianOf(eu.ms), Better: "lower", Note: e2e},
 		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "gdb thread apply all bt", PeerVal: medianOf(gdb.ms), Better: "lower", Note: note(gdb)},
+		{Scenario: "snapshot", Metric: "ms threads stopped, CLI", Rawstack: medianOf(cliStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, rawstack snapshot --stats"},
 		{Scenario: "snapshot", Metric: "ms process start, rawstack help", Rawstack: medianOf(byName["rawstack-help"].ms), Better: "lower", Note: "the floor under the end-to-end figures"},
 		{Scenario: "snapshot", Metric: "ms library call, cold tables", Rawstack: medianOf(cold), Better: "lower", Note: "snapshot.Process, nothing cached"},
 		{Scenario: "snapshot", Metric: "ms library call, warm tables", Rawstack: medianOf(warm), Better: "lower", Note: "snapshot.Process with a TableCache"},
-		{Scenario: "snapshot", Metric: "ms threads stopped", Rawstack: medianOf(stopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, library call"},
+		{Scenario: "snapshot", Metric: "ms threads stopped, library", Rawstack: medianOf(stopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, warm library call"},
 	}
 	if raw.out != nil && eu.out != nil {
-		rows = append(rows, row{Scenario: "snapshot", Metric: "frames printed", Rawstack: float64(frames(raw.out)), Peer: "eu-stack -p", PeerVal: float64(frames(eu.out)), Note: "should be equal"})
+		rf, rn := frameCounts(raw.out)
+		ef, en := frameCounts(eu.out)
+		note := "should be equal"
+		if rf != ef || rn != en {
+			note = "DIFFER: compare the outputs"
+		}
+		rows = append(rows,
+			row{Scenario: "snapshot", Metric: "frames printed", Rawstack: float64(rf), Peer: "eu-stack -p", PeerVal: float64(ef), Note: note},
+			row{Scenario: "snapshot", Metric: "frames named", Rawstack: float64(rn), Peer: "eu-stack -p", PeerVal: float64(en), Note: note + " (symbolized output, as eu-stack's default)"})
 	}
 	return rows, nil
+}
+
+// frameCounts counts the "#N 0xPC [name]" lines of an eu-stack-style
+// listing and those of them that name a function.
+func frameCounts(out []byte) (frames, named int) {
+	for _, l := range bytes.Split(out, []byte("\n")) {
+		f := bytes.Fields(l)
+		if len(f) < 2 || len(f[0]) < 2 || f[0][0] != '#' || !bytes.HasPrefix(f[1], []byte("0x")) {
+			continue
+		}
+		frames++
+		if len(f) > 2 && !bytes.Contains(f[2], []byte("+0x")) && !bytes.Contains(f[2], []byte("@0x")) {
+			named++
+		}
+	}
+	return frames, named
+}
+
+// statsStopped returns the "threads stopped" duration, in ms, of a
+// `rawstack snapshot --stats` stderr.
+func statsStopped(stderr []byte) (float64, bool) {
+	_, rest, ok := bytes.Cut(stderr, []byte("threads stopped "))
+	if !ok {
+		return 0, false
+	}
+	if i := bytes.IndexByte(rest, ')'); i > 0 {
+		rest = rest[:i]
+	}
+	d, err := time.ParseDuration(string(rest))
+	return ms(d), err == nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -94,8 +94,10 @@ func Guard(fn func() error) (err error) {
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
+			// A fault at a low address is a nil dereference: a bug, not
+			// a mapping that shrank.
 			if re, ok := r.(runtime.Error); ok {
-				if _, isFault := r.(interface{ Addr() uintptr }); isFault {
+				if f, isFault := r.(interface{ Addr() uintptr }); isFault && f.Addr() >= 1<<16 {
 					err = fmt.Errorf("%w: %v", ErrFault, re)
 					return
 				}

@@ -42,9 +42,6 @@ type fileInfo struct {
 
 	table *arch.Table // nil: no usable unwind info (or lazy)
 	lazy  *lazyEH     // non-nil: rules come from here, one FDE at a time
-	// mapped is the file, mapped, when lazy reads its sections in place;
-	// it is unmapped when the fileInfo is no longer reachable.
-	mapped *mapfile.File
 }
 
 // file returns the information of the ELF file at path.
@@ -77,8 +74,10 @@ func (c *TableCache) file(path string) (*fileInfo, error) {
 	if fi.lazy == nil {
 		m.Close() // everything kept was copied out
 	} else {
-		fi.mapped = m
-		runtime.AddCleanup(fi, func(m *mapfile.File) { m.Close() }, m)
+		// The lazy table reads the mapping: unmap it when the lazy
+		// table (which the unwinder's modules hold, maybe longer than
+		// the cache holds the fileInfo) is unreachable.
+		runtime.AddCleanup(fi.lazy, func(m *mapfile.File) { m.Close() }, m)
 	}
 	c.mu.Lock()
 	c.m[k] = fi
