@@ -162,6 +162,14 @@ type Unwinder struct {
 	// Frames counts, for the last Unwind, frames stepped with CFI and with
 	// frame pointers.
 	CFIFrames, FPFrames int
+	// Code, when not nil, says whether addr lies in executable memory of
+	// the target (any mapping: files, the vDSO, JIT code). A caller's pc
+	// for which it returns false ends the walk there, as its outermost
+	// frame, and is not reported: the first function of a process or
+	// thread has no caller, yet its rule reads whatever lies above it
+	// (Go's rt0_go, entered by a jump, reads argc; a thread's
+	// runtime.clone the word above its new stack).
+	Code func(addr uint64) bool
 
 	gen uint64
 	// During Unwind: the Memory, and its bytes when it is a *StackCopy.
@@ -427,6 +435,11 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 		// Only an arm64 leaf that has not pushed anything may keep sp.
 		if cfa < sp || cfa == sp && ((n > 0 && !afterSignal) || a != ARM64) {
 			u.Stop = StopNoProgress
+			return pcs
+		}
+		// A caller in no code: this frame was the first (see Code).
+		if ra != 0 && u.Code != nil && !u.Code(ra) {
+			u.Stop = StopOutermost
 			return pcs
 		}
 		if n == 0 {

@@ -30,6 +30,9 @@ type fileCFI struct {
 type pidUnwind struct {
 	gen uint64
 	ms  *arch.Modules
+	// code is every module of any kind (JIT and anonymous code too):
+	// the unwinder's Code.
+	code func(addr uint64) bool
 }
 
 func (b *builder) rawStack(ev *format.RawStack) {
@@ -45,6 +48,7 @@ func (b *builder) rawStack(ev *format.RawStack) {
 		return
 	}
 	ru.u.Modules = ru.modules(b, ev.Pid, ev.Time)
+	ru.u.Code = ru.mods[ev.Pid].code
 	mem := &arch.StackCopy{Addr: ev.StackAddr, Data: ev.Data}
 	ru.pcs = ru.u.Unwind(&ru.regs, mem, ru.pcs[:0])
 	if b.anyJITCandidate(ev.Pid, ru.pcs, ev.Time) {
@@ -74,10 +78,14 @@ func (ru *rawUnwinder) modules(b *builder, pid uint32, t int64) *arch.Modules {
 	if pm := ru.mods[pid]; pm != nil && pm.gen == gen {
 		return pm.ms
 	}
-	ms := &arch.Modules{}
+	ms, code := &arch.Modules{}, &arch.Modules{}
 	if p := b.db.byPid[pid]; p != nil {
 		for _, m := range p.mods {
-			if m.Time > t || t >= m.Unload || (m.Kind != format.ModuleELF && m.Kind != format.ModuleUnknown) {
+			if m.Time > t || t >= m.Unload {
+				continue
+			}
+			code.Add(arch.Module{Start: m.Base, End: m.Base + m.Size})
+			if m.Kind != format.ModuleELF && m.Kind != format.ModuleUnknown {
 				continue
 			}
 			fc := ru.file(m, b.opts)
@@ -90,7 +98,11 @@ func (ru *rawUnwinder) modules(b *builder, pid uint32, t int64) *arch.Modules {
 			ms.Add(am)
 		}
 	}
-	ru.mods[pid] = &pidUnwind{gen: gen, ms: ms}
+	pu := &pidUnwind{gen: gen, ms: ms}
+	if code.Len() > 0 { // no modules known: no way to tell code
+		pu.code = func(addr uint64) bool { return code.Find(addr) != nil }
+	}
+	ru.mods[pid] = pu
 	return ms
 }
 

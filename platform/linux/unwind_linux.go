@@ -80,6 +80,9 @@ type unwindProc struct {
 	mods arch.Modules
 	u    *arch.Unwinder
 	lazy []lazyModule // sorted by start
+	// code is every executable mapping, tables or not (the unwinder's
+	// Code: a walk ends at a caller in none of them).
+	code arch.Modules
 }
 
 type lazyModule struct {
@@ -218,6 +221,7 @@ func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
 	p.u = arch.NewUnwinder(&p.mods)
 	if ps != nil {
 		for _, m := range ps.modules {
+			p.code.Add(arch.Module{Start: m.start, End: m.end})
 			ml := m.ml
 			if ml != nil && ml.Kind == format.ModuleVDSO {
 				uw.add(p, uw.vdsoFile(), m.start, m.end, 0)
@@ -235,6 +239,9 @@ func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
 		}
 	}
 	sort.Slice(p.lazy, func(i, j int) bool { return p.lazy[i].start < p.lazy[j].start })
+	if p.code.Len() > 0 { // no mappings known: no way to tell code
+		p.u.Code = func(addr uint64) bool { return p.code.Find(addr) != nil }
+	}
 	uw.procs[pid] = p
 	return p
 }

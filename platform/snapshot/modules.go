@@ -303,6 +303,11 @@ func unwindThreads(threads []Thread, mods *arch.Modules, mem arch.Memory, maxFra
 	return mapfile.Guard(func() error {
 		u := arch.NewUnwinder(mods)
 		u.MaxFrames = maxFrames
+		// mods holds every executable mapping: a caller in none ends a
+		// walk (the garbage above a thread's first frame).
+		if mods.Len() > 0 {
+			u.Code = func(addr uint64) bool { return mods.Find(addr) != nil }
+		}
 		// One block holds the frames of every stack up to pcsPerThread
 		// deep (a deeper one grows its own): hundreds of threads, one
 		// allocation.
