@@ -41,8 +41,20 @@ func LeafCaller(rule Rule, regs *Regs, mem Memory) (ra uint64, unlinked, ok bool
 		return 0, false, false
 	}
 	read := func(at uint64) (uint64, bool) {
+		if at < sp || mem == nil {
+			return 0, false
+		}
+		// A perf sample's stack copy is read in place: through the
+		// interface, the 8-byte buffer would escape, an allocation per
+		// sample on a recorder's hot path.
+		if sc, ok := mem.(*StackCopy); ok {
+			if off := at - sc.Addr; at >= sc.Addr && off < uint64(len(sc.Data)) && uint64(len(sc.Data))-off >= 8 {
+				return binary.LittleEndian.Uint64(sc.Data[off:]), true
+			}
+			return 0, false
+		}
 		var b [8]byte
-		if at < sp || mem == nil || mem.ReadMemory(at, b[:]) != nil {
+		if mem.ReadMemory(at, b[:]) != nil {
 			return 0, false
 		}
 		return binary.LittleEndian.Uint64(b[:]), true

@@ -1,0 +1,190 @@
+//go:build linux
+
+package linux
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// encodeHandler encodes samples as a recorder does: each stack interned
+// once (a Stack event), then a Sample event naming it, into a Writer.
+type encodeHandler struct {
+	countHandler
+	w      *format.Writer
+	ids    map[string]uint64
+	key    []byte
+	frames int
+}
+
+func newEncodeHandler(tb testing.TB) *encodeHandler {
+	w, err := format.NewWriter(io.Discard, format.Header{Version: format.Version1, PointerSize: 8, OS: format.OSLinux, Arch: format.ArchAMD64, Clock: format.ClockMonotonic}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &encodeHandler{w: w, ids: map[string]uint64{}}
+}
+
+func (h *encodeHandler) Sample(s *platform.Sample) {
+	h.samples++
+	h.frames += len(s.PCs)
+	h.key = h.key[:0]
+	for _, pc := range s.PCs {
+		h.key = binary.LittleEndian.AppendUint64(h.key, pc)
+	}
+	id, ok := h.ids[string(h.key)]
+	if !ok {
+		id = uint64(len(h.ids) + 1)
+		h.ids[string(h.key)] = id
+		h.w.WriteStack(id, s.PCs)
+	}
+	h.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: format.NoCPU, Weight: 1, Stack: id})
+}
+
+// leafRecords samples the shrinkwrap fixture (main → a → b → c built with
+// frame pointers; c's hot loop runs before it links its frame) and returns
+// its pid, modules and, per sample, the two records the kernel would have
+// written: --unwind fp's (the user frame-pointer chain) and --unwind
+// auto's (the same chain plus user registers and a leafWindow stack
+// copy). The chain is walked here over the sampled stack as the kernel
+// walks it.
+func leafRecords(tb testing.TB) (pid int, mods []format.ModuleLoad, fp, auto [][]byte) {
+	if runtime.GOARCH != "amd64" {
+		tb.Skip("the records carry amd64 registers")
+	}
+	if err := Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			tb.Skip(err)
+		}
+		tb.Fatal(err)
+	}
+	bin := buildFixture(tb, "../../../tracer/testdata/shrinkwrap.c", "-O2", "-fno-omit-frame-pointer")
+	h := &rawCapture{}
+	s, err := Launch(exec.Command(bin, "0.3"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s.Run(ctx)
+	cancel()
+	s.Close()
+	if len(h.raws) < 50 {
+		tb.Fatalf("only %d raw samples captured", len(h.raws))
+	}
+	le := binary.LittleEndian
+	for _, r := range h.raws {
+		var regs arch.Regs
+		if err := regs.SetMasked(arch.AMD64, r.RegMask, r.Regs); err != nil {
+			tb.Fatal(err)
+		}
+		sp := regs.SP()
+		chain := []uint64{perfContextUser, regs.PC()}
+		for fp := regs.FP(); fp >= sp && fp-sp+16 <= uint64(len(r.Stack)) && len(chain) < 64; {
+			next, ra := le.Uint64(r.Stack[fp-sp:]), le.Uint64(r.Stack[fp-sp+8:])
+			if ra == 0 {
+				break
+			}
+			chain = append(chain, ra)
+			if next <= fp {
+				break
+			}
+			fp = next
+		}
+		var vals []uint64
+		for p := 0; p < 64; p++ {
+			if arch.PerfRegsAMD64&(1<<uint(p)) != 0 {
+				vals = append(vals, regs.R[arch.PerfToDWARF(arch.AMD64, p)])
+			}
+		}
+		window := r.Stack[:min(len(r.Stack), leafWindow)]
+		a := dwarfSampleRecord(chain, 2, vals, window, leafWindow, uint64(len(window)))
+		f := sampleRecord(r.Pid, r.Tid, chain...)
+		for _, rec := range [][]byte{a, f} {
+			le.PutUint32(rec[8+8:], r.Pid)
+			le.PutUint32(rec[8+12:], r.Tid)
+			le.PutUint64(rec[8+16:], 1<<62) // never late
+		}
+		auto, fp = append(auto, a), append(fp, f)
+	}
+	return s.Pid(), h.mods, fp, auto
+}
+
+// leafSessions returns replay sessions of --unwind fp and of --unwind
+// auto on a frame-pointer program (the kernel chain plus repairLeaf),
+// with mods loaded, and their handlers.
+func leafSessions(pid int, mods []format.ModuleLoad, fpH, autoH platform.Handler) (fp, auto *Session) {
+	fp = newSession(platform.Config{Pid: pid, Unwind: platform.UnwindFP}, fpH)
+	auto = newSession(platform.Config{Pid: pid, Unwind: platform.UnwindAuto}, autoH)
+	auto.uw.leaf, auto.uw.size = true, leafWindow // what chooseAuto decides for this program
+	for _, s := range []*Session{fp, auto} {
+		s.pid = pid
+		for i := range mods {
+			m := &mods[i]
+			s.loadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
+		}
+	}
+	return fp, auto
+}
+
+// BenchmarkLeafRepair is the host's per-sample cost of --unwind auto on a
+// frame-pointer program against --unwind fp's, on the same samples of a
+// real program: decoding the record (auto's carries registers and a
+// 512-byte stack copy), auto's leaf repair (the CFI row of the pc,
+// arch.LeafCaller, the joined chain) and encoding the sample. The unwind
+// tables are built before the timer starts: this is the marginal cost per
+// sample, apart from the one-off table build per module.
+func BenchmarkLeafRepair(b *testing.B) {
+	pid, mods, fpRecs, autoRecs := leafRecords(b)
+	fpH, autoH := newEncodeHandler(b), newEncodeHandler(b)
+	fp, auto := leafSessions(pid, mods, fpH, autoH)
+	for i := range autoRecs { // warm: tables built, stacks interned
+		fp.Replay(fpRecs[i])
+		auto.Replay(autoRecs[i])
+	}
+	for _, c := range []struct {
+		name string
+		s    *Session
+		h    *encodeHandler
+		recs [][]byte
+	}{{"fp", fp, fpH, fpRecs}, {"auto", auto, autoH, autoRecs}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			f0, n0 := c.h.frames, c.h.samples
+			for i := 0; b.Loop(); i++ {
+				c.s.Replay(c.recs[i%len(c.recs)])
+			}
+			b.ReportMetric(float64(c.h.frames-f0)/float64(c.h.samples-n0), "frames/sample")
+		})
+	}
+}
+
+// TestLeafRepairAllocs pins --unwind auto's per-sample path (decode, leaf
+// repair, report) at zero allocations once warm, on real samples, and
+// checks that the repair adds the frame frame pointers miss.
+func TestLeafRepairAllocs(t *testing.T) {
+	pid, mods, fpRecs, autoRecs := leafRecords(t)
+	fpH, autoH := &frameCounter{n: new(int)}, &frameCounter{n: new(int)}
+	fp, auto := leafSessions(pid, mods, fpH, autoH)
+	for i := range autoRecs {
+		fp.Replay(fpRecs[i])
+		auto.Replay(autoRecs[i])
+	}
+	if *autoH.n <= *fpH.n {
+		t.Errorf("auto reported %d frames over %d samples, fp %d: no leaf repaired", *autoH.n, len(autoRecs), *fpH.n)
+	}
+	t.Logf("%d samples: fp %d frames, auto %d", len(autoRecs), *fpH.n, *autoH.n)
+	i := 0
+	if allocs := testing.AllocsPerRun(200, func() { auto.Replay(autoRecs[i%len(autoRecs)]); i++ }); allocs != 0 {
+		t.Errorf("%.2f allocations per auto sample, want 0", allocs)
+	}
+}
