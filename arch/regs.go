@@ -1,6 +1,9 @@
 package arch
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // Arch identifies an instruction set. The values equal format.Arch's, so a
 // conversion between the two is a cast.
@@ -212,14 +215,11 @@ func PerfToDWARF(a Arch, p int) int {
 func (r *Regs) SetPerf(a Arch, mask uint64, vals []uint64) error {
 	*r = Regs{Arch: a}
 	i := 0
-	for p := 0; p < 64; p++ {
-		if mask&(1<<uint(p)) == 0 {
-			continue
-		}
+	for m := mask; m != 0; m &= m - 1 { // the set bits, lowest first
 		if i >= len(vals) {
 			return errShortPerfRegs
 		}
-		if d := PerfToDWARF(a, p); d >= 0 {
+		if d := PerfToDWARF(a, bits.TrailingZeros64(m)); d >= 0 {
 			r.Set(d, vals[i])
 		}
 		i++

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os/exec"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 
@@ -142,7 +143,10 @@ func leafSessions(pid int, mods []format.ModuleLoad, fpH, autoH platform.Handler
 // 512-byte stack copy), auto's leaf repair (the CFI row of the pc,
 // arch.LeafCaller, the joined chain) and encoding the sample. The unwind
 // tables are built before the timer starts: this is the marginal cost per
-// sample, apart from the one-off table build per module.
+// sample, apart from the one-off table build per module. Each iteration
+// replays a block of samples in fp mode, then the same block in auto mode
+// (A B A B, so load on a shared machine falls on both); it reports both
+// costs per sample and the median of the blocks' auto/fp ratios.
 func BenchmarkLeafRepair(b *testing.B) {
 	pid, mods, fpRecs, autoRecs := leafRecords(b)
 	fpH, autoH := newEncodeHandler(b), newEncodeHandler(b)
@@ -151,21 +155,31 @@ func BenchmarkLeafRepair(b *testing.B) {
 		fp.Replay(fpRecs[i])
 		auto.Replay(autoRecs[i])
 	}
-	for _, c := range []struct {
-		name string
-		s    *Session
-		h    *encodeHandler
-		recs [][]byte
-	}{{"fp", fp, fpH, fpRecs}, {"auto", auto, autoH, autoRecs}} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			f0, n0 := c.h.frames, c.h.samples
-			for i := 0; b.Loop(); i++ {
-				c.s.Replay(c.recs[i%len(c.recs)])
-			}
-			b.ReportMetric(float64(c.h.frames-f0)/float64(c.h.samples-n0), "frames/sample")
-		})
+	const block = 256
+	var fpT, autoT time.Duration
+	var ratios []float64
+	n, k := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		for i := 0; i < block; i++ {
+			fp.Replay(fpRecs[(k+i)%len(fpRecs)])
+		}
+		t1 := time.Now()
+		for i := 0; i < block; i++ {
+			auto.Replay(autoRecs[(k+i)%len(autoRecs)])
+		}
+		t2 := time.Now()
+		fpT, autoT = fpT+t1.Sub(t0), autoT+t2.Sub(t1)
+		ratios = append(ratios, float64(t2.Sub(t1))/float64(t1.Sub(t0)))
+		n += block
+		k += block
 	}
+	sort.Float64s(ratios)
+	b.ReportMetric(float64(fpT.Nanoseconds())/float64(n), "fp-ns/sample")
+	b.ReportMetric(float64(autoT.Nanoseconds())/float64(n), "auto-ns/sample")
+	b.ReportMetric(ratios[len(ratios)/2], "auto/fp")
+	b.ReportMetric(float64(autoH.frames)/float64(autoH.samples)-float64(fpH.frames)/float64(fpH.samples), "frames-added/sample")
 }
 
 // TestLeafRepairAllocs pins --unwind auto's per-sample path (decode, leaf

@@ -74,12 +74,12 @@ func (uw *unwinder) repairLeaf(s *Session, r *record, sm *platform.Sample) bool 
 	}
 	uw.mem = arch.StackCopy{Addr: uw.regs.SP(), Data: r.UserStack}
 	p := uw.proc(s, sm.Pid)
-	rule := p.mods.Rule(pc)
+	rule := p.rule(pc)
 	if rule.CFA == arch.CFANone && len(p.lazy) > 0 && uw.loadFor(p, sm.Pid, pcs[u:u+1]) {
-		rule = p.mods.Rule(pc)
+		rule = p.rule(pc)
 	}
 	ra, unlinked, ok := arch.LeafCaller(rule, &uw.regs, &uw.mem)
-	if !ok || !unlinked || !s.mapped(sm.Pid, ra) {
+	if !ok || !unlinked || p.code.Find(ra) == nil {
 		return true
 	}
 	out := append(uw.pcs[:0], pcs[:u+1]...)
@@ -88,18 +88,4 @@ func (uw *unwinder) repairLeaf(s *Session, r *record, sm *platform.Sample) bool 
 	uw.pcs = out
 	sm.PCs = out
 	return true
-}
-
-// mapped reports whether addr lies in an executable mapping of pid.
-func (s *Session) mapped(pid uint32, addr uint64) bool {
-	ps := s.procs[pid]
-	if ps == nil {
-		return false
-	}
-	for _, m := range ps.modules {
-		if m.start <= addr && addr < m.end {
-			return true
-		}
-	}
-	return false
 }

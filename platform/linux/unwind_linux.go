@@ -83,6 +83,23 @@ type unwindProc struct {
 	// code is every executable mapping, tables or not (the unwinder's
 	// Code: a walk ends at a caller in none of them).
 	code arch.Modules
+	// leafRules caches repairLeaf's rule lookups by pc (a hot loop is
+	// sampled at a few pcs); cleared when mods changes.
+	leafRules [64]leafRule
+}
+
+type leafRule struct {
+	pc   uint64 // pc+1: the zero entry is empty
+	rule arch.Rule
+}
+
+// rule returns the unwind rule at pc, through leafRules.
+func (p *unwindProc) rule(pc uint64) arch.Rule {
+	e := &p.leafRules[(pc*0x9e3779b97f4a7c15)>>58]
+	if e.pc != pc+1 {
+		e.pc, e.rule = pc+1, p.mods.Rule(pc)
+	}
+	return e.rule
 }
 
 type lazyModule struct {
@@ -260,6 +277,7 @@ func (uw *unwinder) add(p *unwindProc, f *unwindFile, start, end, off uint64) {
 		m.Table = nil
 	}
 	p.mods.Add(m)
+	p.leafRules = [len(p.leafRules)]leafRule{}
 }
 
 // loadFor loads the tables of the not yet loaded modules that pcs (a
