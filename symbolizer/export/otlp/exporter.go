@@ -299,6 +299,7 @@ func (e *Exporter) Close() error {
 			<-e.sent
 		}
 		e.abort()
+		e.opts.Client.Close()
 		e.mu.Lock()
 		for _, b := range e.queue {
 			e.st.Lost += int64(b.samples)
