@@ -10,6 +10,7 @@ import (
 //	  rawstack:
 //	    debug_dirs: [/srv/debug]               # DIR/.build-id/xx/rest.debug
 //	    debuginfod_urls: [https://debuginfod.example.org]
+//	    symbol_path: srv*/srv/symcache*https://symbols.example.org   # Windows PDBs and images
 //	    max_open_files: 64
 type Config struct {
 	// DebugDirs are searched for debug files by GNU build id
@@ -22,6 +23,15 @@ type Config struct {
 	// DebuginfodCache is where downloads are kept; "" means the user
 	// cache directory.
 	DebuginfodCache string `mapstructure:"debuginfod_cache"`
+	// SymbolPath is where PE (Windows) modules' images and PDBs are
+	// searched after DebugDirs, by code id and by PDB GUID and age, in
+	// _NT_SYMBOL_PATH syntax: local symbol stores and symbol servers
+	// ("srv*/var/cache/symbols*https://msdl.microsoft.com/download/symbols").
+	// Empty means the collector's _NT_SYMBOL_PATH, if set.
+	SymbolPath string `mapstructure:"symbol_path"`
+	// SymbolCache is where downloads of symbol-path elements that name no
+	// cache go; "" means the user cache directory's rawstack/symbols.
+	SymbolCache string `mapstructure:"symbol_cache"`
 	// UseRecordedPaths also opens binaries at the paths the hosts
 	// recorded (checked against the build id). Leave it off unless the
 	// collector shares the hosts' file systems: a host names the path.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -16,11 +17,15 @@ import (
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+	_ "github.com/rawstack/rawstack/symbolizer/pesrc" // PE images, PDBs and symbol servers
 )
 
 // maxBuildID caps a build id attribute (hex): GNU build ids are 20 bytes
 // (SHA-1) or 16 (MD5/UUID); 64 leaves room for any hash.
 const maxBuildID = 64
+
+// maxPath caps a recorded path taken from a request.
+const maxPath = 4096
 
 type symProcessor struct {
 	cfg  *Config
@@ -38,6 +43,9 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		DebuginfodURLs:  cfg.DebuginfodURLs,
 		NoDebuginfod:    len(cfg.DebuginfodURLs) == 0,
 		DebuginfodCache: cfg.DebuginfodCache,
+		SymbolPath:      cfg.SymbolPath,
+		SymbolCache:     cfg.SymbolCache,
+		NoRecordedPaths: !cfg.UseRecordedPaths,
 		Warn:            func(err error) { log.Info("rawstack: cannot symbolize a module", zap.Error(err)) },
 	}
 	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile)}
@@ -98,7 +106,22 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 	strs := d.StringTable()
 	for _, ai := range mp.AttributeIndices().All() {
 		a := d.AttributeTable().At(int(ai))
+		if a.Value().Type() != pcommon.ValueTypeStr {
+			continue
+		}
 		switch strs.At(int(a.KeyStrindex())) {
+		case otlp.AttrPDBGUIDAge:
+			if g, age, err := otlp.ParsePDBGUIDAge(a.Value().Str()); err == nil {
+				m.Kind, m.PDBGUID, m.PDBAge = format.ModulePE, g, age
+			}
+		case otlp.AttrPDBPath:
+			if s := a.Value().Str(); len(s) <= maxPath {
+				m.PDBPath = s
+			}
+		case otlp.AttrPECodeID:
+			if ts, size, err := otlp.ParsePECodeID(a.Value().Str()); err == nil {
+				m.Kind, m.TimeDateStamp, m.SizeOfImage = format.ModulePE, ts, size
+			}
 		case otlp.AttrBuildIDGNU:
 			if s := a.Value().Str(); len(s) <= maxBuildID {
 				if b, err := hex.DecodeString(s); err == nil {
@@ -108,6 +131,15 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 		case otlp.AttrBuildIDGo:
 			m.GoBuildID = a.Value().Str()
 		}
+	}
+	if m.Kind == format.ModulePE {
+		// Found by identity (code id, PDB GUID and age) under its base
+		// name; the symbolizer's NoRecordedPaths keeps it from opening
+		// the recorded path unless use_recorded_paths says so.
+		if name := strs.At(int(mp.FilenameStrindex())); len(name) <= maxPath {
+			m.Path = name
+		}
+		return m
 	}
 	if p.cfg.UseRecordedPaths {
 		m.Path = strs.At(int(mp.FilenameStrindex()))

@@ -19,7 +19,10 @@
 //   - mappings with the attributes process.executable.build_id.gnu and
 //     process.executable.build_id.go, the names the OpenTelemetry
 //     profiler and semantic conventions use, so a backend or the rawstack
-//     Collector processor can find the debug files by build id;
+//     Collector processor can find the debug files by build id; PE
+//     (Windows) mappings carry rawstack.pdb.guid_age, rawstack.pdb.path
+//     and rawstack.pe.code_id instead (see [AttrPDBGUIDAge]), what symbol
+//     servers index PDBs and images by;
 //   - locations with the attribute profile.frame.type ("native" or
 //     "kernel") and, unless [Options.Raw], one line per function at the
 //     address, innermost inlined function first (the pprof convention).
@@ -67,6 +70,25 @@ const (
 	AttrOSType         = "os.type"
 	AttrHostArch       = "host.arch"
 	AttrServiceName    = "service.name"
+)
+
+// Attributes of PE (Windows) mappings. Neither the semantic conventions
+// nor the OpenTelemetry eBPF profiler (Linux only) define any for PE
+// images or their PDBs, so rawstack defines its own, in its namespace,
+// carrying what symbol servers index the files by:
+//
+//   - rawstack.pdb.guid_age: the PDB's GUID and age as a symbol server's
+//     key (the GUID's fields in upper-case hex, then the age in hex:
+//     "9CFFF3223893E0D74C4C44205044422E1"), from the image's CodeView
+//     record;
+//   - rawstack.pdb.path: the PDB path the linker wrote into the image;
+//   - rawstack.pe.code_id: the image's TimeDateStamp (8 upper-case hex
+//     digits) then SizeOfImage (lower-case hex), the key symbol servers
+//     index images by.
+const (
+	AttrPDBGUIDAge = "rawstack.pdb.guid_age"
+	AttrPDBPath    = "rawstack.pdb.path"
+	AttrPECodeID   = "rawstack.pe.code_id"
 )
 
 // Frame types of profile.frame.type.
@@ -507,6 +529,17 @@ func (x *dict) mapping(m *symbolizer.Module) int32 {
 	}
 	if m.GoBuildID != "" {
 		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGo, m.GoBuildID))
+	}
+	if m.Kind == format.ModulePE {
+		if m.PDBGUID != [16]byte{} {
+			pm.AttributeIndices().Append(x.strAttr(AttrPDBGUIDAge, PDBGUIDAge(m.PDBGUID, m.PDBAge)))
+		}
+		if m.PDBPath != "" {
+			pm.AttributeIndices().Append(x.strAttr(AttrPDBPath, m.PDBPath))
+		}
+		if m.TimeDateStamp != 0 || m.SizeOfImage != 0 {
+			pm.AttributeIndices().Append(x.strAttr(AttrPECodeID, PECodeID(m.TimeDateStamp, m.SizeOfImage)))
+		}
 	}
 	x.maps[m] = i
 	return i
