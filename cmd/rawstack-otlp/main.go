@@ -4,7 +4,7 @@
 // gates, a JSON codec) would slow the start of every rawstack command, so
 // it is a binary of its own, looked for next to rawstack and then on PATH.
 //
-//	rawstack-otlp convert FILE [--raw] [-o OUT] [--debug-dir DIR]... [--path-map OLD=NEW]... [--no-debuginfod] [--kallsyms FILE]
+//	rawstack-otlp convert FILE [--raw] [-o OUT] [--debug-dir DIR]... [--path-map OLD=NEW]... [--no-debuginfod] [--kallsyms FILE] [--no-file-hash]
 //	rawstack-otlp stream --endpoint HOST:PORT [--raw] [--interval D] [--queue N] [--tls] [--ca FILE] [--header K=V]... [--service NAME] [--compression gzip|none] < STREAM
 //
 // stream reads a rawstack stream on standard input (record writes it as
@@ -66,6 +66,7 @@ func convert(args []string) error {
 	fs.Var(&pathMaps, "path-map", "OLD=NEW (repeatable)")
 	noDebuginfod := fs.Bool("no-debuginfod", false, "do not ask debuginfod servers")
 	kallsyms := fs.String("kallsyms", "", "kernel symbol table of the recorded kernel")
+	noFileHash := fs.Bool("no-file-hash", false, "leave out process.executable.build_id.htlhash (the files at the recorded paths are not the recorded ones)")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return errors.New("want the trace FILE first")
 	}
@@ -92,7 +93,7 @@ func convert(args []string) error {
 	}
 	defer r.Close()
 	host, _ := os.Hostname()
-	opts := otlp.Options{Raw: *raw, HostName: host}
+	opts := otlp.Options{Raw: *raw, HostName: host, NoFileHash: *noFileHash}
 	if !*raw {
 		opts.Resolver = symbolizer.NewResolver(o, 0, 0)
 		defer opts.Resolver.Close()

@@ -32,6 +32,7 @@ type symProcessor struct {
 	log  *zap.Logger
 	res  *symbolizer.Resolver
 	opts *symbolizer.Options
+	htl  *htlIndex
 
 	// totals, for tests and debugging
 	resolved, unresolved atomic.Int64
@@ -48,7 +49,12 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		NoRecordedPaths: !cfg.UseRecordedPaths,
 		Warn:            func(err error) { log.Info("rawstack: cannot symbolize a module", zap.Error(err)) },
 	}
-	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile)}
+	maxIdx := cfg.MaxIndexedFiles
+	if maxIdx <= 0 {
+		maxIdx = 100000
+	}
+	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile),
+		htl: &htlIndex{dirs: cfg.HTLHashDirs, max: maxIdx, log: log}}
 }
 
 // process symbolizes the raw locations of pd in place.
@@ -104,6 +110,7 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 	m.Kind = format.ModuleELF
 	m.Base, m.Size, m.FileOffset = mp.MemoryStart(), mp.MemoryLimit()-mp.MemoryStart(), mp.FileOffset()
 	strs := d.StringTable()
+	htl := ""
 	for _, ai := range mp.AttributeIndices().All() {
 		a := d.AttributeTable().At(int(ai))
 		if a.Value().Type() != pcommon.ValueTypeStr {
@@ -129,7 +136,11 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 				}
 			}
 		case otlp.AttrBuildIDGo:
-			m.GoBuildID = a.Value().Str()
+			if s := a.Value().Str(); len(s) <= maxPath {
+				m.GoBuildID = s
+			}
+		case otlp.AttrBuildIDHTLHash:
+			htl, _ = otlp.ParseHTLHash(a.Value().Str())
 		}
 	}
 	if m.Kind == format.ModulePE {
@@ -143,6 +154,11 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 	}
 	if p.cfg.UseRecordedPaths {
 		m.Path = strs.At(int(mp.FilenameStrindex()))
+	}
+	if m.Path == "" && htl != "" {
+		// A file of the htlhash_dirs with the same htlhash (its debug
+		// file is still looked for by its GNU build id, if any).
+		m.Path = p.htl.lookup(htl)
 	}
 	if len(m.BuildID) == 0 && m.Path == "" {
 		return nil

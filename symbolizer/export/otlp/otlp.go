@@ -16,9 +16,11 @@
 //     writes them: each Sample is one (stack, thread) with one timestamp
 //     per observation (and, off CPU, one value per timestamp: ns blocked),
 //     and the attributes thread.id and thread.name;
-//   - mappings with the attributes process.executable.build_id.gnu and
-//     process.executable.build_id.go, the names the OpenTelemetry
-//     profiler and semantic conventions use, so a backend or the rawstack
+//   - mappings with the attributes process.executable.build_id.gnu,
+//     process.executable.build_id.go and, for every file found at its
+//     recorded path when the batch is built, process.executable.build_id.htlhash
+//     ([HTLHash]), the names the OpenTelemetry profiler and semantic
+//     conventions use, so a backend or the rawstack
 //     Collector processor can find the debug files by build id; PE
 //     (Windows) mappings carry rawstack.pdb.guid_age, rawstack.pdb.path
 //     and rawstack.pe.code_id instead (see [AttrPDBGUIDAge]), what symbol
@@ -111,6 +113,12 @@ type Options struct {
 	HostName string
 	// ServiceName, if set, is written as service.name on every resource.
 	ServiceName string
+	// NoFileHash leaves out process.executable.build_id.htlhash, which
+	// is computed from the files at their recorded paths: set it when
+	// converting a trace on another machine than the one that recorded
+	// it, whose files at those paths may be other builds (files whose GNU
+	// build id or PE code id differ are skipped either way).
+	NoFileHash bool
 }
 
 // Builder turns stream events into OTLP profiles. It is not safe for
@@ -134,6 +142,8 @@ type Builder struct {
 	endedProcs   []uint32
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
+	// htlhash of each module's file, "" when not available
+	hashes map[*symbolizer.Module]string
 }
 
 type pendingSample struct {
@@ -222,6 +232,7 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 		b.opts.Resolver = symbolizer.NewResolver(nil, 0, 0)
 	}
 	d := newDict(out.Dictionary())
+	d.fileHash = b.fileHash
 	byPid := map[uint32][]pendingSample{}
 	var pids []uint32
 	for _, s := range b.pending {
@@ -439,8 +450,10 @@ type dict struct {
 	locs   map[locKey]int32
 	funcs  map[[2]string]int32
 	stacks map[string]int32
-	keyBuf []byte
-	locBuf []int32
+	// fileHash returns a module's htlhash, "" if unknown; nil for none
+	fileHash func(*symbolizer.Module) string
+	keyBuf   []byte
+	locBuf   []int32
 }
 
 type attrKey struct {
@@ -529,6 +542,11 @@ func (x *dict) mapping(m *symbolizer.Module) int32 {
 	}
 	if m.GoBuildID != "" {
 		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGo, m.GoBuildID))
+	}
+	if x.fileHash != nil {
+		if h := x.fileHash(m); h != "" {
+			pm.AttributeIndices().Append(x.strAttr(AttrBuildIDHTLHash, h))
+		}
 	}
 	if m.Kind == format.ModulePE {
 		if m.PDBGUID != [16]byte{} {
