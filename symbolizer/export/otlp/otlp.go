@@ -28,12 +28,15 @@
 //   - locations with the attribute profile.frame.type ("native" or
 //     "kernel") and, unless [Options.Raw], one line per function at the
 //     address, innermost inlined function first (the pprof convention).
+//     Raw profiles name kernel frames still, from /proc/kallsyms, when
+//     built on the recording host (see [Options.RawKernel]).
 //
 // A location's address is absolute, inside its mapping's [memory_start,
 // memory_limit). For every frame but the leaf it is the return address
 // minus one — an address inside the call instruction — so that a
 // symbolizer that sees the location alone names the call site. Raw
-// profiles carry no names at all: only addresses, mappings and build ids.
+// profiles carry no names of user code: only addresses, mappings and
+// build ids (and the kernel's names, from the host's kallsyms).
 //
 // [Write] encodes a Profiles as the protobuf ExportProfilesServiceRequest
 // that an OTLP receiver accepts; [Exporter] streams batches to a Collector
@@ -54,6 +57,7 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
+	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel frames, on the recording host
 )
 
 // Attribute names (OpenTelemetry semantic conventions and the
@@ -113,6 +117,13 @@ type Options struct {
 	HostName string
 	// ServiceName, if set, is written as service.name on every resource.
 	ServiceName string
+	// RawKernel leaves kernel frames unnamed in Raw profiles too. By
+	// default a Raw profile still names them where the Builder runs on
+	// the recording host (the running kernel's build id is the recorded
+	// one, and /proc/kallsyms is readable): a kernel's symbol table with
+	// its KASLR addresses exists only on that host, so the OpenTelemetry
+	// profiler names kernel frames there as well.
+	RawKernel bool
 	// NoFileHash leaves out process.executable.build_id.htlhash, which
 	// is computed from the files at their recorded paths: set it when
 	// converting a trace on another machine than the one that recorded
@@ -227,9 +238,6 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 	if n == 0 {
 		b.forget()
 		return out, 0
-	}
-	if !b.opts.Raw && b.opts.Resolver == nil {
-		b.opts.Resolver = symbolizer.NewResolver(nil, 0, 0)
 	}
 	d := newDict(out.Dictionary())
 	d.fileHash = b.fileHash
@@ -417,11 +425,25 @@ func (b *Builder) location(d *dict, pid uint32, addr uint64, t int64) int32 {
 		loc.SetMappingIndex(d.mapping(m))
 	}
 	loc.AttributeIndices().Append(d.strAttr(AttrFrameType, ft))
-	if m != nil && !b.opts.Raw {
-		frames, _, _ := b.opts.Resolver.Resolve(m, addr)
+	if m != nil && (!b.opts.Raw || m.Kind == format.ModuleKernel && !b.opts.RawKernel) {
+		frames, _, _ := b.resolver().Resolve(m, addr)
 		AppendLines(d.d, loc, frames, d.str, d.function)
 	}
 	return i
+}
+
+// resolver returns Options.Resolver, or one made on first use: with the
+// zero symbolizer.Options, or in Raw mode (kernel frames only) one that
+// asks no debuginfod server.
+func (b *Builder) resolver() *symbolizer.Resolver {
+	if b.opts.Resolver == nil {
+		var o *symbolizer.Options
+		if b.opts.Raw {
+			o = &symbolizer.Options{NoDebuginfod: true}
+		}
+		b.opts.Resolver = symbolizer.NewResolver(o, 0, 0)
+	}
+	return b.opts.Resolver
 }
 
 // AppendLines adds one line per frame to loc, innermost first, naming
