@@ -95,10 +95,9 @@ func convert(args []string) error {
 	defer r.Close()
 	host, _ := os.Hostname()
 	opts := otlp.Options{Raw: *raw, RawKernel: *rawKernel, HostName: host, NoFileHash: *noFileHash}
-	if !*raw {
-		opts.Resolver = symbolizer.NewResolver(o, 0, 0)
-		defer opts.Resolver.Close()
-	}
+	// In raw mode it names kernel frames only (--kallsyms applies).
+	opts.Resolver = symbolizer.NewResolver(o, 0, 0)
+	defer opts.Resolver.Close()
 	p, c, err := otlp.Convert(r, opts, o.Warn)
 	if err != nil {
 		return err
