@@ -135,9 +135,9 @@ func store(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-// TestPEModulesFromSymbolStores: a raw OTLP profile of a Windows process
-// (a clang+lld image with its PDB, loaded at a relocated base) comes out
-// of the processor named, the image and PDB found by the identity the
+// TestPEModulesFromSymbolStores: a raw OTLP request of a Windows process
+// (a clang+lld image with its PDB, loaded at a relocated base), sent over
+// gRPC to the OTLP receiver, comes out of the processor named, the image and PDB found by the identity the
 // mapping attributes carry — rawstack.pe.code_id, rawstack.pdb.guid_age,
 // the names — in a local symbol store, or the PDB alone from a symbol
 // server over HTTP. Every address is held to pesrc's answer from the
@@ -192,14 +192,25 @@ func TestPEModulesFromSymbolStores(t *testing.T) {
 	}
 	defer pdbOnly.Close()
 
+	req, err := otlp.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// check sends the raw request through a real pipeline (OTLP gRPC
+	// receiver, this processor configured with cfg, a sink) and holds
+	// each address's names to the oracle's.
 	check := func(t *testing.T, cfg *Config, oracle symbolizer.Source) {
-		p := pprofile.NewProfiles()
-		raw.CopyTo(p)
-		proc := newSymbolizer(cfg, zap.NewNop())
-		out, err := proc.process(context.Background(), p)
-		if err != nil {
+		c := startCollector(t, cfg, "")
+		client := &otlp.Client{Endpoint: c.addr, Gzip: true}
+		defer client.Close()
+		if err := client.Export(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
+		got := c.sink.AllProfiles()
+		if len(got) != 1 {
+			t.Fatalf("%d requests came out of the pipeline", len(got))
+		}
+		out := got[0]
 		od := out.Dictionary()
 		named, same, shown := 0, 0, 0
 		funcs := map[string]bool{}
@@ -220,8 +231,8 @@ func TestPEModulesFromSymbolStores(t *testing.T) {
 				t.Errorf("rva %#x: processor %q, pesrc %q", rva, got, want)
 			}
 		}
-		t.Logf("%d addresses: %d named by the processor, %d as pesrc names them; %d functions; resolved %d, unresolved %d",
-			len(rvas), named, same, len(funcs), proc.resolved.Load(), proc.unresolved.Load())
+		t.Logf("%d addresses: %d named by the pipeline, %d as pesrc names them; %d functions",
+			len(rvas), named, same, len(funcs))
 		if same != len(rvas) {
 			t.Errorf("%d of %d addresses differ from pesrc", len(rvas)-same, len(rvas))
 		}
