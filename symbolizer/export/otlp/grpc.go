@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
@@ -59,6 +60,9 @@ var connMu sync.Mutex
 type StatusError struct {
 	Code    int
 	Message string
+	// RetryInfo says the status carried a google.rpc.RetryInfo detail:
+	// the endpoint says a later attempt may succeed.
+	RetryInfo bool
 }
 
 func (e *StatusError) Error() string {
@@ -66,11 +70,16 @@ func (e *StatusError) Error() string {
 }
 
 // Retryable reports whether the request may succeed later: the codes the
-// OTLP specification lists as retryable.
+// OTLP specification lists as retryable. RESOURCE_EXHAUSTED is retryable
+// only with a RetryInfo detail, as the specification says: without one it
+// is what a receiver answers to a request above its message size limit,
+// which no retry of the same request would pass.
 func (e *StatusError) Retryable() bool {
 	switch e.Code {
-	case 1, 4, 8, 10, 11, 14, 15: // CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS
+	case 1, 4, 10, 11, 14, 15: // CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS
 		return true
+	case 8: // RESOURCE_EXHAUSTED
+		return e.RetryInfo
 	}
 	return false
 }
@@ -197,7 +206,13 @@ func (c *Client) sendRequest(ctx context.Context, req pprofileotlp.ExportRequest
 	resp, err := conn.gc.Export(ctx, req, opts...)
 	if err != nil {
 		if s, ok := status.FromError(err); ok {
-			return int(wire.Load()), &StatusError{Code: int(s.Code()), Message: s.Message()}
+			se := &StatusError{Code: int(s.Code()), Message: s.Message()}
+			for _, d := range s.Details() {
+				if _, ok := d.(*errdetails.RetryInfo); ok {
+					se.RetryInfo = true
+				}
+			}
+			return int(wire.Load()), se
 		}
 		return int(wire.Load()), fmt.Errorf("otlp: export to %s: %w", c.Endpoint, err)
 	}

@@ -6,13 +6,16 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 )
@@ -111,7 +114,7 @@ func TestClient(t *testing.T) {
 	for _, tc := range []struct {
 		code      codes.Code
 		retryable bool
-	}{{codes.Unavailable, true}, {codes.ResourceExhausted, true}, {codes.InvalidArgument, false}, {codes.PermissionDenied, false}} {
+	}{{codes.Unavailable, true}, {codes.ResourceExhausted, false}, {codes.InvalidArgument, false}, {codes.PermissionDenied, false}} {
 		srv.mu.Lock()
 		srv.answer = func() (pprofileotlp.ExportResponse, error) {
 			return pprofileotlp.ExportResponse{}, status.Error(tc.code, "no")
@@ -122,6 +125,19 @@ func TestClient(t *testing.T) {
 		if !errors.As(err, &se) || se.Code != int(tc.code) || se.Message != "no" || otlp.IsRetryable(err) != tc.retryable {
 			t.Errorf("status %v answered %v (retryable %v), want a StatusError, retryable %v", tc.code, err, otlp.IsRetryable(err), tc.retryable)
 		}
+	}
+	// RESOURCE_EXHAUSTED is retryable when the answer carries RetryInfo.
+	srv.mu.Lock()
+	srv.answer = func() (pprofileotlp.ExportResponse, error) {
+		st, err := status.New(codes.ResourceExhausted, "busy").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+		if err != nil {
+			return pprofileotlp.ExportResponse{}, err
+		}
+		return pprofileotlp.ExportResponse{}, st.Err()
+	}
+	srv.mu.Unlock()
+	if err := c.Export(ctx, req); !otlp.IsRetryable(err) {
+		t.Errorf("RESOURCE_EXHAUSTED with RetryInfo answered %v, not retryable", err)
 	}
 	// Bytes that are no request fail before the network, for good.
 	if err := c.Export(ctx, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0x01}); err == nil || otlp.IsRetryable(err) {
@@ -154,5 +170,38 @@ func TestExporterWireBytes(t *testing.T) {
 	}
 	if st.WireBytes <= 0 || st.WireBytes >= st.Bytes {
 		t.Errorf("%d bytes on the wire for %d protobuf bytes, gzipped", st.WireBytes, st.Bytes)
+	}
+}
+
+// TestExporterMaxBatchSamples: with a long interval, batches are cut by
+// sample count, so no request grows past a receiver's size limit.
+func TestExporterMaxBatchSamples(t *testing.T) {
+	data, _ := chainTrace(t)
+	want := Summarize(t, convert(t, data, true)).Samples
+	srv, addr := startProfileServer(t)
+	exp, err := otlp.NewExporter(otlp.ExporterOptions{Client: otlp.Client{Endpoint: addr}, Build: otlp.Options{Raw: true},
+		Interval: time.Hour, MaxBatchSamples: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tracer hands over a chunk at a time; so does this, at chunk
+	// boundaries the reader finds in any split.
+	for i := 0; i < len(data); i += 512 {
+		if _, err := exp.Write(data[i:min(i+512, len(data))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := exp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := exp.Stats()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	t.Logf("%d samples in %d batches", st.Sent, st.Batches)
+	if st.Sent != int64(want) || srv.samples != want {
+		t.Errorf("sent %d, server got %d; want %d", st.Sent, srv.samples, want)
+	}
+	if st.Batches < int64(want/50/2) {
+		t.Errorf("%d samples in %d batches with MaxBatchSamples 50", want, st.Batches)
 	}
 }
