@@ -23,7 +23,8 @@ type ExporterOptions struct {
 	// MaxBatchSamples cuts a batch before Interval when this many samples
 	// are pending, so that a busy whole-host recording does not build a
 	// request above the receiver's message size limit (gRPC's default is
-	// 4 MiB: ~20 B a sample raw, more symbolized); 0 means 20000.
+	// 4 MiB: ~20 B a sample raw, ~30 symbolized, a few hundred with many
+	// distinct stacks); 0 means 10000.
 	MaxBatchSamples int
 	// Queue is how many batches wait while the endpoint is down or slow;
 	// 0 means 32. When a new batch finds the queue full the oldest batch
@@ -104,7 +105,7 @@ func NewExporter(opts ExporterOptions) (*Exporter, error) {
 		opts.Queue = 32
 	}
 	if opts.MaxBatchSamples <= 0 {
-		opts.MaxBatchSamples = 20000
+		opts.MaxBatchSamples = 10000
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 10 * time.Second
