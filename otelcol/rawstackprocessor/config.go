@@ -10,6 +10,7 @@ import (
 //	  rawstack:
 //	    debug_dirs: [/srv/debug]               # DIR/.build-id/xx/rest.debug
 //	    debuginfod_urls: [https://debuginfod.example.org]
+//	    symbol_path: srv*/srv/symcache*https://symbols.example.org   # Windows PDBs and images
 //	    max_open_files: 64
 type Config struct {
 	// DebugDirs are searched for debug files by GNU build id
@@ -22,6 +23,25 @@ type Config struct {
 	// DebuginfodCache is where downloads are kept; "" means the user
 	// cache directory.
 	DebuginfodCache string `mapstructure:"debuginfod_cache"`
+	// SymbolPath is where PE (Windows) modules' images and PDBs are
+	// searched after DebugDirs, by code id and by PDB GUID and age, in
+	// _NT_SYMBOL_PATH syntax: local symbol stores and symbol servers
+	// ("srv*/var/cache/symbols*https://msdl.microsoft.com/download/symbols").
+	// Empty means the collector's _NT_SYMBOL_PATH, if set.
+	SymbolPath string `mapstructure:"symbol_path"`
+	// SymbolCache is where downloads of symbol-path elements that name no
+	// cache go; "" means the user cache directory's rawstack/symbols.
+	SymbolCache string `mapstructure:"symbol_cache"`
+	// HTLHashDirs are directories whose files are indexed by
+	// process.executable.build_id.htlhash (the hash of a file's first and
+	// last 4 KiB and length) when the first mapping without a file
+	// arrives: for binaries without a GNU build id (Alpine's, stripped
+	// ones), which cannot be found in a .build-id tree. Every regular
+	// file under them is hashed once, at most MaxIndexedFiles.
+	HTLHashDirs []string `mapstructure:"htlhash_dirs"`
+	// MaxIndexedFiles bounds the files hashed for HTLHashDirs; 0 means
+	// 100000.
+	MaxIndexedFiles int `mapstructure:"max_indexed_files"`
 	// UseRecordedPaths also opens binaries at the paths the hosts
 	// recorded (checked against the build id). Leave it off unless the
 	// collector shares the hosts' file systems: a host names the path.
@@ -39,8 +59,8 @@ type Config struct {
 
 // Validate checks the bounds.
 func (c *Config) Validate() error {
-	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 {
-		return errors.New("rawstack processor: max_open_files, max_addresses_per_file and max_locations must not be negative")
+	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 || c.MaxIndexedFiles < 0 {
+		return errors.New("rawstack processor: max_open_files, max_addresses_per_file, max_locations and max_indexed_files must not be negative")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -16,17 +17,22 @@ import (
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+	_ "github.com/rawstack/rawstack/symbolizer/pesrc" // PE images, PDBs and symbol servers
 )
 
 // maxBuildID caps a build id attribute (hex): GNU build ids are 20 bytes
 // (SHA-1) or 16 (MD5/UUID); 64 leaves room for any hash.
 const maxBuildID = 64
 
+// maxPath caps a recorded path taken from a request.
+const maxPath = 4096
+
 type symProcessor struct {
 	cfg  *Config
 	log  *zap.Logger
 	res  *symbolizer.Resolver
 	opts *symbolizer.Options
+	htl  *htlIndex
 
 	// totals, for tests and debugging
 	resolved, unresolved atomic.Int64
@@ -38,9 +44,17 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		DebuginfodURLs:  cfg.DebuginfodURLs,
 		NoDebuginfod:    len(cfg.DebuginfodURLs) == 0,
 		DebuginfodCache: cfg.DebuginfodCache,
+		SymbolPath:      cfg.SymbolPath,
+		SymbolCache:     cfg.SymbolCache,
+		NoRecordedPaths: !cfg.UseRecordedPaths,
 		Warn:            func(err error) { log.Info("rawstack: cannot symbolize a module", zap.Error(err)) },
 	}
-	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile)}
+	maxIdx := cfg.MaxIndexedFiles
+	if maxIdx <= 0 {
+		maxIdx = 100000
+	}
+	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile),
+		htl: &htlIndex{dirs: cfg.HTLHashDirs, max: maxIdx, log: log}}
 }
 
 // process symbolizes the raw locations of pd in place.
@@ -96,9 +110,25 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 	m.Kind = format.ModuleELF
 	m.Base, m.Size, m.FileOffset = mp.MemoryStart(), mp.MemoryLimit()-mp.MemoryStart(), mp.FileOffset()
 	strs := d.StringTable()
+	htl := ""
 	for _, ai := range mp.AttributeIndices().All() {
 		a := d.AttributeTable().At(int(ai))
+		if a.Value().Type() != pcommon.ValueTypeStr {
+			continue
+		}
 		switch strs.At(int(a.KeyStrindex())) {
+		case otlp.AttrPDBGUIDAge:
+			if g, age, err := otlp.ParsePDBGUIDAge(a.Value().Str()); err == nil {
+				m.Kind, m.PDBGUID, m.PDBAge = format.ModulePE, g, age
+			}
+		case otlp.AttrPDBPath:
+			if s := a.Value().Str(); len(s) <= maxPath {
+				m.PDBPath = s
+			}
+		case otlp.AttrPECodeID:
+			if ts, size, err := otlp.ParsePECodeID(a.Value().Str()); err == nil {
+				m.Kind, m.TimeDateStamp, m.SizeOfImage = format.ModulePE, ts, size
+			}
 		case otlp.AttrBuildIDGNU:
 			if s := a.Value().Str(); len(s) <= maxBuildID {
 				if b, err := hex.DecodeString(s); err == nil {
@@ -106,11 +136,29 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 				}
 			}
 		case otlp.AttrBuildIDGo:
-			m.GoBuildID = a.Value().Str()
+			if s := a.Value().Str(); len(s) <= maxPath {
+				m.GoBuildID = s
+			}
+		case otlp.AttrBuildIDHTLHash:
+			htl, _ = otlp.ParseHTLHash(a.Value().Str())
 		}
+	}
+	if m.Kind == format.ModulePE {
+		// Found by identity (code id, PDB GUID and age) under its base
+		// name; the symbolizer's NoRecordedPaths keeps it from opening
+		// the recorded path unless use_recorded_paths says so.
+		if name := strs.At(int(mp.FilenameStrindex())); len(name) <= maxPath {
+			m.Path = name
+		}
+		return m
 	}
 	if p.cfg.UseRecordedPaths {
 		m.Path = strs.At(int(mp.FilenameStrindex()))
+	}
+	if m.Path == "" && htl != "" {
+		// A file of the htlhash_dirs with the same htlhash (its debug
+		// file is still looked for by its GNU build id, if any).
+		m.Path = p.htl.lookup(htl)
 	}
 	if len(m.BuildID) == 0 && m.Path == "" {
 		return nil
