@@ -55,12 +55,23 @@ type Config struct {
 	// MaxLocations rejects requests with more locations than this; 0
 	// means 1<<20.
 	MaxLocations int `mapstructure:"max_locations"`
+	// MaxLookupsPerRequest bounds the module files one request may make
+	// the processor search for (debug directories, debuginfod, symbol
+	// servers): a sender can name any number of build ids. Modules past
+	// the bound, or past MaxLookupsPerSecond, keep their frames raw in
+	// this request and are searched for when a later request names them.
+	// A module already searched for (found or not, and still cached)
+	// costs nothing. 0 means 256.
+	MaxLookupsPerRequest int `mapstructure:"max_lookups_per_request"`
+	// MaxLookupsPerSecond bounds searches over time, across requests and
+	// senders, with bursts up to 1024; 0 means 64.
+	MaxLookupsPerSecond float64 `mapstructure:"max_lookups_per_second"`
 }
 
 // Validate checks the bounds.
 func (c *Config) Validate() error {
-	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 || c.MaxIndexedFiles < 0 {
-		return errors.New("rawstack processor: max_open_files, max_addresses_per_file, max_locations and max_indexed_files must not be negative")
+	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 || c.MaxIndexedFiles < 0 || c.MaxLookupsPerRequest < 0 || c.MaxLookupsPerSecond < 0 {
+		return errors.New("rawstack processor: max_open_files, max_addresses_per_file, max_locations, max_indexed_files, max_lookups_per_request and max_lookups_per_second must not be negative")
 	}
 	return nil
 }

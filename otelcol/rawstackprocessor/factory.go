@@ -21,6 +21,14 @@
 // through untouched. A request whose indices point
 // outside its dictionary is rejected as a permanent error, so the
 // receiver answers InvalidArgument and nothing downstream sees it.
+//
+// Every build id a request names may cost a search (disk, debuginfod,
+// symbol servers), and a sender can name any number of them: a request
+// searches for at most max_lookups_per_request new modules (256), and all
+// requests together for max_lookups_per_second (64, bursts of 1024). A
+// module searched for once, found or not, costs nothing while it stays in
+// the cache of max_open_files entries; frames of modules over the bounds
+// stay raw in that request and are named when a later one repeats them.
 package rawstackprocessor
 
 import (

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -34,8 +36,14 @@ type symProcessor struct {
 	opts *symbolizer.Options
 	htl  *htlIndex
 
+	maxLookups int      // per request
+	lookups    *limiter // over time
+
 	// totals, for tests and debugging
 	resolved, unresolved atomic.Int64
+	// searched counts modules searched for; deferred, modules left raw
+	// in a request because a lookup bound was reached.
+	searched, deferred atomic.Int64
 }
 
 func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
@@ -53,8 +61,17 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 	if maxIdx <= 0 {
 		maxIdx = 100000
 	}
+	maxLookups := cfg.MaxLookupsPerRequest
+	if maxLookups <= 0 {
+		maxLookups = 256
+	}
+	rate := cfg.MaxLookupsPerSecond
+	if rate <= 0 {
+		rate = 64
+	}
 	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile),
-		htl: &htlIndex{dirs: cfg.HTLHashDirs, max: maxIdx, log: log}}
+		htl:        &htlIndex{dirs: cfg.HTLHashDirs, max: maxIdx, log: log},
+		maxLookups: maxLookups, lookups: newLimiter(rate, 1024, time.Now)}
 }
 
 // process symbolizes the raw locations of pd in place.
@@ -67,6 +84,7 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 	strs := d.StringTable()
 	frameTypeKey := int32(-1)
 	var in *interner
+	lookups := 0
 	mods := make([]*symbolizer.Module, d.MappingTable().Len())
 	modDone := make([]bool, len(mods))
 	for li := 1; li < d.LocationTable().Len(); li++ {
@@ -82,7 +100,25 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 			continue
 		}
 		if !modDone[mi] {
-			mods[mi], modDone[mi] = p.module(d, d.MappingTable().At(mi)), true
+			modDone[mi] = true
+			m := p.module(d, d.MappingTable().At(mi))
+			if m != nil && !p.res.Known(m) {
+				// A search: debug directories, debuginfod, symbol
+				// servers. Bounded per request and over time, so a
+				// request naming thousands of build ids costs a
+				// bounded amount of work; the rest stay raw.
+				if lookups >= p.maxLookups || !p.lookups.take() {
+					if p.deferred.Add(1) == 1 || lookups == p.maxLookups {
+						p.log.Info("rawstack: module lookup bound reached; frames of further new modules stay raw in this request",
+							zap.Int("max_lookups_per_request", p.maxLookups))
+					}
+					m = nil
+				} else {
+					lookups++
+					p.searched.Add(1)
+				}
+			}
+			mods[mi] = m
 		}
 		m := mods[mi]
 		if m == nil {
@@ -350,4 +386,32 @@ func validate(pd pprofile.Profiles, maxLocs int) error {
 		}
 	}
 	return nil
+}
+
+// limiter is a token bucket: take succeeds while tokens remain, and
+// tokens come back at rate per second up to burst.
+type limiter struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+}
+
+func newLimiter(rate, burst float64, now func() time.Time) *limiter {
+	return &limiter{rate: rate, burst: burst, tokens: burst, last: now(), now: now}
+}
+
+func (l *limiter) take() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.now()
+	l.tokens = min(l.burst, l.tokens+t.Sub(l.last).Seconds()*l.rate)
+	l.last = t
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
 }
