@@ -300,7 +300,13 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 			continue
 		}
 		uf := &unwindFile{f: f}
-		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
+		if uw.auto || uw.leaf {
+			// keepsFramePointers reads every row.
+			uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
+		} else {
+			// A walk needs a few of the module's FDEs: parse those.
+			uf.table, _ = arch.NewLazyTableELF(f, path)
+		}
 		f.Close()
 		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows

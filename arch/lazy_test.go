@@ -1,0 +1,162 @@
+package arch
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"math/rand"
+	"os"
+	"testing"
+)
+
+// lazyLibraries are system files with large .eh_frame sections, as a
+// whole-host recorder meets them.
+var lazyLibraries = []string{
+	"/usr/lib/x86_64-linux-gnu/libc.so.6",
+	"/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+	"/usr/lib/x86_64-linux-gnu/libm.so.6",
+	"/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+	"/usr/lib/aarch64-linux-gnu/libc.so.6",
+}
+
+// TestLazyTableMatchesFull holds a lazy table to the full table of the
+// same file: for every row of the full table, its first and last address
+// and the address before it, in a shuffled order (a lazy table's state
+// depends on what was looked up before), the two tables return the same
+// rule.
+func TestLazyTableMatchesFull(t *testing.T) {
+	files := append([]string{buildC(t, "gcc", "deep.c", "-O2", "-g", "-fomit-frame-pointer")}, lazyLibraries...)
+	tested := 0
+	for _, path := range files {
+		f, err := elf.Open(path)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue
+			}
+			t.Fatal(err)
+		}
+		full, err := NewTableELF(f, path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		lazy, err := NewLazyTableELF(f, path)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if ok, _, total := lazy.Lazy(); !ok {
+			if full.FDEs > 100 {
+				t.Errorf("%s: %d FDEs and no lazy table", path, full.FDEs)
+			}
+			continue
+		} else if total < full.FDEs {
+			t.Errorf("%s: search table lists %d FDEs, the full table has %d", path, total, full.FDEs)
+		}
+		var addrs []uint64
+		for i := 0; i < full.Len(); i++ {
+			start, _ := full.Row(i)
+			addrs = append(addrs, start, start-1, start+1)
+			if i+1 < full.Len() {
+				next, _ := full.Row(i + 1)
+				addrs = append(addrs, next-1)
+			}
+		}
+		rand.New(rand.NewSource(1)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+		for _, a := range addrs {
+			if got, want := lazy.Lookup(a), full.Lookup(a); got != want {
+				t.Fatalf("%s: Lookup(%#x): lazy %v, full %v", path, a, got, want)
+			}
+		}
+		_, parsed, total := lazy.Lazy()
+		t.Logf("%s: %d addresses, %d rows, %d of %d FDEs parsed; full table %d bytes, lazy %d", path, len(addrs), full.Len(), parsed, total, full.Bytes(), lazy.Bytes())
+		tested++
+	}
+	if tested < 2 {
+		t.Fatalf("only %d files had lazy tables", tested)
+	}
+}
+
+// TestLazyTableFewFDEs checks that a lookup parses only the FDE it needs.
+func TestLazyTableFewFDEs(t *testing.T) {
+	const path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	lazy, err := NewLazyTableELF(f, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range sym {
+		if s.Name == "memcpy" || s.Name == "malloc" {
+			n++
+			if r := lazy.Lookup(s.Value); r.CFA == CFANone {
+				t.Errorf("%s at %#x: no rule", s.Name, s.Value)
+			}
+		}
+	}
+	ok, parsed, total := lazy.Lazy()
+	if !ok || parsed == 0 || parsed > n || total < 1000 {
+		t.Fatalf("lazy %v, %d of %d FDEs parsed after %d lookups", ok, parsed, total, n)
+	}
+}
+
+// lazySeed assembles an .eh_frame of two FDEs and its .eh_frame_hdr.
+func lazySeed() (eh, hdr []byte) {
+	var e ehAsm
+	c := e.cie(-8, AMD64RIP, cfaDefCFA, AMD64RSP, 8, cfaOffset|AMD64RIP, 1)
+	f1 := len(e.b)
+	e.fde(c, 0x1000, 0x40, cfaAdvanceLoc|1, cfaDefCFAOffset, 16, cfaOffset|AMD64RBP, 2)
+	f2 := len(e.b)
+	e.fde(c, 0x2000, 0x10, cfaAdvanceLoc|4, cfaDefCFAOffset, 32)
+	e.u32(0)
+	var ehAddr, hdrAddr int64 = 0x10000, 0x20000
+	le := binary.LittleEndian
+	hdr = []byte{1, peDatarel | peSdata4, peUdata4, peDatarel | peSdata4}
+	hdr = le.AppendUint32(hdr, uint32(int32(ehAddr-hdrAddr)))
+	hdr = le.AppendUint32(hdr, 2)
+	for _, p := range [][2]int64{{0x1000, int64(f1)}, {0x2000, int64(f2)}} {
+		hdr = le.AppendUint32(hdr, uint32(int32(p[0]-hdrAddr)))
+		hdr = le.AppendUint32(hdr, uint32(int32(ehAddr+p[1]-hdrAddr)))
+	}
+	return e.b, hdr
+}
+
+// FuzzLazyTable parses arbitrary .eh_frame and .eh_frame_hdr bytes as a
+// lazy table and looks addresses up in it: no panic, and for the
+// well-formed seed, the same rules as the full table (a search table of
+// arbitrary bytes need not agree with .eh_frame).
+func FuzzLazyTable(f *testing.F) {
+	seedEH, seedHdr := lazySeed()
+	f.Add(seedEH, seedHdr, uint64(0x1001))
+	f.Fuzz(func(t *testing.T, eh, hdr []byte, addr uint64) {
+		seed := bytes.Equal(eh, seedEH) && bytes.Equal(hdr, seedHdr)
+		const ehAddr, hdrAddr = 0x10000, 0x20000
+		lazy, ok := newLazyTable(AMD64, "fuzz", eh, ehAddr, hdr, hdrAddr, nil)
+		if !ok {
+			if seed {
+				t.Fatal("the seed has no lazy table")
+			}
+			return
+		}
+		if seed && lazy.Lookup(0x1001).CFA == CFANone {
+			t.Fatal("the seed's first FDE has no rule at 0x1001")
+		}
+		full, _ := NewTable(Sections{File: "fuzz", Arch: AMD64, EHFrame: eh, EHFrameAddr: ehAddr, EHFrameHdrAddr: hdrAddr})
+		for _, a := range []uint64{addr, addr + 1, addr - 1, 0x1000, 0x1001, 0x2004, 0x2010} {
+			got := lazy.Lookup(a)
+			if seed {
+				if want := full.Lookup(a); got != want {
+					t.Fatalf("Lookup(%#x): lazy %v, full %v", a, got, want)
+				}
+			}
+		}
+		lazy.Bytes()
+	})
+}
