@@ -40,6 +40,10 @@ type Session struct {
 	fds    []int
 	rings  []*ring
 	polls  []sys.PollFd
+	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
+	waiter   *sys.Waiter
+	nWaited  int  // polls added to waiter
+	noWaiter bool // no epoll: poll(2)
 
 	rec    record
 	live   []*ring // ReadAll's working set
@@ -632,8 +636,9 @@ func kernelModule() (format.ModuleLoad, bool) {
 // is gone, then reads what is left and returns.
 func (s *Session) Run(ctx context.Context) error {
 	lastCheck := time.Now()
+	defer s.closeWaiter()
 	for {
-		if _, err := sys.PollIn(s.polls, 50); err != nil {
+		if err := s.wait(50 * time.Millisecond); err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
