@@ -126,6 +126,9 @@ func (s *Session) attachBPF() (err error) {
 	if s.uw != nil && s.system {
 		s.uw.lazyLag = maxBuildLag
 	}
+	if s.jit != nil && s.system {
+		s.jit.onDemand = true
+	}
 	b := &bpfState{}
 	s.bpf = b
 	defer func() {
@@ -411,6 +414,9 @@ func (s *Session) handleBPF(b []byte) {
 		} else {
 			s.procs[r.Pid] = &procState{} // gone: do not look again
 		}
+	}
+	if s.jit != nil && s.jit.onDemand && r.Pid != 0 {
+		s.jit.track(r.Pid)
 	}
 	if !s.kernel && r.Kernel {
 		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]

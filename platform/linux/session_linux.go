@@ -479,7 +479,7 @@ func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
 	ps := &procState{comm: comm}
 	s.procs[pid] = ps
-	s.jit.track(pid)
+	s.jit.started(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
@@ -776,7 +776,7 @@ func (s *Session) dispatch(r *record) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
-			s.jit.track(r.Pid)
+			s.jit.started(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
