@@ -30,20 +30,21 @@ const lazyMinEHFrame = 4 << 10
 // lazyIndex is a lazy Table's state.
 type lazyIndex struct {
 	mu     sync.Mutex
-	p      *sectionParser // over .eh_frame; its builder holds the parsed rows
-	search []byte         // .eh_frame_hdr's table: (pc, fde) pairs, datarel sdata4
-	hdr    uint64         // .eh_frame_hdr's address, their base
-	n      int            // entries in search
-	parsed map[int]int32  // search index → index in p.b.fdes, or -1: no usable FDE
+	p      *sectionParser // over the section; its builder holds the parsed rows
+	pcs    []uint64       // FDE start addresses, sorted
+	offs   []uint32       // and their FDEs' offsets in the section
+	parsed map[int]int32  // index → index in p.b.fdes, or -1: no usable FDE
 	stubs  []Stub
+	size   int // bytes of the index and the section
 }
 
-// NewLazyTableELF is NewTableELF for a recorder: where f has an
-// .eh_frame_hdr search table (and no .debug_frame, whose entries such a
-// table does not list), the Table it returns parses each FDE the first
-// time an address in it is looked up, and costs until then the bytes of
-// .eh_frame and the search table. Otherwise it returns NewTableELF's
-// table. Len and Row of a lazy table see only the rows parsed so far.
+// NewLazyTableELF is NewTableELF for a recorder: the Table it returns
+// parses each FDE the first time an address in it is looked up, and costs
+// until then the unwind section's bytes and an index of its FDEs: the
+// search table of .eh_frame_hdr where there is one, else one scan of the
+// entries' headers (Go binaries: .debug_frame). A file with both
+// .eh_frame and .debug_frame, or little unwind info, gets NewTableELF's
+// table. Len and Row of a lazy table return no rows.
 func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
 	var a Arch
 	switch f.Machine {
@@ -54,39 +55,57 @@ func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
 	default:
 		return nil, fmt.Errorf("arch: %s: unsupported machine %v", path, f.Machine)
 	}
-	if f.ByteOrder != binary.LittleEndian || f.Section(".debug_frame") != nil {
+	if f.ByteOrder != binary.LittleEndian {
 		return NewTableELF(f, path)
 	}
-	eh, ehAddr, hdrData, hdrAddr, ok := lazySections(f)
-	if !ok || len(eh) < lazyMinEHFrame {
+	df := f.Section(".debug_frame")
+	if df != nil && f.Section(".eh_frame") == nil && !hasEHFrameSegment(f) {
+		d := sectionData(df)
+		if len(d) < lazyMinEHFrame {
+			return NewTableELF(f, path)
+		}
+		return newLazyTable(a, path, d, 0, false, nil, 0, pltStubs(f, a)), nil
+	}
+	if df != nil {
 		return NewTableELF(f, path)
 	}
-	t, ok := newLazyTable(a, path, eh, ehAddr, hdrData, hdrAddr, pltStubs(f, a))
-	if !ok {
+	eh, ehAddr, hdrData, hdrAddr := lazySections(f)
+	if len(eh) < lazyMinEHFrame {
 		return NewTableELF(f, path)
 	}
-	return t, nil
+	return newLazyTable(a, path, eh, ehAddr, true, hdrData, hdrAddr, pltStubs(f, a)), nil
+}
+
+func hasEHFrameSegment(f *elf.File) bool {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_GNU_EH_FRAME {
+			return true
+		}
+	}
+	return false
+}
+
+// sectionData returns s's bytes (uncompressed), or nil.
+func sectionData(s *elf.Section) []byte {
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxSection {
+		return nil
+	}
+	d, err := s.Data()
+	if err != nil || len(d) > maxSection {
+		return nil
+	}
+	return d
 }
 
 // lazySections reads .eh_frame and .eh_frame_hdr, by section or, without
-// section headers, through PT_GNU_EH_FRAME.
-func lazySections(f *elf.File) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64, ok bool) {
-	read := func(s *elf.Section) []byte {
-		if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxSection {
-			return nil
+// section headers, through PT_GNU_EH_FRAME. hdr may be nil.
+func lazySections(f *elf.File) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64) {
+	if es := f.Section(".eh_frame"); es != nil {
+		eh = sectionData(es)
+		if hs := f.Section(".eh_frame_hdr"); hs != nil {
+			hdr, hdrAddr = sectionData(hs), hs.Addr
 		}
-		d, err := s.Data()
-		if err != nil || len(d) > maxSection {
-			return nil
-		}
-		return d
-	}
-	if es, hs := f.Section(".eh_frame"), f.Section(".eh_frame_hdr"); es != nil && hs != nil {
-		eh, hdr = read(es), read(hs)
-		return eh, es.Addr, hdr, hs.Addr, eh != nil && hdr != nil
-	}
-	if f.Section(".eh_frame") != nil {
-		return nil, 0, nil, 0, false
+		return eh, es.Addr, hdr, hdrAddr
 	}
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_GNU_EH_FRAME || p.Filesz > maxSection {
@@ -94,59 +113,135 @@ func lazySections(f *elf.File) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr ui
 		}
 		hdr = make([]byte, p.Filesz)
 		if _, err := io.ReadFull(p.Open(), hdr); err != nil {
-			return nil, 0, nil, 0, false
+			return nil, 0, nil, 0
 		}
 		data, addr, hAddr, err := ehFrameFromSegments(f, "")
-		if err != nil || data == nil {
-			return nil, 0, nil, 0, false
+		if err != nil {
+			return nil, 0, nil, 0
 		}
-		return data, addr, hdr, hAddr, true
+		return data, addr, hdr, hAddr
 	}
-	return nil, 0, nil, 0, false
+	return nil, 0, nil, 0
 }
 
-// newLazyTable returns a lazy table over .eh_frame bytes eh at ehAddr
-// and .eh_frame_hdr bytes hdr at hdrAddr, or false when the header has no
-// usable search table (not datarel sdata4, unsorted, or pointing outside
-// .eh_frame).
-func newLazyTable(a Arch, path string, eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64, stubs []Stub) (*Table, bool) {
-	h, err := ParseEHFrameHdr(path, hdr, hdrAddr)
-	if err != nil || h.tableEnc != peDatarel|peSdata4 || h.EHFrameAddr != ehAddr || h.FDECount == 0 {
-		return nil, false
-	}
-	n := int(h.FDECount) // ParseEHFrameHdr checked that the entries fit
-	search := hdr[h.tableOff : h.tableOff+8*n]
-	le := binary.LittleEndian
-	prev := int64(-1 << 62)
-	for i := 0; i < n; i++ {
-		pc := int64(int32(le.Uint32(search[8*i:])))
-		fde := hdrAddr + uint64(int64(int32(le.Uint32(search[8*i+4:]))))
-		if pc < prev || fde < ehAddr || fde-ehAddr >= uint64(len(eh)) {
-			return nil, false
-		}
-		prev = pc
+// newLazyTable returns a lazy table over the section data (.eh_frame at
+// addr if eh, else .debug_frame), indexed by .eh_frame_hdr bytes hdr at
+// hdrAddr when they hold a usable search table (datarel sdata4, sorted,
+// pointing into the section), else by a scan of the section.
+func newLazyTable(a Arch, path string, data []byte, addr uint64, eh bool, hdr []byte, hdrAddr uint64, stubs []Stub) *Table {
+	sect := ".debug_frame"
+	if eh {
+		sect = ".eh_frame"
 	}
 	b := &builder{arch: a, ruleIDs: map[Rule]uint32{}}
-	l := &lazyIndex{
-		p:      &sectionParser{b: b, file: path, sect: ".eh_frame", data: eh, secAddr: ehAddr, dataAddr: hdrAddr, eh: true, cies: map[int]*cie{}},
-		search: search, hdr: hdrAddr, n: n, parsed: map[int]int32{},
-		stubs: stubs,
-	}
 	b.ruleID(Rule{}) // rule 0: none
-	return &Table{Arch: a, lazy: l}, true
+	l := &lazyIndex{
+		p:      &sectionParser{b: b, file: path, sect: sect, data: data, secAddr: addr, dataAddr: hdrAddr, eh: eh, cies: map[int]*cie{}},
+		parsed: map[int]int32{},
+		stubs:  stubs,
+	}
+	if !eh || !l.fromHeader(hdr, hdrAddr) {
+		l.scan()
+	}
+	l.size = len(data) + 12*len(l.pcs)
+	return &Table{Arch: a, lazy: l}
 }
 
-// pc returns search entry i's start address.
-func (l *lazyIndex) pc(i int) uint64 {
-	return l.hdr + uint64(int64(int32(binary.LittleEndian.Uint32(l.search[8*i:]))))
+// fromHeader indexes the FDEs by .eh_frame_hdr's search table and reports
+// whether it could.
+func (l *lazyIndex) fromHeader(hdr []byte, hdrAddr uint64) bool {
+	p := l.p
+	h, err := ParseEHFrameHdr(p.file, hdr, hdrAddr)
+	if err != nil || h.tableEnc != peDatarel|peSdata4 || h.EHFrameAddr != p.secAddr || h.FDECount == 0 {
+		return false
+	}
+	n := int(h.FDECount) // ParseEHFrameHdr checked that the entries fit
+	le := binary.LittleEndian
+	pcs, offs := make([]uint64, n), make([]uint32, n)
+	for i := 0; i < n; i++ {
+		e := hdr[h.tableOff+8*i:]
+		pc := hdrAddr + uint64(int64(int32(le.Uint32(e))))
+		fde := hdrAddr + uint64(int64(int32(le.Uint32(e[4:]))))
+		if i > 0 && pc < pcs[i-1] || fde < p.secAddr || fde-p.secAddr >= uint64(len(p.data)) {
+			return false
+		}
+		pcs[i], offs[i] = pc, uint32(fde-p.secAddr)
+	}
+	l.pcs, l.offs = pcs, offs
+	return true
+}
+
+// scan indexes the FDEs by reading each entry's header and address range
+// (and parsing the CIEs, which FDEs share), without running their
+// instructions.
+func (l *lazyIndex) scan() {
+	p := l.p
+	type ent struct {
+		pc  uint64
+		off uint32
+	}
+	var ents []ent
+	for off := 0; off < len(p.data); {
+		_, end, isCIE, id, idOff, body, err := p.header(off)
+		if err != nil || end == off+4 && p.eh {
+			break // a bad length, or the terminator
+		}
+		if !isCIE {
+			if begin, size, ok := p.fdeRange(id, idOff, body, end); ok && size > 0 && begin != 0 {
+				ents = append(ents, ent{begin, uint32(off)})
+			}
+		}
+		off = end
+	}
+	sort.SliceStable(ents, func(i, j int) bool { return ents[i].pc < ents[j].pc })
+	l.pcs, l.offs = make([]uint64, len(ents)), make([]uint32, len(ents))
+	for i, e := range ents {
+		l.pcs[i], l.offs[i] = e.pc, e.off
+	}
+}
+
+// ciePos returns the section offset of the CIE an FDE's id field (at
+// idOff) points at, or -1.
+func (p *sectionParser) ciePos(id uint64, idOff int) int {
+	if p.eh {
+		if id > uint64(idOff) {
+			return -1
+		}
+		return idOff - int(id)
+	}
+	if id > uint64(len(p.data)) {
+		return -1
+	}
+	return int(id)
+}
+
+// fdeRange reads an FDE's address range.
+func (p *sectionParser) fdeRange(id uint64, idOff, body, end int) (begin, size uint64, ok bool) {
+	cp := p.ciePos(id, idOff)
+	if cp < 0 {
+		return 0, 0, false
+	}
+	c := p.cie(cp)
+	if !c.ok {
+		return 0, 0, false
+	}
+	r := &reader{data: p.data[:end], off: body, file: p.file, sect: p.sect}
+	if p.eh {
+		begin = r.encoded(c.fdeEnc, c.ptrSize, p.secAddr, p.dataAddr)
+		size = r.encoded(c.fdeEnc&0x0f, c.ptrSize, 0, 0)
+	} else {
+		begin = r.encoded(peAbsptr, c.ptrSize, 0, 0)
+		size = r.encoded(peAbsptr, c.ptrSize, 0, 0)
+	}
+	return begin, size, r.err == nil
 }
 
 // lookup returns the rule covering the link-time address addr.
 func (l *lazyIndex) lookup(addr uint64) Rule {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// The last entry starting at or below addr.
-	i := sort.Search(l.n, func(i int) bool { return l.pc(i) > addr }) - 1
+	// The last FDE starting at or below addr.
+	i := sort.Search(len(l.pcs), func(i int) bool { return l.pcs[i] > addr }) - 1
 	if i >= 0 {
 		fi, ok := l.parsed[i]
 		if !ok {
@@ -172,37 +267,38 @@ func (l *lazyIndex) lookup(addr uint64) Rule {
 	return Rule{}
 }
 
-// parse parses the FDE of search entry i and returns its index in the
-// builder's FDEs, or -1 when it is malformed or empty.
+// parse parses FDE i and returns its index in the builder's FDEs, or -1
+// when it is malformed or empty.
 func (l *lazyIndex) parse(i int) int32 {
 	p := l.p
-	off := int(l.hdr + uint64(int64(int32(binary.LittleEndian.Uint32(l.search[8*i+4:])))) - p.secAddr)
+	off := int(l.offs[i])
 	_, end, isCIE, id, idOff, body, err := p.header(off)
-	if err != nil || isCIE || end <= off+4 || id > uint64(idOff) {
+	if err != nil || isCIE || end <= off+4 {
 		p.b.skipped++
 		return -1
 	}
 	nf := len(p.b.fdes)
-	if err := p.fde(idOff, body, end, idOff-int(id)); err != nil || len(p.b.fdes) == nf {
+	cp := p.ciePos(id, idOff)
+	if cp < 0 || p.fde(idOff, body, end, cp) != nil || len(p.b.fdes) == nf {
 		p.b.skipped++
 		return -1
 	}
 	return int32(nf)
 }
 
-// bytes is the memory a lazy table holds: the unwind sections, and the
-// rows and rules parsed so far.
+// bytes is the memory a lazy table holds: the unwind section, its index,
+// and the rows and rules parsed so far.
 func (l *lazyIndex) bytes() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.p.b
-	return len(l.p.data) + len(l.search) + cap(b.rows)*int(unsafe.Sizeof(row{})) + cap(b.fdes)*int(unsafe.Sizeof(fdeRows{})) + cap(b.rules)*int(unsafe.Sizeof(Rule{})) + len(l.parsed)*16
+	return l.size + cap(b.rows)*int(unsafe.Sizeof(row{})) + cap(b.fdes)*int(unsafe.Sizeof(fdeRows{})) + cap(b.rules)*int(unsafe.Sizeof(Rule{})) + len(l.parsed)*16
 }
 
-// counts reports how many FDEs a lazy table has parsed and how many it
-// lists.
+// counts reports how many FDEs a lazy table has parsed and how many its
+// index lists.
 func (l *lazyIndex) counts() (parsed, total int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.p.b.fdes), l.n
+	return len(l.p.b.fdes), len(l.pcs)
 }

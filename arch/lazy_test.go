@@ -21,11 +21,13 @@ var lazyLibraries = []string{
 
 // TestLazyTableMatchesFull holds a lazy table to the full table of the
 // same file: for every row of the full table, its first and last address
-// and the address before it, in a shuffled order (a lazy table's state
-// depends on what was looked up before), the two tables return the same
-// rule.
+// and the addresses around its start, in a shuffled order (a lazy table's
+// state depends on what was looked up before), the two tables return the
+// same rule. The files: a C fixture and system libraries (indexed by
+// .eh_frame_hdr), the same libraries' .eh_frame indexed by a scan, and a
+// Go program (.debug_frame only, indexed by a scan).
 func TestLazyTableMatchesFull(t *testing.T) {
-	files := append([]string{buildC(t, "gcc", "deep.c", "-O2", "-g", "-fomit-frame-pointer")}, lazyLibraries...)
+	files := append([]string{buildC(t, "gcc", "deep.c", "-O2", "-g", "-fomit-frame-pointer"), buildGo(t, "goprog")}, lazyLibraries...)
 	tested := 0
 	for _, path := range files {
 		f, err := elf.Open(path)
@@ -40,17 +42,26 @@ func TestLazyTableMatchesFull(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 		lazy, err := NewLazyTableELF(f, path)
-		f.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		var scanned *Table
+		if es := f.Section(".eh_frame"); es != nil {
+			d, _ := es.Data()
+			var hdrAddr uint64
+			if hs := f.Section(".eh_frame_hdr"); hs != nil {
+				hdrAddr = hs.Addr
+			}
+			scanned = newLazyTable(lazy.Arch, path, d, es.Addr, true, nil, hdrAddr, pltStubs(f, lazy.Arch))
+		}
+		f.Close()
 		if ok, _, total := lazy.Lazy(); !ok {
 			if full.FDEs > 100 {
 				t.Errorf("%s: %d FDEs and no lazy table", path, full.FDEs)
 			}
 			continue
 		} else if total < full.FDEs {
-			t.Errorf("%s: search table lists %d FDEs, the full table has %d", path, total, full.FDEs)
+			t.Errorf("%s: the index lists %d FDEs, the full table has %d", path, total, full.FDEs)
 		}
 		var addrs []uint64
 		for i := 0; i < full.Len(); i++ {
@@ -62,16 +73,21 @@ func TestLazyTableMatchesFull(t *testing.T) {
 			}
 		}
 		rand.New(rand.NewSource(1)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
-		for _, a := range addrs {
-			if got, want := lazy.Lookup(a), full.Lookup(a); got != want {
-				t.Fatalf("%s: Lookup(%#x): lazy %v, full %v", path, a, got, want)
+		for _, tab := range []*Table{lazy, scanned} {
+			if tab == nil {
+				continue
 			}
+			for _, a := range addrs {
+				if got, want := tab.Lookup(a), full.Lookup(a); got != want {
+					t.Fatalf("%s: Lookup(%#x): lazy %v, full %v", path, a, got, want)
+				}
+			}
+			_, parsed, total := tab.Lazy()
+			t.Logf("%s: %d addresses, %d rows, %d of %d FDEs parsed; full table %d bytes, lazy %d", path, len(addrs), full.Len(), parsed, total, full.Bytes(), tab.Bytes())
 		}
-		_, parsed, total := lazy.Lazy()
-		t.Logf("%s: %d addresses, %d rows, %d of %d FDEs parsed; full table %d bytes, lazy %d", path, len(addrs), full.Len(), parsed, total, full.Bytes(), lazy.Bytes())
 		tested++
 	}
-	if tested < 2 {
+	if tested < 3 {
 		t.Fatalf("only %d files had lazy tables", tested)
 	}
 }
@@ -128,27 +144,35 @@ func lazySeed() (eh, hdr []byte) {
 	return e.b, hdr
 }
 
-// FuzzLazyTable parses arbitrary .eh_frame and .eh_frame_hdr bytes as a
-// lazy table and looks addresses up in it: no panic, and for the
-// well-formed seed, the same rules as the full table (a search table of
-// arbitrary bytes need not agree with .eh_frame).
+// FuzzLazyTable parses arbitrary unwind bytes as a lazy table (flags bit
+// 0: .debug_frame, indexed by a scan; bit 1: .eh_frame without its
+// header) and looks addresses up in it: no panic, and for the well-formed
+// seed, the same rules as the full table (a search table of arbitrary
+// bytes need not agree with .eh_frame).
 func FuzzLazyTable(f *testing.F) {
 	seedEH, seedHdr := lazySeed()
-	f.Add(seedEH, seedHdr, uint64(0x1001))
-	f.Fuzz(func(t *testing.T, eh, hdr []byte, addr uint64) {
-		seed := bytes.Equal(eh, seedEH) && bytes.Equal(hdr, seedHdr)
+	f.Add(seedEH, seedHdr, uint64(0x1001), uint8(0))
+	f.Add(seedEH, seedHdr, uint64(0x2004), uint8(2))
+	f.Fuzz(func(t *testing.T, data, hdr []byte, addr uint64, flags uint8) {
 		const ehAddr, hdrAddr = 0x10000, 0x20000
-		lazy, ok := newLazyTable(AMD64, "fuzz", eh, ehAddr, hdr, hdrAddr, nil)
-		if !ok {
-			if seed {
-				t.Fatal("the seed has no lazy table")
-			}
-			return
+		seed := bytes.Equal(data, seedEH) && bytes.Equal(hdr, seedHdr) && flags&1 == 0
+		s := Sections{File: "fuzz", Arch: AMD64}
+		var lazy *Table
+		switch {
+		case flags&1 != 0:
+			lazy = newLazyTable(AMD64, "fuzz", data, 0, false, nil, 0, nil)
+			s.DebugFrame = data
+		case flags&2 != 0:
+			lazy = newLazyTable(AMD64, "fuzz", data, ehAddr, true, nil, hdrAddr, nil)
+			s.EHFrame, s.EHFrameAddr, s.EHFrameHdrAddr = data, ehAddr, hdrAddr
+		default:
+			lazy = newLazyTable(AMD64, "fuzz", data, ehAddr, true, hdr, hdrAddr, nil)
+			s.EHFrame, s.EHFrameAddr, s.EHFrameHdrAddr = data, ehAddr, hdrAddr
 		}
 		if seed && lazy.Lookup(0x1001).CFA == CFANone {
 			t.Fatal("the seed's first FDE has no rule at 0x1001")
 		}
-		full, _ := NewTable(Sections{File: "fuzz", Arch: AMD64, EHFrame: eh, EHFrameAddr: ehAddr, EHFrameHdrAddr: hdrAddr})
+		full, _ := NewTable(s)
 		for _, a := range []uint64{addr, addr + 1, addr - 1, 0x1000, 0x1001, 0x2004, 0x2010} {
 			got := lazy.Lookup(a)
 			if seed {
