@@ -7,7 +7,11 @@ type BPFSpec struct {
 	StackBytes int  // the window, at most 16 KiB
 	SelfPid    int  // the recorder, never sampled off CPU
 	RingBytes  int  // BPF ring buffer size, a power of two
-	OffCPU     bool // load the sched_switch program
+	// WakeupBytes: the programs wake the reader only once this many bytes
+	// wait in the ring buffer (0: on the first record after each read);
+	// the reader then reads on a timer too.
+	WakeupBytes int
+	OffCPU      bool // load the sched_switch program
 }
 
 // BPFPrograms is the kernel side of the eBPF back end, as package

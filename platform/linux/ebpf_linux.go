@@ -147,6 +147,10 @@ func (s *Session) attachBPF() (err error) {
 			spec.RingBytes &= spec.RingBytes - 1
 		}
 	}
+	// Samples are read in batches: on the session's 50 ms poll timeout,
+	// or when a quarter of the ring is used (a wakeup per sample cost the
+	// recorder a third of its CPU time).
+	spec.WakeupBytes = spec.RingBytes / 4
 	b.progs, err = bpfLoadFn(spec)
 	if err != nil {
 		return err

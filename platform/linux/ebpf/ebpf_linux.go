@@ -83,6 +83,7 @@ func load(spec linux.BPFSpec) (linux.BPFPrograms, error) {
 	}
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
+		"wakeup_bytes": uint64(spec.WakeupBytes),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)

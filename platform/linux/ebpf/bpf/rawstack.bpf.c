@@ -53,6 +53,12 @@ const volatile __u32 copy_stack = 1;    /* 1: registers + stack copy; 0: frame p
 const volatile __u32 stack_bytes = 8192; /* bytes of user stack to copy, <= MAX_STACK */
 const volatile __u32 self_tgid = 0;     /* the recorder: never sampled off CPU */
 const volatile __u64 offcpu_min_ns = 0; /* shorter off-CPU intervals are not reported */
+/* Wake the reader only once this many bytes wait in the ring buffer (0:
+ * on every record written into an empty ring, the kernel's default). The
+ * reader also reads on its own every few tens of milliseconds, so records
+ * are read in batches: a wakeup per sample costs the recorder a context
+ * switch and its runtime's scheduler a round each. */
+const volatile __u64 wakeup_bytes = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -110,6 +116,16 @@ static __always_inline void count_lost(__u32 reason)
 	__u64 *n = bpf_map_lookup_elem(&lost, &reason);
 	if (n)
 		*n += 1;
+}
+
+/* wakeup returns the ring buffer flags for a record of size bytes. */
+static __always_inline __u64 wakeup(__u64 size)
+{
+	if (!wakeup_bytes)
+		return 0;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
 }
 
 /* emit captures the current thread's kernel and user stack into the
@@ -206,7 +222,7 @@ static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, 
 		__builtin_memset(regs, 0, NREGS * 8);
 	if (off > SCRATCH)
 		off = SCRATCH;
-	if (bpf_ringbuf_output(&events, s->buf, off, 0) != 0)
+	if (bpf_ringbuf_output(&events, s->buf, off, wakeup(off)) != 0)
 		count_lost(LOST_RING);
 	return 0;
 }
@@ -260,7 +276,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		.time = t0,
 		.weight = now - t0,
 	};
-	if (bpf_ringbuf_output(&events, &h, sizeof(h), 0) != 0)
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), wakeup(sizeof(h))) != 0)
 		count_lost(LOST_RING);
 	return 0;
 }
