@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
@@ -45,7 +44,6 @@ type bpfState struct {
 	pending     bool   // rec holds a record not yet reported
 	pendingTime uint64 // its time for merging
 	lost        uint64 // BPF-side drops reported so far
-	lastLost    time.Time
 	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
 
 	// Off CPU: the unwound stack of each thread that left the CPU,
@@ -289,10 +287,9 @@ func (s *Session) readAllBPF() {
 		live = live[:len(live)-1]
 	}
 	s.live = live
-	if time.Since(b.lastLost) > 200*time.Millisecond {
-		b.lastLost = time.Now()
-		s.reportBPFLost()
-	}
+	// Once per read (reads come in batches, at most every few tens of
+	// milliseconds), so that the last read of a session reports them too.
+	s.reportBPFLost()
 }
 
 // next reads the BPF ring's next record into b.rec.
@@ -406,6 +403,10 @@ func (s *Session) handleBPF(b []byte) {
 	r := &s.rec
 	kind, err := decodeBPF(b, r)
 	if err != nil {
+		// Not a layout the programs write: a mismatch between the
+		// embedded object and this decoder. Counted, not silent.
+		s.lost.Add(1)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
 		return
 	}
 	s.records.Add(1)
