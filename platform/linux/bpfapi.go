@@ -29,8 +29,10 @@ type BPFPrograms interface {
 	// Next returns the ring buffer's next record, valid until the next
 	// call, or false when there is none now. It never blocks.
 	Next() ([]byte, bool)
-	// Lost is how many records the programs could not write so far.
-	Lost() uint64
+	// Lost is how many records the programs could not write so far:
+	// ring is for want of room in the ring buffer, offCPU for want of
+	// room in the map of threads off CPU.
+	Lost() (ring, offCPU uint64)
 	Close() error
 }
 

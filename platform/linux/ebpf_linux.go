@@ -43,7 +43,8 @@ type bpfState struct {
 
 	pending     bool   // rec holds a record not yet reported
 	pendingTime uint64 // its time for merging
-	lost        uint64 // BPF-side drops reported so far
+	lost        uint64 // BPF-side drops reported so far: ring buffer full
+	lostOff     uint64 // and off-CPU start map full
 	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
 
 	// Off CPU: the unwound stack of each thread that left the CPU,
@@ -320,11 +321,17 @@ func (s *Session) BPFRingBytes() uint64 {
 // reportBPFLost reports the samples the BPF programs could not write.
 func (s *Session) reportBPFLost() {
 	b := s.bpf
-	n := b.progs.Lost()
-	if n > b.lost {
-		s.lost.Add(n - b.lost)
-		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: n - b.lost, Reason: format.LostRingOverflow})
-		b.lost = n
+	ring, off := b.progs.Lost()
+	if ring > b.lost {
+		s.lost.Add(ring - b.lost)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
+		b.lost = ring
+	}
+	if off > b.lostOff {
+		// Threads off CPU whose start the map had no room for.
+		s.lost.Add(off - b.lostOff)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
+		b.lostOff = off
 	}
 }
 

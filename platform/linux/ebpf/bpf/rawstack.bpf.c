@@ -26,7 +26,7 @@
 
 enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3 };
 enum { RS_REGS = 1, RS_STACK_FAULT = 2 };
-enum { LOST_RING = 0, LOST_NSTATS = 1 };
+enum { LOST_RING = 0, LOST_OFFSTART = 1, LOST_NSTATS = 2 };
 
 struct rs_hdr {
 	__u32 kind;
@@ -88,9 +88,13 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
-/* Thread id -> time it went off CPU. */
+/* Thread id -> time it went off CPU. A plain hash, not an LRU one: an
+ * LRU map may evict an entry of a thread that is still off CPU (its
+ * free lists are per CPU), and the thread's off-CPU sample was then lost
+ * without a trace. Entries go when the thread comes back or exits
+ * (on_exit); an update that finds the map full counts as lost. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -255,10 +259,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tgid = prev->tgid, tid = prev->pid;
 	if (tid != 0 && tgid != self_tgid && !(prev->flags & PF_KTHREAD) && selected(tgid)) {
-		bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY);
 		/* Skip this program's frame and bpf_trace_run4's: the stack
 		 * starts in __schedule. */
-		emit(ctx, RS_OFFCPU, 0, now, 2);
+		if (bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY) == 0)
+			emit(ctx, RS_OFFCPU, 0, now, 2);
+		else
+			count_lost(LOST_OFFSTART);
 	}
 	__u32 ntid = next->pid;
 	__u64 *start = bpf_map_lookup_elem(&offstart, &ntid);
