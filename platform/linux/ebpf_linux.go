@@ -146,7 +146,7 @@ func (s *Session) attachBPF() (err error) {
 			spec.RingBytes &= spec.RingBytes - 1
 		}
 	}
-	// Samples are read in batches: on the session's 50 ms poll timeout,
+	// Samples are read in batches: every bpfReadInterval (100 ms),
 	// or when a quarter of the ring is used (a wakeup per sample cost the
 	// recorder a third of its CPU time).
 	spec.WakeupBytes = spec.RingBytes / 4

@@ -12,6 +12,11 @@ import (
 // parks in Go's network poller (see [sys.Waiter]) rather than in poll(2);
 // where no epoll instance can be had it falls back to poll(2).
 func (s *Session) wait(timeout time.Duration) error {
+	if s.bpf != nil {
+		// The BPF programs wake the reader only when their ring fills
+		// (bpfRingBytes/4): reads come from this timeout, in batches.
+		timeout = bpfReadInterval
+	}
 	if s.waiter == nil && !s.noWaiter {
 		w, err := sys.NewWaiter()
 		if err != nil {
@@ -31,6 +36,11 @@ func (s *Session) wait(timeout time.Duration) error {
 	}
 	return s.waiter.Wait(timeout)
 }
+
+// bpfReadInterval is how often an eBPF session reads its rings. Every
+// wakeup of a Go program costs a round of its scheduler and a millisecond
+// of sysmon polling; samples need no lower latency than this.
+const bpfReadInterval = 100 * time.Millisecond
 
 // closeWaiter releases the epoll instance of wait.
 func (s *Session) closeWaiter() {
