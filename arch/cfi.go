@@ -110,6 +110,9 @@ type Sections struct {
 	// EHFrameHdrAddr is .eh_frame_hdr's address, the base of datarel
 	// pointers; 0 if unknown.
 	EHFrameHdrAddr uint64
+	// EHFrameHdr is .eh_frame_hdr's bytes, optional: NewLazyTable finds
+	// FDEs through its search table (else it scans .eh_frame once).
+	EHFrameHdr []byte
 	// DebugFrame is the .debug_frame section, used where .eh_frame has no
 	// entry for an address.
 	DebugFrame []byte

@@ -38,20 +38,15 @@ type lazyIndex struct {
 	size   int // bytes of the index and the section
 }
 
-// NewLazyTableELF is NewTableELF for a recorder: the Table it returns
-// parses each FDE the first time an address in it is looked up, and costs
-// until then the unwind section's bytes and an index of its FDEs: the
-// search table of .eh_frame_hdr where there is one, else one scan of the
-// entries' headers (Go binaries: .debug_frame). A file with both
-// .eh_frame and .debug_frame, or little unwind info, gets NewTableELF's
-// table. Len and Row of a lazy table return no rows.
+// NewLazyTableELF is NewTableELF for a recorder: it reads f's unwind
+// sections (and .eh_frame_hdr) and returns [NewLazyTable]'s table.
 func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
-	var a Arch
+	s := Sections{File: path}
 	switch f.Machine {
 	case elf.EM_X86_64:
-		a = AMD64
+		s.Arch = AMD64
 	case elf.EM_AARCH64:
-		a = ARM64
+		s.Arch = ARM64
 	default:
 		return nil, fmt.Errorf("arch: %s: unsupported machine %v", path, f.Machine)
 	}
@@ -59,21 +54,46 @@ func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
 		return NewTableELF(f, path)
 	}
 	df := f.Section(".debug_frame")
-	if df != nil && f.Section(".eh_frame") == nil && !hasEHFrameSegment(f) {
-		d := sectionData(df)
-		if len(d) < lazyMinEHFrame {
-			return NewTableELF(f, path)
-		}
-		return newLazyTable(a, path, d, 0, false, nil, 0, pltStubs(f, a)), nil
+	if df != nil && (f.Section(".eh_frame") != nil || hasEHFrameSegment(f)) {
+		return NewTableELF(f, path) // both: NewTable merges them
 	}
 	if df != nil {
-		return NewTableELF(f, path)
+		s.DebugFrame = sectionData(df)
+	} else {
+		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f)
 	}
-	eh, ehAddr, hdrData, hdrAddr := lazySections(f)
-	if len(eh) < lazyMinEHFrame {
-		return NewTableELF(f, path)
+	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
+		return NewTableELF(f, path) // it says why
 	}
-	return newLazyTable(a, path, eh, ehAddr, true, hdrData, hdrAddr, pltStubs(f, a)), nil
+	s.Stubs = pltStubs(f, s.Arch)
+	return NewLazyTable(s)
+}
+
+// NewLazyTable returns a Table over s that parses each FDE the first time
+// an address in it is looked up, and costs until then the sections' bytes
+// (which it keeps: the caller may pass mmap'd memory that outlives the
+// table) and an index of the FDEs: .eh_frame_hdr's search table where
+// s.EHFrameHdr holds a usable one (datarel sdata4, sorted, pointing into
+// .eh_frame), else one scan of the entries' headers (Go binaries:
+// .debug_frame). Its lookups equal NewTable's for every address. With
+// both .eh_frame and .debug_frame, or little unwind info, it returns
+// NewTable's table. Len and Row of a lazy table return no rows; it is
+// safe for concurrent use (lookups that parse take a lock).
+func NewLazyTable(s Sections) (*Table, error) {
+	if s.Arch != AMD64 && s.Arch != ARM64 {
+		return nil, fmt.Errorf("arch: %s: unsupported architecture %v", s.File, s.Arch)
+	}
+	switch {
+	case len(s.EHFrame) > maxSection || len(s.DebugFrame) > maxSection:
+		return NewTable(s) // it reports the size
+	case len(s.EHFrame) >= lazyMinEHFrame && len(s.DebugFrame) == 0:
+		return newLazyTable(s.Arch, s.File, s.EHFrame, s.EHFrameAddr, true, s.EHFrameHdr, s.EHFrameHdrAddr, s.Stubs), nil
+	case len(s.DebugFrame) >= lazyMinEHFrame && len(s.EHFrame) == 0:
+		return newLazyTable(s.Arch, s.File, s.DebugFrame, 0, false, nil, 0, s.Stubs), nil
+	case len(s.EHFrame) == 0 && len(s.DebugFrame) == 0:
+		return nil, fmt.Errorf("%w in %s", ErrNoUnwindInfo, s.File)
+	}
+	return NewTable(s)
 }
 
 func hasEHFrameSegment(f *elf.File) bool {

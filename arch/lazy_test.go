@@ -2,6 +2,7 @@ package arch
 
 import (
 	"bytes"
+	"errors"
 	"debug/elf"
 	"encoding/binary"
 	"math/rand"
@@ -183,4 +184,38 @@ func FuzzLazyTable(f *testing.F) {
 		}
 		lazy.Bytes()
 	})
+}
+
+// TestNewLazyTable covers the constructor from section bytes: a lazy table
+// from the seed's .eh_frame with and without its header, a full one for
+// a small section, and ErrNoUnwindInfo for none.
+func TestNewLazyTable(t *testing.T) {
+	eh, hdr := lazySeed()
+	pad := make([]byte, lazyMinEHFrame) // zero entries after the terminator: never read
+	big := append(append([]byte{}, eh...), pad...)
+	for _, s := range []Sections{
+		{File: "seed", Arch: AMD64, EHFrame: big, EHFrameAddr: 0x10000, EHFrameHdr: hdr, EHFrameHdrAddr: 0x20000},
+		{File: "seed", Arch: AMD64, EHFrame: big, EHFrameAddr: 0x10000, EHFrameHdrAddr: 0x20000},
+	} {
+		tab, err := NewLazyTable(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, _, total := tab.Lazy(); !ok || total != 2 {
+			t.Fatalf("lazy %v with %d FDEs, want a lazy table of 2", ok, total)
+		}
+		full, _ := NewTable(s)
+		for _, a := range []uint64{0xfff, 0x1000, 0x1001, 0x1003, 0x103f, 0x1040, 0x2000, 0x2004, 0x2010} {
+			if got, want := tab.Lookup(a), full.Lookup(a); got != want {
+				t.Fatalf("Lookup(%#x): lazy %v, full %v", a, got, want)
+			}
+		}
+	}
+	small, err := NewLazyTable(Sections{File: "seed", Arch: AMD64, EHFrame: eh, EHFrameAddr: 0x10000, EHFrameHdr: hdr, EHFrameHdrAddr: 0x20000})
+	if ok, _, _ := small.Lazy(); err != nil || ok {
+		t.Fatalf("a %d-byte .eh_frame: lazy %v, %v; want the full table", len(eh), ok, err)
+	}
+	if _, err := NewLazyTable(Sections{File: "none", Arch: AMD64}); !errors.Is(err, ErrNoUnwindInfo) {
+		t.Fatalf("no sections: %v", err)
+	}
 }
