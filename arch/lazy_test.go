@@ -2,9 +2,9 @@ package arch
 
 import (
 	"bytes"
-	"errors"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"math/rand"
 	"os"
 	"testing"
