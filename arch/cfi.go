@@ -32,12 +32,28 @@ type Table struct {
 	// FDEs counts the frame description entries that produced rows;
 	// Skipped counts entries not used (unknown augmentation, unsupported
 	// encodings, overlaps, an FDE whose instructions were malformed).
+	// Both are 0 in a lazy table (see [Table.Lazy]).
 	FDEs, Skipped int
+
+	lazy *lazyIndex // NewLazyTableELF: rows parsed on demand, under a lock
+}
+
+// Lazy reports whether t parses its FDEs on demand (NewLazyTableELF), and
+// how many of the FDEs its search table lists it has parsed so far.
+func (t *Table) Lazy() (lazy bool, parsed, total int) {
+	if t.lazy == nil {
+		return false, 0, 0
+	}
+	parsed, total = t.lazy.counts()
+	return true, parsed, total
 }
 
 // Lookup returns the rule covering the link-time address addr, or a Rule
 // with CFA == CFANone if no row covers it.
 func (t *Table) Lookup(addr uint64) Rule {
+	if t.lazy != nil {
+		return t.lazy.lookup(addr)
+	}
 	i := t.find(addr)
 	if i < 0 {
 		return Rule{}
@@ -64,14 +80,19 @@ func (t *Table) find(addr uint64) int {
 	return lo - 1
 }
 
-// Len is the number of rows.
+// Len is the number of rows; 0 for a lazy table, which has no rows
+// merged into one sorted array.
 func (t *Table) Len() int { return len(t.starts) }
 
-// Row returns row i's start address and rule.
+// Row returns row i's start address and rule (i < Len()).
 func (t *Table) Row(i int) (uint64, Rule) { return t.base + uint64(t.starts[i]), t.rules[t.ids[i]] }
 
-// Bytes is the memory the table's rows and rules take.
+// Bytes is the memory the table's rows and rules take; for a lazy table,
+// the rows parsed so far and the unwind sections it keeps.
 func (t *Table) Bytes() int {
+	if t.lazy != nil {
+		return t.lazy.bytes()
+	}
 	return 4*len(t.starts) + 4*len(t.ids) + int(unsafe.Sizeof(Rule{}))*len(t.rules)
 }
 
@@ -89,6 +110,9 @@ type Sections struct {
 	// EHFrameHdrAddr is .eh_frame_hdr's address, the base of datarel
 	// pointers; 0 if unknown.
 	EHFrameHdrAddr uint64
+	// EHFrameHdr is .eh_frame_hdr's bytes, optional: NewLazyTable finds
+	// FDEs through its search table (else it scans .eh_frame once).
+	EHFrameHdr []byte
 	// DebugFrame is the .debug_frame section, used where .eh_frame has no
 	// entry for an address.
 	DebugFrame []byte
