@@ -60,7 +60,7 @@ func LocateImage(ctx context.Context, name, codeID string, o *Options) (string, 
 			var ok bool
 			if isURL(s) {
 				var err error
-				if p, ok, err = fetch(ctx, o, s, k, el.stores[:i], try); err != nil {
+				if p, ok, err = download(ctx, o, s, k, el.stores[:i], try); err != nil {
 					o.logf("symsrv: %s: %v", s, err)
 					continue
 				}
