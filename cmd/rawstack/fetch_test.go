@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"debug/pe"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,23 +14,38 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/symbolizer/fetch"
 	rspe "github.com/rawstack/rawstack/symbolizer/pe"
 )
 
-// fetchOnPath builds rawstack-fetch into a directory put first on PATH,
-// where findCompanion finds it.
+var (
+	fetchOnce sync.Once
+	fetchDir  string
+	fetchErr  error
+)
+
+// fetchOnPath builds rawstack-fetch (once per test binary) into a
+// directory put first on PATH, where findCompanion finds it.
 func fetchOnPath(t *testing.T) {
 	t.Helper()
 	goTool := testbuild.Need(t, "go", "builds the rawstack-fetch companion")
-	dir := t.TempDir()
-	cmd := exec.Command(goTool, "build", "-o", dir, "../rawstack-fetch")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build rawstack-fetch: %v\n%s", err, out)
+	fetchOnce.Do(func() {
+		if fetchDir, fetchErr = os.MkdirTemp("", "rawstack-fetch-"); fetchErr != nil {
+			return
+		}
+		cmd := exec.Command(goTool, "build", "-o", fetchDir, "../rawstack-fetch")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fetchErr = fmt.Errorf("go build rawstack-fetch: %v\n%s", err, out)
+		}
+	})
+	if fetchErr != nil {
+		t.Fatal(fetchErr)
 	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("PATH", fetchDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // fileServer serves files by URL path and records the paths asked for.
@@ -181,5 +198,69 @@ lld-link /debug /nodefaultlib /entry:main /subsystem:console prog.c.obj shapes.c
 	}
 	if _, err := os.Stat(filepath.Join(cache, "prog.pdb", key, "prog.pdb")); err != nil {
 		t.Errorf("the PDB is not in the cache: %v", err)
+	}
+}
+
+// TestCompanionGetter drives rawstack-fetch through the getter rawstack
+// registers: concurrent gets over one companion, a 404 that the locators
+// must see as fetch.ErrNotFound (symsrv then tries name.pd_ and
+// file.ptr), a failure that names the URL, and a cancelled get.
+func TestCompanionGetter(t *testing.T) {
+	slow := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/file/"):
+			w.Write([]byte(r.URL.Path))
+		case r.URL.Path == "/slow":
+			select {
+			case <-slow:
+			case <-r.Context().Done():
+			}
+		case r.URL.Path == "/broken":
+			http.Error(w, "broken", http.StatusBadGateway)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer hs.Close()
+	defer close(slow)
+	fetchOnPath(t)
+	g := &companionGetter{}
+	ctx := context.Background()
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := filepath.Join(dir, fmt.Sprint(i))
+			if errs[i] = g.Get(ctx, &fetch.Request{URL: fmt.Sprintf("%s/file/%d", hs.URL, i)}, p); errs[i] == nil {
+				if b, _ := os.ReadFile(p); string(b) != fmt.Sprintf("/file/%d", i) {
+					errs[i] = fmt.Errorf("file %d holds %q", i, b)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("get %d: %v", i, err)
+		}
+	}
+	if err := g.Get(ctx, &fetch.Request{URL: hs.URL + "/missing"}, filepath.Join(dir, "m")); !errors.Is(err, fetch.ErrNotFound) {
+		t.Errorf("404: %v, want fetch.ErrNotFound", err)
+	}
+	if err := g.Get(ctx, &fetch.Request{URL: hs.URL + "/broken"}, filepath.Join(dir, "b")); err == nil || errors.Is(err, fetch.ErrNotFound) || !strings.Contains(err.Error(), "/broken") {
+		t.Errorf("502: %v, want an error naming the URL", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := g.Get(cctx, &fetch.Request{URL: hs.URL + "/slow"}, filepath.Join(dir, "s")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled get: %v", err)
+	}
+	// The companion still serves after a cancellation.
+	if err := g.Get(ctx, &fetch.Request{URL: hs.URL + "/file/x"}, filepath.Join(dir, "x")); err != nil {
+		t.Errorf("get after a cancellation: %v", err)
 	}
 }
