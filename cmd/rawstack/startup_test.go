@@ -67,6 +67,17 @@ func TestStartupDeps(t *testing.T) {
 			t.Errorf("rawstack imports %s: every command would pay for it at start-up; use a companion command", p)
 		}
 	}
+	// With no cgo package among its imports, even a plain go build or go
+	// install (cgo enabled) makes a static binary.
+	lc := exec.Command(goTool, "list", "-deps", "-f", "{{if .CgoFiles}}{{.ImportPath}}{{end}}", ".")
+	lc.Env = append(os.Environ(), "CGO_ENABLED=1")
+	out, err = lc.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	if cgo := strings.Fields(string(out)); len(cgo) > 0 {
+		t.Errorf("rawstack imports packages that use cgo (%s): go build without CGO_ENABLED=0 makes a dynamically linked binary, ~1 ms slower to start", strings.Join(cgo, " "))
+	}
 }
 
 type initCost struct {
