@@ -8,6 +8,13 @@ require (
 	go.opentelemetry.io/collector/pdata v1.71.0
 	go.opentelemetry.io/collector/pdata/pprofile v0.165.0
 	golang.org/x/sys v0.49.0
+	google.golang.org/grpc v1.85.0 // the OTLP client (symbolizer/export/otlp; rawstack-otlp only)
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // RetryInfo in OTLP answers
 )
 
 require (

@@ -32,12 +32,28 @@ type Table struct {
 	// FDEs counts the frame description entries that produced rows;
 	// Skipped counts entries not used (unknown augmentation, unsupported
 	// encodings, overlaps, an FDE whose instructions were malformed).
+	// Both are 0 in a lazy table (see [Table.Lazy]).
 	FDEs, Skipped int
+
+	lazy *lazyIndex // NewLazyTableELF: rows parsed on demand, under a lock
+}
+
+// Lazy reports whether t parses its FDEs on demand (NewLazyTableELF), and
+// how many of the FDEs its search table lists it has parsed so far.
+func (t *Table) Lazy() (lazy bool, parsed, total int) {
+	if t.lazy == nil {
+		return false, 0, 0
+	}
+	parsed, total = t.lazy.counts()
+	return true, parsed, total
 }
 
 // Lookup returns the rule covering the link-time address addr, or a Rule
 // with CFA == CFANone if no row covers it.
 func (t *Table) Lookup(addr uint64) Rule {
+	if t.lazy != nil {
+		return t.lazy.lookup(addr)
+	}
 	i := t.find(addr)
 	if i < 0 {
 		return Rule{}
@@ -64,14 +80,19 @@ func (t *Table) find(addr uint64) int {
 	return lo - 1
 }
 
-// Len is the number of rows.
+// Len is the number of rows; 0 for a lazy table, which has no rows
+// merged into one sorted array.
 func (t *Table) Len() int { return len(t.starts) }
 
-// Row returns row i's start address and rule.
+// Row returns row i's start address and rule (i < Len()).
 func (t *Table) Row(i int) (uint64, Rule) { return t.base + uint64(t.starts[i]), t.rules[t.ids[i]] }
 
-// Bytes is the memory the table's rows and rules take.
+// Bytes is the memory the table's rows and rules take; for a lazy table,
+// the rows parsed so far and the unwind sections it keeps.
 func (t *Table) Bytes() int {
+	if t.lazy != nil {
+		return t.lazy.bytes()
+	}
 	return 4*len(t.starts) + 4*len(t.ids) + int(unsafe.Sizeof(Rule{}))*len(t.rules)
 }
 
@@ -89,12 +110,9 @@ type Sections struct {
 	// EHFrameHdrAddr is .eh_frame_hdr's address, the base of datarel
 	// pointers; 0 if unknown.
 	EHFrameHdrAddr uint64
-	// EHFrameFDEs, when non-nil, are the offsets in EHFrame of the only
-	// FDEs to parse (with their CIEs): a caller that needs a few entries
-	// of a large section (a snapshot, through .eh_frame_hdr's search
-	// table) pays for those alone. Offsets that do not hold an FDE are
-	// reported as format errors.
-	EHFrameFDEs []int
+	// EHFrameHdr is .eh_frame_hdr's bytes, optional: NewLazyTable finds
+	// FDEs through its search table (else it scans .eh_frame once).
+	EHFrameHdr []byte
 	// DebugFrame is the .debug_frame section, used where .eh_frame has no
 	// entry for an address.
 	DebugFrame []byte
@@ -125,19 +143,15 @@ func NewTable(s Sections) (*Table, error) {
 	}
 	// About one row per 8 bytes of CFI: sizing rows up front saves the
 	// copies of growing them, most of a table build's time.
-	cfi := len(s.EHFrame) + len(s.DebugFrame)
-	if s.EHFrameFDEs != nil {
-		cfi = len(s.EHFrameFDEs)*64 + len(s.DebugFrame)
-	}
-	b := &builder{arch: s.Arch, ruleIDs: map[Rule]uint32{}, rows: make([]row, 0, cfi/8)}
+	b := &builder{arch: s.Arch, ruleIDs: map[Rule]uint32{}, rows: make([]row, 0, (len(s.EHFrame)+len(s.DebugFrame))/8)}
 	var errs []error
 	if len(s.EHFrame) > 0 {
-		if err := b.parse(s.File, ".eh_frame", s.EHFrame, s.EHFrameAddr, s.EHFrameHdrAddr, true, s.EHFrameFDEs); err != nil {
+		if err := b.parse(s.File, ".eh_frame", s.EHFrame, s.EHFrameAddr, s.EHFrameHdrAddr, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(s.DebugFrame) > 0 {
-		if err := b.parse(s.File, ".debug_frame", s.DebugFrame, 0, 0, false, nil); err != nil {
+		if err := b.parse(s.File, ".debug_frame", s.DebugFrame, 0, 0, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -370,22 +384,12 @@ type sectionParser struct {
 	x        interp
 }
 
-// parse parses the entries of one section: every entry in order, or with
-// only non-nil, the FDEs at those offsets.
-func (b *builder) parse(file, sect string, data []byte, secAddr, dataAddr uint64, eh bool, only []int) error {
+func (b *builder) parse(file, sect string, data []byte, secAddr, dataAddr uint64, eh bool) error {
 	if len(data) > maxSection {
 		return &FormatError{File: file, Section: sect, Msg: fmt.Sprintf("section of %d bytes over the %d cap", len(data), maxSection)}
 	}
 	p := &sectionParser{b: b, file: file, sect: sect, data: data, secAddr: secAddr, dataAddr: dataAddr, eh: eh, cies: map[int]*cie{}}
 	var first error
-	if only != nil {
-		for _, off := range only {
-			if err := p.entry(off); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
 	off := 0
 	for off < len(data) {
 		start, end, isCIE, id, idOff, body, err := p.header(off)
@@ -421,34 +425,6 @@ func (b *builder) parse(file, sect string, data []byte, secAddr, dataAddr uint64
 		off = end
 	}
 	return first
-}
-
-// entry parses the one FDE at off; anything else there is a format error.
-func (p *sectionParser) entry(off int) error {
-	if off < 0 || off >= len(p.data) {
-		return &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: "FDE offset outside the section"}
-	}
-	start, end, isCIE, id, idOff, body, err := p.header(off)
-	if err != nil {
-		return err
-	}
-	if isCIE || end == start+4 {
-		return &FormatError{File: p.file, Section: p.sect, Off: int64(off), Msg: "no FDE at this offset"}
-	}
-	ciePos := idOff - int(id)
-	if !p.eh {
-		ciePos = int(id)
-		if id > uint64(len(p.data)) {
-			ciePos = -1
-		}
-	} else if id > uint64(idOff) {
-		ciePos = -1
-	}
-	if err := p.fde(idOff, body, end, ciePos); err != nil {
-		p.b.skipped++
-		return err
-	}
-	return nil
 }
 
 // header reads an entry's length and id at off. end is the offset just

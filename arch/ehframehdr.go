@@ -12,6 +12,9 @@ import (
 type EHFrameHdr struct {
 	EHFrameAddr uint64
 	FDECount    uint64
+
+	tableEnc byte // encoding of the search table's values
+	tableOff int  // offset of the search table in the data
 }
 
 // ParseEHFrameHdr parses .eh_frame_hdr bytes loaded at addr.
@@ -39,6 +42,10 @@ func ParseEHFrameHdr(file string, data []byte, addr uint64) (EHFrameHdr, error) 
 	// rather than trusting the count.
 	if countEnc != peOmit && tableEnc == peDatarel|peSdata4 && h.FDECount > uint64(len(data)-r.off)/8 {
 		return EHFrameHdr{}, &FormatError{File: file, Section: ".eh_frame_hdr", Off: int64(r.off), Msg: fmt.Sprintf("%d FDEs do not fit in %d bytes", h.FDECount, len(data)-r.off)}
+	}
+	h.tableEnc, h.tableOff = tableEnc, r.off
+	if countEnc == peOmit {
+		h.tableEnc = peOmit
 	}
 	return h, nil
 }

@@ -16,12 +16,6 @@ type Module struct {
 	Start, End uint64 // [Start, End) in the target's address space
 	Bias       uint64
 	Table      *Table
-	// Rules, when not nil, is asked instead of Table for the rule at a
-	// link-time address: a caller that builds rules on demand (a
-	// snapshot parses the few FDEs its stacks need, found through
-	// .eh_frame_hdr) gives it here. The unwinder caches what it returns;
-	// a Rule with CFA CFANone means frame pointers.
-	Rules func(addr uint64) Rule
 }
 
 // Modules is the set of modules an unwinder consults, sorted by address.
@@ -87,12 +81,7 @@ func (ms *Modules) Find(addr uint64) *Module {
 // Rule returns the unwind rule for the runtime address addr.
 func (ms *Modules) Rule(addr uint64) Rule {
 	m := ms.Find(addr)
-	switch {
-	case m == nil:
-		return Rule{}
-	case m.Rules != nil:
-		return m.Rules(addr - m.Bias)
-	case m.Table == nil:
+	if m == nil || m.Table == nil {
 		return Rule{}
 	}
 	return m.Table.Lookup(addr - m.Bias)

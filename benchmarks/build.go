@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// buildC compiles testdata/NAME.c (or .cc) with the given flags into the
+// buildC compiles benchmarks/testdata/NAME.c (or .cc, or a repository-relative
+// path) with the given flags into the
 // scratch directory and returns the binary's path.
 func buildC(cfg *config, src string, flags ...string) (string, error) {
 	out := filepath.Join(cfg.work, strings.TrimSuffix(filepath.Base(src), filepath.Ext(src)))
@@ -19,11 +20,17 @@ func buildC(cfg *config, src string, flags ...string) (string, error) {
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", fmt.Errorf("%s not installed: %w", cc, err)
 	}
-	args := append(append([]string{}, flags...), "-o", out, filepath.Join("benchmarks", "testdata", src))
-	if _, err := os.Stat(filepath.Join("benchmarks", "testdata", src)); err != nil {
-		// run from inside benchmarks/
-		args[len(args)-1] = filepath.Join("testdata", src)
+	// A bare name is a file of benchmarks/testdata; a path is relative to
+	// the repository root (a fixture shared with a package's tests).
+	in := filepath.Join("benchmarks", "testdata", src)
+	if strings.Contains(src, "/") {
+		in = src
 	}
+	if _, err := os.Stat(in); err != nil {
+		// run from inside benchmarks/
+		in = filepath.Join("..", in)
+	}
+	args := append(append([]string{}, flags...), "-o", out, in)
 	cmd := exec.Command(cc, args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)

@@ -16,7 +16,8 @@ import (
 // The ebpf scenario (issue 11): whole-system recording at 100 Hz with
 // `rawstack record --backend ebpf -a` (stack copies unwound with CFI on
 // the host, and --unwind fp, the kernel's frame-pointer walk in BPF)
-// against `perf record -a -g`, while a CPU-bound workload runs. Each round
+// against `perf record -a -g`, and with --off-cpu against perf recording
+// the sched_switch tracepoint too, while a CPU-bound workload runs. Each round
 // runs the workload unsampled and under each recorder, in turn; a recorder
 // is started, given a second to take stock of the system, then the
 // workload runs, then the recorder is interrupted. Figures are medians
@@ -76,12 +77,32 @@ func runEBPF(cfg *config) ([]row, error) {
 			return exec.Command(rawstack, "record", "-q", "--backend", "ebpf", "--unwind", "fp", "-a", "-F", "100", "-o", out)
 		}},
 	}
+	variants = append(variants, struct {
+		name string
+		cmd  func(out string) *exec.Cmd
+	}{"ebpf-offcpu", func(out string) *exec.Cmd {
+		return exec.Command(rawstack, "record", "-q", "--backend", "ebpf", "-a", "--off-cpu", "-F", "100", "-o", out)
+	}})
 	if perfErr == nil {
 		variants = append(variants, struct {
 			name string
 			cmd  func(out string) *exec.Cmd
 		}{"perf", func(out string) *exec.Cmd {
 			return exec.Command(perf, "record", "-q", "-a", "-g", "-F", "100", "-o", out)
+		}}, struct {
+			name string
+			cmd  func(out string) *exec.Cmd
+		}{"perf-offcpu", func(out string) *exec.Cmd {
+			// perf's way to whole-host off-CPU stacks: the same 100 Hz
+			// cpu-clock samples plus the call chain of every thread leaving
+			// the CPU (the sched_switch tracepoint, each event sampled);
+			// durations come later from the switch records' times (perf
+			// sched timehist). rawstack's --off-cpu records the same
+			// event with the same information and pairs the return on
+			// the host.
+			// (-F would sample the tracepoint at 100 Hz too: the frequency
+			// goes on cpu-clock alone, the tracepoint keeps period 1.)
+			return exec.Command(perf, "record", "-q", "-a", "-g", "-e", "cpu-clock/freq=100/", "-e", "sched:sched_switch", "-o", out)
 		}})
 	}
 	runs := map[string][]sysRun{}
@@ -95,9 +116,10 @@ func runEBPF(cfg *config) ([]row, error) {
 				r.workCPU = lr.cpuNs
 			} else {
 				out := filepath.Join(cfg.work, v.name+".data")
-				r, err = runUnder(v.cmd(out), load, rounds, v.name != "perf")
+				isPerf := strings.HasPrefix(v.name, "perf")
+				r, err = runUnder(v.cmd(out), load, rounds, !isPerf)
 				if err == nil {
-					if v.name == "perf" {
+					if isPerf {
 						_, n, perr := perfSamples(perf, out)
 						r.samples, err = float64(n), perr
 					} else {
@@ -145,7 +167,7 @@ func runEBPF(cfg *config) ([]row, error) {
 	rss := func(r sysRun) float64 { return r.rssKiB / 1024 }
 	smp := func(r sysRun) float64 { return r.samples }
 	fmt.Fprintf(cfg.logger, "  %d rounds; workload unsampled %.0f ms CPU\n", reps, base/1e6)
-	for _, name := range []string{"ebpf", "ebpf-fp", "perf"} {
+	for _, name := range []string{"ebpf", "ebpf-fp", "perf", "ebpf-offcpu", "perf-offcpu"} {
 		if len(runs[name]) > 0 {
 			fmt.Fprintf(cfg.logger, "  %s: workload %.0f ms, recorder %.0f ms CPU, %.1f MiB peak RSS, %.0f samples\n",
 				name, med(name, work)/1e6, med(name, cpu), med(name, rss), med(name, smp))
@@ -153,16 +175,17 @@ func runEBPF(cfg *config) ([]row, error) {
 	}
 	note := fmt.Sprintf("median of %d interleaved rounds; machine shared with other jobs", reps)
 	rows := []row{{Scenario: "ebpf", Metric: "workload CPU, unsampled (ms)", Rawstack: base / 1e6, Better: "lower"}}
-	for _, name := range []string{"ebpf", "ebpf-fp"} {
-		label := "-a, stack copies + CFI"
-		if name == "ebpf-fp" {
-			label = "-a --unwind fp"
-		}
+	for _, v := range []struct{ name, label, peer, peerLabel string }{
+		{"ebpf", "-a, stack copies + CFI", "perf", "perf record -a -g"},
+		{"ebpf-fp", "-a --unwind fp", "perf", "perf record -a -g"},
+		{"ebpf-offcpu", "-a --off-cpu, stack copies + CFI", "perf-offcpu", "perf record -a -g -e cpu-clock/freq=100/ -e sched:sched_switch"},
+	} {
+		name, label := v.name, v.label
 		metric := func(m string, f func(sysRun) float64, scale float64, better, extra string) row {
 			r := row{Scenario: "ebpf", Metric: m + " (" + label + ")", Rawstack: med(name, f) / scale, Better: better, Note: extra}
-			if len(runs["perf"]) > 0 {
-				r.Peer, r.PeerVal = "perf record -a -g", med("perf", f)/scale
-				if pr := pairRatio(name, "perf", f); pr > 0 {
+			if len(runs[v.peer]) > 0 {
+				r.Peer, r.PeerVal = v.peerLabel, med(v.peer, f)/scale
+				if pr := pairRatio(name, v.peer, f); pr > 0 {
 					r.Note = strings.TrimSpace(fmt.Sprintf("pair ratio %.2f; %s", pr, extra))
 				}
 			}
@@ -172,7 +195,7 @@ func runEBPF(cfg *config) ([]row, error) {
 			metric("workload slowdown at 100 Hz (x)", work, base, "lower", ""),
 			metric("recorder CPU (ms)", cpu, 1, "lower", "target: <= perf's"),
 			metric("recorder peak RSS (MiB)", rss, 1, "lower", "target: <= 64 MiB"),
-			metric("samples", smp, 1, "higher", ""),
+			metric("samples", smp, 1, "higher", sampleNote(name)),
 		)
 		rows = append(rows, row{Scenario: "ebpf", Metric: "BPF map memory, memlock (MiB) (" + label + ")",
 			Rawstack: med(name, func(r sysRun) float64 { return r.mapBytes }) / (1 << 20), Better: "lower", Note: "ring buffer + per-CPU scratch + pid maps"})
@@ -268,4 +291,12 @@ func pidMapMemory(pid int) float64 {
 		}
 	}
 	return total
+}
+
+// sampleNote says what the off-CPU rows' sample counts count.
+func sampleNote(name string) string {
+	if name != "ebpf-offcpu" {
+		return ""
+	}
+	return "rawstack: on-CPU samples + one per completed off-CPU interval of a user thread; perf: on-CPU samples + one per switch of any task"
 }

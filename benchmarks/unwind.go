@@ -13,7 +13,7 @@ import (
 // fp, dwarf and auto, runs interleaved, on two programs a newcomer
 // records:
 //
-//   - shrinkwrap.c, gcc -O2 -fno-omit-frame-pointer, main→a→b→c where c is
+//   - tracer/testdata/shrinkwrap.c, gcc -O2 -fno-omit-frame-pointer, main→a→b→c where c is
 //     shrink-wrapped (its hot loop runs before it pushes a frame): the
 //     share of samples in c that read main→a→b→c;
 //   - a CPU-bound Python 3.11 program under Debian's python3 (built
@@ -34,7 +34,7 @@ type unwindWork struct {
 type unwindStat struct{ bps, cpuUs, good []float64 }
 
 func runUnwind(cfg *config) ([]row, error) {
-	sw, err := buildC(cfg, "shrinkwrap.c", "-O2", "-g", "-fno-omit-frame-pointer")
+	sw, err := buildC(cfg, "tracer/testdata/shrinkwrap.c", "-O2", "-g", "-fno-omit-frame-pointer")
 	if err != nil {
 		return nil, err
 	}

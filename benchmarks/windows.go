@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -62,24 +63,51 @@ func runWindowsWine(cfg *config) ([]row, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	start := func(n int) (*exec.Cmd, int, error) {
+	// startOnce launches threads.exe and waits for the pid it writes. A
+	// launch that exits first (Wine occasionally fails to start a process
+	// while the previous one is still being torn down) is reported with its
+	// exit status and output, and start retries it once.
+	type winTarget struct {
+		cmd  *exec.Cmd
+		done chan struct{}
+	}
+	startOnce := func(n int) (*winTarget, int, error) {
 		pidFile := filepath.Join(cfg.work, fmt.Sprintf("pid%d", n))
 		os.Remove(pidFile)
 		cmd := w.Command(ctx, threads, strconv.Itoa(n), "600", wine.Path(pidFile))
+		var outBuf bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
 		if err := cmd.Start(); err != nil {
 			return nil, 0, err
 		}
-		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		t := &winTarget{cmd: cmd, done: make(chan struct{})}
+		go func() { cmd.Wait(); close(t.done) }()
+		deadline := time.After(3 * time.Minute)
+		for {
 			if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
 				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-				return cmd, pid, nil
+				return t, pid, nil
+			}
+			select {
+			case <-t.done:
+				return nil, 0, fmt.Errorf("threads.exe %d exited (%v) before writing its pid:\n%.1000s", n, cmd.ProcessState, outBuf.String())
+			case <-deadline:
+				cmd.Process.Kill()
+				<-t.done
+				return nil, 0, fmt.Errorf("threads.exe %d wrote no pid in 3 minutes:\n%.1000s", n, outBuf.String())
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, 0, fmt.Errorf("threads.exe wrote no pid")
 	}
-	stop := func(cmd *exec.Cmd) { cmd.Process.Kill(); cmd.Wait() }
+	start := func(n int) (*winTarget, int, error) {
+		t, pid, err := startOnce(n)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "windows-wine: %v; retrying once\n", err)
+			t, pid, err = startOnce(n)
+		}
+		return t, pid, err
+	}
+	stop := func(t *winTarget) { t.cmd.Process.Kill(); <-t.done }
 
 	var rows []row
 	// Sampling: 20 parked threads at 100 Hz.

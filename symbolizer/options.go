@@ -46,6 +46,21 @@ type Options struct {
 	// recorded kernel; "" means /proc/kallsyms when the running kernel
 	// is the recorded one (same build id).
 	Kallsyms string
+	// SymbolPath is where PE modules' images (by name and code id) and
+	// PDBs (by GUID and age) are searched after DebugDirs, in
+	// _NT_SYMBOL_PATH syntax, symbol servers included; "" means the
+	// _NT_SYMBOL_PATH environment variable.
+	SymbolPath string
+	// SymbolCache is where symbol-server downloads go for SymbolPath
+	// elements that name no cache; "" means the user cache directory's
+	// rawstack/symbols.
+	SymbolCache string
+	// NoRecordedPaths finds PE modules by identity only (code id, PDB
+	// GUID and age, by base name) in DebugDirs and along SymbolPath, and
+	// opens nothing at the directories a trace recorded: for a service
+	// that symbolizes other machines' traces, whose paths are not theirs
+	// to name. (ELF modules: such a caller leaves Module.Path empty.)
+	NoRecordedPaths bool
 	// Workers is how many modules are symbolized at once; 0 means 2.
 	Workers int
 	// Progress, if set, is called as locations are symbolized.

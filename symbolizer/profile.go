@@ -320,10 +320,16 @@ type fileKey struct {
 	kind    format.ModuleKind
 	path    string
 	buildID string
+	// a PE image's identity: two builds at one path (a trace of several
+	// hosts, or a rebuilt DLL) are different files
+	pdbGUID       [16]byte
+	pdbAge        uint32
+	timeDateStamp uint32
+	sizeOfImage   uint32
 }
 
 func keyOf(m *Module) fileKey {
-	return fileKey{m.Kind, m.Path, string(m.BuildID)}
+	return fileKey{m.Kind, m.Path, string(m.BuildID), m.PDBGUID, m.PDBAge, m.TimeDateStamp, m.SizeOfImage}
 }
 
 // symbolize resolves the locations of each module file, independent files

@@ -144,6 +144,17 @@ func (e *resolved) close() {
 	}
 }
 
+// Known reports whether m's file has been looked for already (found, or
+// remembered as missing) and is still cached: resolving in it costs no
+// search. A service that bounds the searches a request may cause (a
+// hostile sender can name any number of build ids) asks this first.
+func (r *Resolver) Known(m *Module) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.files[keyOf(m)]
+	return ok
+}
+
 // Open reports how many module files are open or remembered.
 func (r *Resolver) Open() int {
 	r.mu.Lock()

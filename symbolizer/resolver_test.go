@@ -87,7 +87,16 @@ func TestResolverNamesAndBoundsOpenFiles(t *testing.T) {
 	}
 	// A module whose file does not exist: an error, remembered.
 	m := selfModule(t, filepath.Join(t.TempDir(), "missing"))
+	if r.Known(m) {
+		t.Error("Known before the first search")
+	}
 	if fr, _, err := r.Resolve(m, pc); err == nil || fr != nil {
 		t.Errorf("missing file: frames %v, err %v", fr, err)
+	}
+	if !r.Known(m) {
+		t.Error("a missing file is not remembered as searched")
+	}
+	if r.Known(selfModule(t, exe)) {
+		t.Error("Known after eviction (bound 1)")
 	}
 }

@@ -1,7 +1,8 @@
 // Command rawstack-ebpf records with rawstack's eBPF back end; `rawstack
-// record --backend ebpf` runs it with its arguments:
+// record --backend ebpf` runs it with its arguments, which both parse
+// with package internal/recordflags:
 //
-//	rawstack-ebpf record [-o FILE] [-F HZ] [--off-cpu] [--unwind fp|dwarf|auto] [--stack-size N] [--no-kernel] [-q] (-a [--duration D] | -p PID [--duration D] | -- CMD ARGS...)
+//	rawstack-ebpf record [-o FILE] [-F HZ] [--off-cpu] [--unwind fp|dwarf|auto] [--stack-size N] [--no-kernel] [--no-jit] [--jit-code] [-q] (-a [--duration D] | -p PID [--duration D] | -- CMD ARGS...)
 //
 // It is a command of its own because the back end's loader links
 // github.com/cilium/ebpf, whose package initialisation would otherwise run
@@ -21,12 +22,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/recordflags"
 	"github.com/rawstack/rawstack/platform"
 	_ "github.com/rawstack/rawstack/platform/linux/ebpf" // the back end's BPF programs
 	"github.com/rawstack/rawstack/tracer"
 )
 
-const usage = "usage: rawstack record --backend ebpf [-o FILE] [-F HZ] [--off-cpu] [--unwind fp|dwarf|auto] [--stack-size N] [--no-kernel] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
+const usage = "usage: rawstack record --backend ebpf [-o FILE] [-F HZ] [--off-cpu] [--unwind fp|dwarf|auto] [--stack-size N] [--no-kernel] [--no-jit] [--jit-code] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
 
 type usageError string
 
@@ -50,43 +52,20 @@ func main() {
 func record(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	out := fs.String("o", "trace.rawstack", "output file")
-	hz := fs.Int("F", 999, "sampling frequency per CPU, Hz")
-	pid := fs.Int("p", 0, "sample this running process (and its children)")
-	dur := fs.Duration("duration", 0, "with -p or -a: stop after this long")
-	noKernel := fs.Bool("no-kernel", false, "leave out kernel frames")
-	quiet := fs.Bool("q", false, "no progress line")
-	unwind := fs.String("unwind", "dwarf", "user stacks: dwarf (registers + stack window, unwound with CFI), fp (frame pointers) or auto")
-	stackSize := fs.Int("stack-size", 0, "bytes of user stack copied per sample (default 8192, at most 16384)")
-	backend := fs.String("backend", "ebpf", "must be ebpf")
-	system := fs.Bool("a", false, "sample every process of the host")
-	offCPU := fs.Bool("off-cpu", false, "also record where threads wait, weighted by the time off CPU")
-	fs.Bool("no-jit", false, "accepted for rawstack record's flags")
-	fs.Bool("jit-code", false, "accepted for rawstack record's flags")
-	keepRaw := fs.Bool("keep-raw", false, "not supported by the eBPF back end")
+	rf := recordflags.Register(fs) // rawstack record's flags, shared
+	rf.Backend = "ebpf"            // the only one here; rawstack passes --backend ebpf anyway
 	if err := fs.Parse(args); err != nil {
 		return usageError(err.Error())
 	}
 	rest := fs.Args()
-	mode, err := platform.ParseUnwindMode(*unwind)
-	switch {
-	case err != nil:
+	be, mode, err := rf.Check(rest)
+	if err != nil {
 		return usageError(err.Error())
-	case *backend != "ebpf":
-		return usageError("rawstack-ebpf records with --backend ebpf only")
-	case *keepRaw:
-		return usageError("--keep-raw is not supported with --backend ebpf (it unwinds on the host)")
-	case *system && (*pid != 0 || len(rest) > 0):
-		return usageError("-a samples every process: give no -p and no command")
-	case *pid != 0 && len(rest) > 0:
-		return usageError("give -p PID or a command, not both")
-	case *pid == 0 && len(rest) == 0 && !*system:
-		return usageError("nothing to record: give -a, -p PID or -- CMD ARGS...")
-	case *pid < 0 || *hz <= 0 || *stackSize < 0 || *stackSize > 16384:
-		return usageError("bad -p, -F or --stack-size")
-	case *dur != 0 && *pid == 0 && !*system:
-		return usageError("--duration works with -p or -a")
 	}
+	if be != platform.BackendEBPF {
+		return usageError("rawstack-ebpf records with --backend ebpf only")
+	}
+	out, hz, quiet := &rf.Out, &rf.Hz, &rf.Quiet
 	if mode != platform.UnwindFP {
 		// Whole-system unwinding builds CFI tables for every module
 		// samples pass through, most of it garbage once built: keep the
@@ -100,12 +79,12 @@ func record(args []string, stdout, stderr io.Writer) error {
 	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if *dur > 0 {
-		ctx, cancel = context.WithTimeout(ctx, *dur)
+	if rf.Duration > 0 {
+		ctx, cancel = context.WithTimeout(ctx, rf.Duration)
 		defer cancel()
 	}
-	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: []io.Writer{f}, NoKernel: *noKernel,
-		Unwind: mode, StackSize: *stackSize, Backend: tracer.BackendEBPF, System: *system, OffCPU: *offCPU}
+	opts := rf.Options(be, mode)
+	opts.Streams = []io.Writer{f}
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)

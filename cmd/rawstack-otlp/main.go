@@ -4,8 +4,8 @@
 // gates, a JSON codec) would slow the start of every rawstack command, so
 // it is a binary of its own, looked for next to rawstack and then on PATH.
 //
-//	rawstack-otlp convert FILE [--raw] [-o OUT] [--debug-dir DIR]... [--path-map OLD=NEW]... [--no-debuginfod] [--kallsyms FILE]
-//	rawstack-otlp stream --endpoint HOST:PORT [--raw] [--interval D] [--queue N] [--tls] [--ca FILE] [--header K=V]... [--service NAME] [--compression gzip|none] < STREAM
+//	rawstack-otlp convert FILE [--raw] [-o OUT] [--debug-dir DIR]... [--path-map OLD=NEW]... [--no-debuginfod] [--kallsyms FILE] [--raw-kernel] [--no-file-hash]
+//	rawstack-otlp stream --endpoint HOST:PORT [--raw [--raw-kernel]] [--interval D] [--queue N] [--tls] [--ca FILE] [--header K=V]... [--service NAME] [--compression gzip|none] < STREAM
 //
 // stream reads a rawstack stream on standard input (record writes it as
 // one of its tracer's streams), sends it in batches and, at the end,
@@ -66,6 +66,8 @@ func convert(args []string) error {
 	fs.Var(&pathMaps, "path-map", "OLD=NEW (repeatable)")
 	noDebuginfod := fs.Bool("no-debuginfod", false, "do not ask debuginfod servers")
 	kallsyms := fs.String("kallsyms", "", "kernel symbol table of the recorded kernel")
+	rawKernel := fs.Bool("raw-kernel", false, "with --raw, leave kernel frames unnamed too")
+	noFileHash := fs.Bool("no-file-hash", false, "leave out process.executable.build_id.htlhash (the files at the recorded paths are not the recorded ones)")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return errors.New("want the trace FILE first")
 	}
@@ -92,11 +94,10 @@ func convert(args []string) error {
 	}
 	defer r.Close()
 	host, _ := os.Hostname()
-	opts := otlp.Options{Raw: *raw, HostName: host}
-	if !*raw {
-		opts.Resolver = symbolizer.NewResolver(o, 0, 0)
-		defer opts.Resolver.Close()
-	}
+	opts := otlp.Options{Raw: *raw, RawKernel: *rawKernel, HostName: host, NoFileHash: *noFileHash}
+	// In raw mode it names kernel frames only (--kallsyms applies).
+	opts.Resolver = symbolizer.NewResolver(o, 0, 0)
+	defer opts.Resolver.Close()
 	p, c, err := otlp.Convert(r, opts, o.Warn)
 	if err != nil {
 		return err
@@ -130,6 +131,7 @@ func stream(args []string) error {
 	fs := flag.NewFlagSet("stream", flag.ExitOnError)
 	endpoint := fs.String("endpoint", "", "HOST:PORT")
 	raw := fs.Bool("raw", false, "send raw locations")
+	rawKernel := fs.Bool("raw-kernel", false, "with --raw, leave kernel frames unnamed too")
 	interval := fs.Duration("interval", 5*time.Second, "batch interval")
 	queue := fs.Int("queue", 32, "batches kept while the endpoint is down")
 	useTLS := fs.Bool("tls", false, "connect with TLS")
@@ -166,7 +168,7 @@ func stream(args []string) error {
 	}
 	host, _ := os.Hostname()
 	opts := otlp.ExporterOptions{Client: c, Interval: *interval, Queue: *queue,
-		Build: otlp.Options{Raw: *raw, HostName: host, ServiceName: *service}}
+		Build: otlp.Options{Raw: *raw, RawKernel: *rawKernel, HostName: host, ServiceName: *service}}
 	if !*raw {
 		opts.Build.Resolver = symbolizer.NewResolver(nil, 0, 0)
 	}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -38,17 +39,19 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: rawstack COMMAND [ARGS]")
-	fmt.Fprintln(w)
+func usage(out io.Writer) {
+	var w strings.Builder // one write, not one per line
+	fmt.Fprintln(&w, "usage: rawstack COMMAND [ARGS]")
+	fmt.Fprintln(&w)
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].short)
+		fmt.Fprintf(&w, "  %-10s %s\n", n, commands[n].short)
 	}
+	io.WriteString(out, w.String())
 }
 
 func main() {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/recordflags"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/tracer"
@@ -31,65 +32,25 @@ func init() {
 func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("record", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	out := fs.String("o", "trace.rawstack", "output file")
-	hz := fs.Int("F", 999, "sampling frequency per thread, Hz")
-	pid := fs.Int("p", 0, "attach to this running process")
-	dur := fs.Duration("duration", 0, "with -p: stop after this long (default: until the process exits or Ctrl-C)")
-	noKernel := fs.Bool("no-kernel", false, "leave out kernel frames")
-	quiet := fs.Bool("q", false, "no progress line")
-	unwind := fs.String("unwind", "auto", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (a frame-pointer program: fp with the leaf repaired from CFI; any other: dwarf)")
-	stackSize := fs.Int("stack-size", 0, "with --unwind dwarf/auto: bytes of user stack copied per sample (default 8192; auto on a frame-pointer program 512)")
-	noJIT := fs.Bool("no-jit", false, "do not copy JIT runtimes' perf maps and jitdump files (node --perf-basic-prof/--perf-prof, java -XX:+DumpPerfMapAtExit) into the trace")
-	jitCode := fs.Bool("jit-code", false, "also copy the machine code of each jitdump code load")
-	keepRaw := fs.Bool("keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
-	backend := fs.String("backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
-	system := fs.Bool("a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
-	offCPU := fs.Bool("off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
-	goroutines := fs.Bool("goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
+	rf := recordflags.Register(fs) // shared with rawstack-ebpf
 	var of otlpFlags
 	of.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
 	rest := fs.Args()
-	be, err := platform.ParseBackend(*backend)
+	be, mode, err := rf.Check(rest)
 	if err != nil {
 		return &usageError{err.Error()}
 	}
 	if be == platform.BackendEBPF && !linux.BPFLinked() {
+		if of.endpoint != "" {
+			return &usageError{"--otlp-endpoint is not supported with --backend ebpf yet"}
+		}
 		return runEBPFRecord(args, stdout, stderr)
 	}
-	unwindSet := false
-	fs.Visit(func(f *flag.Flag) { unwindSet = unwindSet || f.Name == "unwind" })
-	if be == platform.BackendEBPF && !unwindSet {
-		*unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise
-	}
-	switch {
-	case (*system || *offCPU) && be != platform.BackendEBPF:
-		return &usageError{"-a and --off-cpu need --backend ebpf"}
-	case *system && (*pid != 0 || len(rest) > 0):
-		return &usageError{"-a samples every process: give no -p and no command"}
-	case *pid != 0 && len(rest) > 0:
-		return &usageError{"give -p PID or a command, not both"}
-	case *pid == 0 && len(rest) == 0 && !*system:
-		return &usageError{"nothing to record: give -p PID or -- CMD ARGS..."}
-	case *pid < 0:
-		return &usageError{"bad pid " + strconv.Itoa(*pid)}
-	case *dur != 0 && *pid == 0 && !*system:
-		return &usageError{"--duration works with -p or -a"}
-	case *hz <= 0:
-		return &usageError{"-F must be positive"}
-	}
-	mode, err := platform.ParseUnwindMode(*unwind)
-	if err != nil {
-		return &usageError{err.Error()}
-	}
-	if *keepRaw && mode == platform.UnwindFP {
-		return &usageError{"--keep-raw needs --unwind dwarf or auto"}
-	}
-	if *stackSize < 0 || *stackSize > 65000 {
-		return &usageError{"--stack-size must be in 1..65000"}
-	}
+	out, hz, quiet := &rf.Out, &rf.Hz, &rf.Quiet
+	dur, keepRaw := &rf.Duration, &rf.KeepRaw
 
 	if *keepRaw && of.endpoint != "" {
 		return &usageError{"--keep-raw cannot be streamed over OTLP"}
@@ -130,9 +91,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *dur)
 		defer cancel()
 	}
-	opts := tracer.Options{Frequency: *hz, Pid: *pid, Streams: streams, NoKernel: *noKernel,
-		Unwind: mode, StackSize: *stackSize, KeepRaw: *keepRaw, NoJIT: *noJIT, JITCodeBytes: *jitCode,
-		Backend: be, System: *system, OffCPU: *offCPU, Goroutines: *goroutines}
+	opts := rf.Options(be, mode)
+	opts.Streams = streams
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // Start-up budget of every command (issue 14: ≤ 3 ms). Wall-clock time is
@@ -18,24 +20,64 @@ import (
 // tables built in init) and how many packages run init work. Both figures
 // are printed per package so a regression names its package.
 const (
-	// 106 KB and 111 packages at the ebpf merge: net/http and crypto (57
-	// packages, for debuginfod and symbol servers) and cilium/ebpf (17
-	// packages and 38 KB, encoding/xml among them through its
-	// internal/testutils/testmain) are most of it. pprof's profile
-	// package alone had added 167 KB.
-	maxInitBytes    = 128 << 10
-	maxInitPackages = 120
+	// 40 KB and 43 packages once downloads moved to rawstack-fetch (106 KB
+	// and 111 packages before: net/http and crypto were 57 packages).
+	// pprof's profile package alone had added 167 KB.
+	maxInitBytes    = 52 << 10
+	maxInitPackages = 55
 )
 
-// heavyInit are packages whose init work is too much for a CLI that must
-// start in 3 ms; link them from a separate binary or a child process.
+// heavyInit are packages whose init work or size is too much for a CLI
+// that must start in 3 ms; link them from a companion command (see
+// companion.go) instead. An entry names the package and those under it.
 var heavyInit = []string{
-	"github.com/google/pprof/", // profile compiles regexps at init; driver pulls html/template
+	"github.com/google/pprof", // profile compiles regexps at init; driver pulls html/template
 	"html/template",
 	"text/template",
 	"google.golang.org/grpc",
-	"google.golang.org/protobuf/",
-	"github.com/go-delve/",
+	"google.golang.org/protobuf",
+	"github.com/go-delve",
+	"github.com/cilium/ebpf", // rawstack-ebpf
+	// rawstack-fetch: net/http and crypto/tls cost ~4 ms of start-up
+	// (init, and 5 MB more binary to fault in).
+	"net",
+	"crypto/tls",
+	"crypto/x509",
+}
+
+func isHeavy(pkg string) bool {
+	for _, h := range heavyInit {
+		if pkg == h || strings.HasPrefix(pkg, h+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStartupDeps keeps the heavy packages out of rawstack's imports,
+// whether or not they run init work.
+func TestStartupDeps(t *testing.T) {
+	goTool := testbuild.Need(t, "go", "lists rawstack's imports")
+	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if isHeavy(p) {
+			t.Errorf("rawstack imports %s: every command would pay for it at start-up; use a companion command", p)
+		}
+	}
+	// With no cgo package among its imports, even a plain go build or go
+	// install (cgo enabled) makes a static binary.
+	lc := exec.Command(goTool, "list", "-deps", "-f", "{{if .CgoFiles}}{{.ImportPath}}{{end}}", ".")
+	lc.Env = append(os.Environ(), "CGO_ENABLED=1")
+	out, err = lc.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	if cgo := strings.Fields(string(out)); len(cgo) > 0 {
+		t.Errorf("rawstack imports packages that use cgo (%s): go build without CGO_ENABLED=0 makes a dynamically linked binary, ~1 ms slower to start", strings.Join(cgo, " "))
+	}
 }
 
 type initCost struct {
@@ -102,10 +144,8 @@ func TestStartupInitCost(t *testing.T) {
 	}
 	t.Log(b.String())
 	for _, c := range list {
-		for _, h := range heavyInit {
-			if strings.HasPrefix(c.pkg, h) {
-				t.Errorf("%s runs init work in every rawstack command (%.3f ms, %d bytes): keep it out of cmd/rawstack's imports", c.pkg, c.ms, c.bytes)
-			}
+		if isHeavy(c.pkg) {
+			t.Errorf("%s runs init work in every rawstack command (%.3f ms, %d bytes): keep it out of cmd/rawstack's imports", c.pkg, c.ms, c.bytes)
 		}
 	}
 	if totalBytes > maxInitBytes {

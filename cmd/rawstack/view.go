@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/rawstack/rawstack/symbolizer/export/pprof"
@@ -52,7 +52,7 @@ func runView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) != 1 {
 		return &usageError{"want one trace FILE"}
 	}
-	if _, _, err := net.SplitHostPort(*addr); err != nil {
+	if !validHostPort(*addr) {
 		return &usageError{fmt.Sprintf("--http %q: want HOST:PORT", *addr)}
 	}
 	helper, err := findCompanion(viewHelper, "view")
@@ -90,4 +90,19 @@ func runView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	vargs = append(vargs, f.Name())
 	return runCompanion(ctx, helper, "view", vargs, stdout, stderr)
+}
+
+// validHostPort says whether s is HOST:PORT as net.SplitHostPort takes
+// it (HOST may be [IPv6]); rawstack-view listens on it. rawstack itself
+// links no net package, whose initialisation every command would pay.
+func validHostPort(s string) bool {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return false
+	}
+	host := s[:i]
+	if strings.HasPrefix(host, "[") {
+		return strings.HasSuffix(host, "]") && !strings.ContainsAny(host[1:len(host)-1], "[]")
+	}
+	return !strings.ContainsAny(host, ":[]") && !strings.ContainsAny(s[i+1:], "[]")
 }

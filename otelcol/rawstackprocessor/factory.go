@@ -7,10 +7,28 @@
 // inlined functions, Go's pclntab. Hosts send raw stacks; the collector,
 // which holds the debug files, names them once for the whole fleet.
 //
-// Locations that already have lines, kernel frames, and addresses it
-// cannot resolve pass through untouched. A request whose indices point
+// Mappings without a GNU build id are found by
+// process.executable.build_id.htlhash among the files of htlhash_dirs.
+// Windows (PE) mappings carry rawstack's attributes rawstack.pe.code_id,
+// rawstack.pdb.guid_age and rawstack.pdb.path (the semantic conventions
+// define none for PE; see symbolizer/export/otlp): their images and PDBs
+// are found by that identity in debug_dirs and along symbol_path (symbol
+// stores and symbol servers, _NT_SYMBOL_PATH syntax) and read with PDB,
+// DWARF and COFF symbols, as `rawstack report` reads them.
+//
+// Locations that already have lines, kernel frames (named on the host,
+// whose kallsyms they need), and addresses it cannot resolve pass
+// through untouched. A request whose indices point
 // outside its dictionary is rejected as a permanent error, so the
 // receiver answers InvalidArgument and nothing downstream sees it.
+//
+// Every build id a request names may cost a search (disk, debuginfod,
+// symbol servers), and a sender can name any number of them: a request
+// searches for at most max_lookups_per_request new modules (256), and all
+// requests together for max_lookups_per_second (64, bursts of 1024). A
+// module searched for once, found or not, costs nothing while it stays in
+// the cache of max_open_files entries; frames of modules over the bounds
+// stay raw in that request and are named when a later one repeats them.
 package rawstackprocessor
 
 import (

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/consumer/consumererror"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -16,20 +19,31 @@ import (
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+	_ "github.com/rawstack/rawstack/symbolizer/pesrc" // PE images, PDBs and symbol servers
 )
 
 // maxBuildID caps a build id attribute (hex): GNU build ids are 20 bytes
 // (SHA-1) or 16 (MD5/UUID); 64 leaves room for any hash.
 const maxBuildID = 64
 
+// maxPath caps a recorded path taken from a request.
+const maxPath = 4096
+
 type symProcessor struct {
 	cfg  *Config
 	log  *zap.Logger
 	res  *symbolizer.Resolver
 	opts *symbolizer.Options
+	htl  *htlIndex
+
+	maxLookups int      // per request
+	lookups    *limiter // over time
 
 	// totals, for tests and debugging
 	resolved, unresolved atomic.Int64
+	// searched counts modules searched for; deferred, modules left raw
+	// in a request because a lookup bound was reached.
+	searched, deferred atomic.Int64
 }
 
 func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
@@ -38,9 +52,26 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		DebuginfodURLs:  cfg.DebuginfodURLs,
 		NoDebuginfod:    len(cfg.DebuginfodURLs) == 0,
 		DebuginfodCache: cfg.DebuginfodCache,
+		SymbolPath:      cfg.SymbolPath,
+		SymbolCache:     cfg.SymbolCache,
+		NoRecordedPaths: !cfg.UseRecordedPaths,
 		Warn:            func(err error) { log.Info("rawstack: cannot symbolize a module", zap.Error(err)) },
 	}
-	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile)}
+	maxIdx := cfg.MaxIndexedFiles
+	if maxIdx <= 0 {
+		maxIdx = 100000
+	}
+	maxLookups := cfg.MaxLookupsPerRequest
+	if maxLookups <= 0 {
+		maxLookups = 256
+	}
+	rate := cfg.MaxLookupsPerSecond
+	if rate <= 0 {
+		rate = 64
+	}
+	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile),
+		htl:        &htlIndex{dirs: cfg.HTLHashDirs, max: maxIdx, log: log},
+		maxLookups: maxLookups, lookups: newLimiter(rate, 1024, time.Now)}
 }
 
 // process symbolizes the raw locations of pd in place.
@@ -53,6 +84,7 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 	strs := d.StringTable()
 	frameTypeKey := int32(-1)
 	var in *interner
+	lookups := 0
 	mods := make([]*symbolizer.Module, d.MappingTable().Len())
 	modDone := make([]bool, len(mods))
 	for li := 1; li < d.LocationTable().Len(); li++ {
@@ -68,7 +100,25 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 			continue
 		}
 		if !modDone[mi] {
-			mods[mi], modDone[mi] = p.module(d, d.MappingTable().At(mi)), true
+			modDone[mi] = true
+			m := p.module(d, d.MappingTable().At(mi))
+			if m != nil && !p.res.Known(m) {
+				// A search: debug directories, debuginfod, symbol
+				// servers. Bounded per request and over time, so a
+				// request naming thousands of build ids costs a
+				// bounded amount of work; the rest stay raw.
+				if lookups >= p.maxLookups || !p.lookups.take() {
+					if p.deferred.Add(1) == 1 || lookups == p.maxLookups {
+						p.log.Info("rawstack: module lookup bound reached; frames of further new modules stay raw in this request",
+							zap.Int("max_lookups_per_request", p.maxLookups))
+					}
+					m = nil
+				} else {
+					lookups++
+					p.searched.Add(1)
+				}
+			}
+			mods[mi] = m
 		}
 		m := mods[mi]
 		if m == nil {
@@ -96,9 +146,25 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 	m.Kind = format.ModuleELF
 	m.Base, m.Size, m.FileOffset = mp.MemoryStart(), mp.MemoryLimit()-mp.MemoryStart(), mp.FileOffset()
 	strs := d.StringTable()
+	htl := ""
 	for _, ai := range mp.AttributeIndices().All() {
 		a := d.AttributeTable().At(int(ai))
+		if a.Value().Type() != pcommon.ValueTypeStr {
+			continue
+		}
 		switch strs.At(int(a.KeyStrindex())) {
+		case otlp.AttrPDBGUIDAge:
+			if g, age, err := otlp.ParsePDBGUIDAge(a.Value().Str()); err == nil {
+				m.Kind, m.PDBGUID, m.PDBAge = format.ModulePE, g, age
+			}
+		case otlp.AttrPDBPath:
+			if s := a.Value().Str(); len(s) <= maxPath {
+				m.PDBPath = s
+			}
+		case otlp.AttrPECodeID:
+			if ts, size, err := otlp.ParsePECodeID(a.Value().Str()); err == nil {
+				m.Kind, m.TimeDateStamp, m.SizeOfImage = format.ModulePE, ts, size
+			}
 		case otlp.AttrBuildIDGNU:
 			if s := a.Value().Str(); len(s) <= maxBuildID {
 				if b, err := hex.DecodeString(s); err == nil {
@@ -106,11 +172,29 @@ func (p *symProcessor) module(d pprofile.ProfilesDictionary, mp pprofile.Mapping
 				}
 			}
 		case otlp.AttrBuildIDGo:
-			m.GoBuildID = a.Value().Str()
+			if s := a.Value().Str(); len(s) <= maxPath {
+				m.GoBuildID = s
+			}
+		case otlp.AttrBuildIDHTLHash:
+			htl, _ = otlp.ParseHTLHash(a.Value().Str())
 		}
+	}
+	if m.Kind == format.ModulePE {
+		// Found by identity (code id, PDB GUID and age) under its base
+		// name; the symbolizer's NoRecordedPaths keeps it from opening
+		// the recorded path unless use_recorded_paths says so.
+		if name := strs.At(int(mp.FilenameStrindex())); len(name) <= maxPath {
+			m.Path = name
+		}
+		return m
 	}
 	if p.cfg.UseRecordedPaths {
 		m.Path = strs.At(int(mp.FilenameStrindex()))
+	}
+	if m.Path == "" && htl != "" {
+		// A file of the htlhash_dirs with the same htlhash (its debug
+		// file is still looked for by its GNU build id, if any).
+		m.Path = p.htl.lookup(htl)
 	}
 	if len(m.BuildID) == 0 && m.Path == "" {
 		return nil
@@ -302,4 +386,32 @@ func validate(pd pprofile.Profiles, maxLocs int) error {
 		}
 	}
 	return nil
+}
+
+// limiter is a token bucket: take succeeds while tokens remain, and
+// tokens come back at rate per second up to burst.
+type limiter struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+}
+
+func newLimiter(rate, burst float64, now func() time.Time) *limiter {
+	return &limiter{rate: rate, burst: burst, tokens: burst, last: now(), now: now}
+}
+
+func (l *limiter) take() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.now()
+	l.tokens = min(l.burst, l.tokens+t.Sub(l.last).Seconds()*l.rate)
+	l.last = t
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
 }

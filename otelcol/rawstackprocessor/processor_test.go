@@ -161,6 +161,26 @@ func FuzzProcess(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(seed)
+	// The same as a PE mapping found by PDB identity and code id, and one
+	// with only an htlhash.
+	pe := pprofile.NewProfiles()
+	p.CopyTo(pe)
+	pd := pe.Dictionary()
+	pd.StringTable().Append(otlp.AttrPDBGUIDAge, otlp.AttrPECodeID, otlp.AttrBuildIDHTLHash)
+	n := int32(pd.StringTable().Len())
+	for i, v := range []string{"9CFFF3223893E0D74C4C44205044422E1", "6543210F1d000", "0123456789abcdef0123456789abcdef"} {
+		a := pd.AttributeTable().AppendEmpty()
+		a.SetKeyStrindex(n - 3 + int32(i))
+		a.Value().SetStr(v)
+	}
+	pd.MappingTable().At(1).AttributeIndices().FromRaw([]int32{3, 4})
+	if data, err := otlp.Marshal(pe); err == nil {
+		f.Add(data)
+	}
+	pd.MappingTable().At(1).AttributeIndices().FromRaw([]int32{5})
+	if data, err := otlp.Marshal(pe); err == nil {
+		f.Add(data)
+	}
 	if data, err := os.ReadFile("testdata/raw.pb"); err == nil {
 		f.Add(data)
 	}

@@ -7,7 +7,11 @@ type BPFSpec struct {
 	StackBytes int  // the window, at most 16 KiB
 	SelfPid    int  // the recorder, never sampled off CPU
 	RingBytes  int  // BPF ring buffer size, a power of two
-	OffCPU     bool // load the sched_switch program
+	// WakeupBytes: the programs wake the reader only once this many bytes
+	// wait in the ring buffer (0: on the first record after each read);
+	// the reader then reads on a timer too.
+	WakeupBytes int
+	OffCPU      bool // load the sched_switch program
 }
 
 // BPFPrograms is the kernel side of the eBPF back end, as package
@@ -25,8 +29,10 @@ type BPFPrograms interface {
 	// Next returns the ring buffer's next record, valid until the next
 	// call, or false when there is none now. It never blocks.
 	Next() ([]byte, bool)
-	// Lost is how many records the programs could not write so far.
-	Lost() uint64
+	// Lost is how many records the programs could not write so far:
+	// ring is for want of room in the ring buffer, offCPU for want of
+	// room in the map of threads off CPU.
+	Lost() (ring, offCPU uint64)
 	Close() error
 }
 

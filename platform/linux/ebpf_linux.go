@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
@@ -44,8 +43,8 @@ type bpfState struct {
 
 	pending     bool   // rec holds a record not yet reported
 	pendingTime uint64 // its time for merging
-	lost        uint64 // BPF-side drops reported so far
-	lastLost    time.Time
+	lost        uint64 // BPF-side drops reported so far: ring buffer full
+	lostOff     uint64 // and off-CPU start map full
 	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
 
 	// Off CPU: the unwound stack of each thread that left the CPU,
@@ -126,6 +125,9 @@ func (s *Session) attachBPF() (err error) {
 	if s.uw != nil && s.system {
 		s.uw.lazyLag = maxBuildLag
 	}
+	if s.jit != nil && s.system {
+		s.jit.onDemand = true
+	}
 	b := &bpfState{}
 	s.bpf = b
 	defer func() {
@@ -144,6 +146,10 @@ func (s *Session) attachBPF() (err error) {
 			spec.RingBytes &= spec.RingBytes - 1
 		}
 	}
+	// Samples are read in batches: every bpfReadInterval (100 ms),
+	// or when a quarter of the ring is used (a wakeup per sample cost the
+	// recorder a third of its CPU time).
+	spec.WakeupBytes = spec.RingBytes / 4
 	b.progs, err = bpfLoadFn(spec)
 	if err != nil {
 		return err
@@ -282,10 +288,9 @@ func (s *Session) readAllBPF() {
 		live = live[:len(live)-1]
 	}
 	s.live = live
-	if time.Since(b.lastLost) > 200*time.Millisecond {
-		b.lastLost = time.Now()
-		s.reportBPFLost()
-	}
+	// Once per read (reads come in batches, at most every few tens of
+	// milliseconds), so that the last read of a session reports them too.
+	s.reportBPFLost()
 }
 
 // next reads the BPF ring's next record into b.rec.
@@ -316,11 +321,17 @@ func (s *Session) BPFRingBytes() uint64 {
 // reportBPFLost reports the samples the BPF programs could not write.
 func (s *Session) reportBPFLost() {
 	b := s.bpf
-	n := b.progs.Lost()
-	if n > b.lost {
-		s.lost.Add(n - b.lost)
-		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: n - b.lost, Reason: format.LostRingOverflow})
-		b.lost = n
+	ring, off := b.progs.Lost()
+	if ring > b.lost {
+		s.lost.Add(ring - b.lost)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
+		b.lost = ring
+	}
+	if off > b.lostOff {
+		// Threads off CPU whose start the map had no room for.
+		s.lost.Add(off - b.lostOff)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
+		b.lostOff = off
 	}
 }
 
@@ -399,6 +410,10 @@ func (s *Session) handleBPF(b []byte) {
 	r := &s.rec
 	kind, err := decodeBPF(b, r)
 	if err != nil {
+		// Not a layout the programs write: a mismatch between the
+		// embedded object and this decoder. Counted, not silent.
+		s.lost.Add(1)
+		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
 		return
 	}
 	s.records.Add(1)
@@ -411,6 +426,9 @@ func (s *Session) handleBPF(b []byte) {
 		} else {
 			s.procs[r.Pid] = &procState{} // gone: do not look again
 		}
+	}
+	if s.jit != nil && s.jit.onDemand && r.Pid != 0 {
+		s.jit.track(r.Pid)
 	}
 	if !s.kernel && r.Kernel {
 		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]

@@ -79,6 +79,11 @@ func TestBPFRecordPath(t *testing.T) {
 	if h.samples != 2 {
 		t.Fatal("a return record without its stack made a sample")
 	}
+	bad := bpfRecord(bpfKindCPU, 7, 8, now+20, 1e6, nil, []uint64{0x401000}, nil, nil)
+	s.handleBPF(bad[:len(bad)-4]) // its frame counts do not match its size
+	if h.samples != 2 || h.lost != 1 || len(h.reasons) != 1 {
+		t.Fatalf("a malformed record: %d samples, %d lost (%v)", h.samples, h.lost, h.reasons)
+	}
 }
 
 // TestBPFRecordAllocs pins the capture path: decoding, unwinding (DWARF

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,11 +49,15 @@ type jitTracker struct {
 	// such addresses are named from the file, so map lines for them (V8's
 	// embedded builtins) are not recorded.
 	fileBacked func(pid uint32, addr uint64) bool
-	procs      map[uint32]*jitProc
-	lastPoll   time.Time
-	errs       []error
-	buf        []byte
-	jc         platform.JITCode
+	// onDemand (whole-host sessions): a process's perf map is watched
+	// from its first sample on, not from its start, so that the hundreds
+	// of processes a host runs that are never sampled cost nothing.
+	onDemand bool
+	procs    map[uint32]*jitProc
+	lastPoll time.Time
+	errs     []error
+	buf      []byte
+	jc       platform.JITCode
 }
 
 type jitProc struct {
@@ -102,6 +107,14 @@ func newJITTracker(cfg platform.Config, h platform.Handler) *jitTracker {
 		return nil
 	}
 	return &jitTracker{h: jh, keepCode: cfg.JITCodeBytes, procs: map[uint32]*jitProc{}}
+}
+
+// started is called when process pid appears (at the start of the
+// session or by fork): it tracks it unless tracking is on demand.
+func (j *jitTracker) started(pid uint32) {
+	if j != nil && !j.onDemand {
+		j.track(pid)
+	}
 }
 
 // track starts watching process pid's perf map.
@@ -485,6 +498,16 @@ func procStartTime(pid int) time.Time {
 	if err != nil {
 		return time.Time{}
 	}
+	bt := bootTime()
+	if bt.IsZero() {
+		return bt
+	}
+	const userHZ = 100 // sysconf(_SC_CLK_TCK) on Linux
+	return bt.Add(time.Duration(ticks) * time.Second / userHZ)
+}
+
+// bootTime returns the host's boot time (btime of /proc/stat), read once.
+var bootTime = sync.OnceValue(func() time.Time {
 	st, err := readSmall("/proc/stat", 64<<10)
 	if err != nil {
 		return time.Time{}
@@ -495,12 +518,11 @@ func procStartTime(pid int) time.Time {
 			if err != nil {
 				return time.Time{}
 			}
-			const userHZ = 100 // sysconf(_SC_CLK_TCK) on Linux
-			return time.Unix(bt, 0).Add(time.Duration(ticks) * time.Second / userHZ)
+			return time.Unix(bt, 0)
 		}
 	}
 	return time.Time{}
-}
+})
 
 // JITErrors returns the first problems met reading perf maps and jitdump
 // files (malformed lines or records, each naming the file, offset and

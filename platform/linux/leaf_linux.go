@@ -75,7 +75,7 @@ func (uw *unwinder) repairLeaf(s *Session, r *record, sm *platform.Sample) bool 
 	uw.mem = arch.StackCopy{Addr: uw.regs.SP(), Data: r.UserStack}
 	p := uw.proc(s, sm.Pid)
 	rule := p.rule(pc)
-	if rule.CFA == arch.CFANone && len(p.lazy) > 0 && uw.loadFor(p, sm.Pid, pcs[u:u+1]) {
+	if rule.CFA == arch.CFANone && len(p.lazy) > 0 && uw.loadFor(s, p, sm.Pid, pcs[u:u+1]) {
 		rule = p.rule(pc)
 	}
 	ra, unlinked, ok := arch.LeafCaller(rule, &uw.regs, &uw.mem)

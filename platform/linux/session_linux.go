@@ -40,6 +40,10 @@ type Session struct {
 	fds    []int
 	rings  []*ring
 	polls  []sys.PollFd
+	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
+	waiter   *sys.Waiter
+	nWaited  int  // polls added to waiter
+	noWaiter bool // no epoll: poll(2)
 
 	rec    record
 	live   []*ring // ReadAll's working set
@@ -475,7 +479,7 @@ func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
 	ps := &procState{comm: comm}
 	s.procs[pid] = ps
-	s.jit.track(pid)
+	s.jit.started(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procComm(dir + "/task/" + strconv.Itoa(tid))
@@ -632,8 +636,9 @@ func kernelModule() (format.ModuleLoad, bool) {
 // is gone, then reads what is left and returns.
 func (s *Session) Run(ctx context.Context) error {
 	lastCheck := time.Now()
+	defer s.closeWaiter()
 	for {
-		if _, err := sys.PollIn(s.polls, 50); err != nil {
+		if err := s.wait(50 * time.Millisecond); err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
@@ -771,7 +776,7 @@ func (s *Session) dispatch(r *record) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
-			s.jit.track(r.Pid)
+			s.jit.started(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {

@@ -62,9 +62,10 @@ type unwinder struct {
 	exePath string      // auto mode: the executable whose table chooseAuto built
 	exeFile *unwindFile // and that table, for openFile
 
-	procs map[uint32]*unwindProc
-	files map[string]*unwindFile
-	vdso  *unwindFile // read from this process on first use
+	procs   map[uint32]*unwindProc
+	files   map[string]*unwindFile
+	sweepAt int         // len(files) at which sweep runs next
+	vdso    *unwindFile // read from this process on first use
 
 	regs arch.Regs
 	mem  arch.StackCopy
@@ -134,7 +135,7 @@ func newUnwinder(cfg platform.Config) *unwinder {
 	return &unwinder{
 		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
 		sizeSet: cfg.StackSize > 0, lazyLag: maxUnwindLag,
-		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{},
+		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{}, sweepAt: minSweep,
 		pcs: make([]uint64, 0, 256),
 	}
 }
@@ -191,7 +192,7 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 	nk := len(pcs)
 	for pass := 0; ; pass++ {
 		pcs = p.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
-		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || lag > uw.lazyLag || !uw.loadFor(p, sm.Pid, pcs[nk:]) {
+		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || lag > uw.lazyLag || !uw.loadFor(s, p, sm.Pid, pcs[nk:]) {
 			break
 		}
 	}
@@ -282,7 +283,7 @@ func (uw *unwinder) add(p *unwindProc, f *unwindFile, start, end, off uint64) {
 
 // loadFor loads the tables of the not yet loaded modules that pcs (a
 // walk's user frames) pass through and reports whether it loaded any.
-func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
+func (uw *unwinder) loadFor(s *Session, p *unwindProc, pid uint32, pcs []uint64) bool {
 	loaded := false
 	for i, pc := range pcs {
 		if i > 0 {
@@ -296,6 +297,9 @@ func (uw *unwinder) loadFor(p *unwindProc, pid uint32, pcs []uint64) bool {
 		p.lazy = append(p.lazy[:j], p.lazy[j+1:]...)
 		f, ok := uw.files[lm.key]
 		if !ok {
+			if len(uw.files) >= uw.sweepAt {
+				uw.sweep(s)
+			}
 			f = uw.openFile(pid, lm)
 			uw.files[lm.key] = f
 		}
@@ -325,7 +329,13 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 			continue
 		}
 		uf := &unwindFile{f: f}
-		uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
+		if uw.auto || uw.leaf {
+			// keepsFramePointers reads every row.
+			uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
+		} else {
+			// A walk needs a few of the module's FDEs: parse those.
+			uf.table, _ = arch.NewLazyTableELF(f, path)
+		}
 		f.Close()
 		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
@@ -375,4 +385,30 @@ func (uw *unwinder) vdsoFile() *unwindFile {
 		break
 	}
 	return uw.vdso
+}
+
+// minSweep is the number of cached module files below which sweep does
+// not run.
+const minSweep = 64
+
+// sweep forgets the tables of files no process maps any more: a host that
+// runs go test builds a new binary per run, and a whole-host recording
+// that kept every table it built would grow without bound. It runs when
+// the cache has doubled since the last sweep, so its cost (a pass over
+// every process's modules) is amortized over the tables built meanwhile.
+func (uw *unwinder) sweep(s *Session) {
+	live := make(map[string]bool, len(uw.files))
+	for _, ps := range s.procs {
+		for _, m := range ps.modules {
+			if ml := m.ml; ml != nil {
+				live[ml.Path+"\x00"+string(ml.BuildID)] = true
+			}
+		}
+	}
+	for k := range uw.files {
+		if !live[k] {
+			delete(uw.files, k)
+		}
+	}
+	uw.sweepAt = max(minSweep, 2*len(uw.files))
 }

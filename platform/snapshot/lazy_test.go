@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"debug/elf"
 	"runtime"
 	"testing"
 
@@ -8,28 +9,42 @@ import (
 )
 
 // TestLazyOutlivesCache drops the cache and file information of a lazily
-// read library and collects garbage while its lazy table is still in use,
-// as a snapshot's unwinder uses it after Process's own cache is gone: the
-// mapping the table reads must stay mapped (it did not, once, and a
-// collection mid-snapshot crashed).
+// read library and collects garbage while its lazy table, which reads the
+// mapped file, is still in use, as a snapshot's unwinder uses it after
+// Process's own cache is gone: the mapping must stay mapped (it did not,
+// once, and a collection mid-snapshot crashed).
 func TestLazyOutlivesCache(t *testing.T) {
 	const path = "/lib/x86_64-linux-gnu/libc.so.6"
-	cache := NewTableCache()
-	fi, err := cache.file(path)
+	f, err := elf.Open(path)
 	if err != nil {
 		t.Skipf("%s: %v", path, err)
 	}
-	l := fi.lazy
-	if l == nil {
-		t.Fatalf("%s is not read lazily", path)
+	syms, err := f.DynamicSymbols()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
-	pc, _ := l.entry(l.count / 2)
+	var read uint64
+	for _, s := range syms {
+		if s.Name == "read" && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			read = s.Value
+		}
+	}
+	cache := NewTableCache()
+	fi, err := cache.file(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.mapped {
+		t.Fatalf("%s: the unwind table does not read the mapped file", path)
+	}
+	tab := fi.table
 	cache, fi = nil, nil
 	for i := 0; i < 3; i++ {
 		runtime.GC()
 	}
-	if r := l.rule(pc); r.CFA == arch.CFANone {
-		t.Errorf("no rule at %#x, the start of an FDE", pc)
+	if r := tab.Lookup(read); r.CFA == arch.CFANone {
+		t.Errorf("no rule at read (%#x)", read)
 	}
 	runtime.KeepAlive(cache)
 }

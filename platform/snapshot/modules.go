@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -40,8 +41,9 @@ type fileInfo struct {
 	buildID []byte
 	arch    arch.Arch
 
-	table *arch.Table // nil: no usable unwind info (or lazy)
-	lazy  *lazyEH     // non-nil: rules come from here, one FDE at a time
+	table *arch.Table // nil: no usable unwind info
+	// mapped says table is lazy over the mapped file's bytes.
+	mapped bool
 }
 
 // file returns the information of the ELF file at path.
@@ -57,8 +59,8 @@ func (c *TableCache) file(path string) (*fileInfo, error) {
 	if fi != nil {
 		return fi, nil
 	}
-	// The file is mapped, not read: a lazy table touches the pages of the
-	// search table entries and FDEs it needs, in place.
+	// The file is mapped, not read: a lazy table reads the FDEs it needs
+	// in place.
 	m, err := mapfile.Open(path)
 	if err != nil {
 		return nil, err
@@ -71,13 +73,13 @@ func (c *TableCache) file(path string) (*fileInfo, error) {
 		m.Close()
 		return nil, err
 	}
-	if fi.lazy == nil {
+	if !fi.mapped {
 		m.Close() // everything kept was copied out
 	} else {
-		// The lazy table reads the mapping: unmap it when the lazy
-		// table (which the unwinder's modules hold, maybe longer than
-		// the cache holds the fileInfo) is unreachable.
-		runtime.AddCleanup(fi.lazy, func(m *mapfile.File) { m.Close() }, m)
+		// The lazy table reads the mapping: unmap it when the table
+		// (which the unwinder's modules hold, maybe longer than the
+		// cache holds the fileInfo) is unreachable.
+		runtime.AddCleanup(fi.table, func(m *mapfile.File) { m.Close() }, m)
 	}
 	c.mu.Lock()
 	c.m[k] = fi
@@ -139,18 +141,67 @@ func readFileInfo(r io.ReaderAt, mapped []byte, path string) (*fileInfo, error) 
 		fi.arch = arch.ARM64
 	}
 	fi.buildID = elfBuildID(f)
-	data := func(s *elf.Section) ([]byte, error) {
-		if mapped != nil && s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(mapped)) && s.FileSize <= uint64(len(mapped))-s.Offset {
-			return mapped[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize], nil
-		}
-		return s.Data()
-	}
-	if fi.lazy = newLazyEH(f, fi.arch, path, data); fi.lazy != nil {
-		return fi, nil
-	}
-	// A table with a format error still holds every entry that parsed.
-	fi.table, _ = arch.NewTableELF(f, path)
+	fi.table, fi.mapped = unwindTable(f, fi.arch, mapped, path)
 	return fi, nil
+}
+
+// unwindTable returns f's unwind table: arch's lazy table, which parses
+// an FDE the first time the unwind meets a pc in it (libc has thousands; a
+// snapshot needs a few dozen), over the sections' bytes in the mapped file
+// where mapped (all of f's bytes) is not nil, else read from f. inPlace
+// says the table reads mapped.
+func unwindTable(f *elf.File, a arch.Arch, mapped []byte, path string) (t *arch.Table, inPlace bool) {
+	// In place only for what arch.NewLazyTableELF would do no more for:
+	// sections by header, one of .eh_frame and .debug_frame, and no PLT
+	// stub rules (arm64 linkers emit no CFI for .plt; amd64's do).
+	eh, hdr, df := f.Section(".eh_frame"), f.Section(".eh_frame_hdr"), f.Section(".debug_frame")
+	if mapped == nil || a != arch.AMD64 || f.ByteOrder != binary.LittleEndian || (eh == nil) == (df == nil) {
+		// A table with a format error still holds every entry that parsed.
+		t, _ = arch.NewLazyTableELF(f, path)
+		return t, false
+	}
+	data := func(s *elf.Section) []byte {
+		if s == nil || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_COMPRESSED != 0 ||
+			s.Offset > uint64(len(mapped)) || s.FileSize > uint64(len(mapped))-s.Offset {
+			return nil
+		}
+		return mapped[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize]
+	}
+	s := arch.Sections{File: path, Arch: a, EHFrame: data(eh), EHFrameHdr: data(hdr), DebugFrame: data(df)}
+	if eh != nil {
+		s.EHFrameAddr = eh.Addr
+	}
+	if hdr != nil {
+		s.EHFrameHdrAddr = hdr.Addr
+	}
+	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
+		t, _ = arch.NewLazyTableELF(f, path) // compressed or odd: read it
+		return t, false
+	}
+	t, _ = arch.NewLazyTable(s)
+	if t == nil {
+		return nil, false
+	}
+	lazy, _, _ := t.Lazy()
+	if lazy {
+		// The unwind reads FDEs from these pages: fault them in now, on
+		// the loader goroutine, while the threads are being stopped.
+		faultIn(s.EHFrame)
+		faultIn(s.DebugFrame)
+	}
+	return t, lazy
+}
+
+// faultInSink keeps faultIn's reads from being optimized away.
+var faultInSink byte
+
+// faultIn reads a byte of each page of b.
+func faultIn(b []byte) {
+	var x byte
+	for i := 0; i < len(b); i += 4096 {
+		x += b[i]
+	}
+	faultInSink = x
 }
 
 // bias returns the load bias of the file mapped at start from offset.
@@ -283,9 +334,6 @@ func loadModules(maps []mapping, cache *TableCache, open func(m *mapping) string
 			mod.Bias, mod.HaveBias = fi.bias(mod.Start, mod.Offset)
 			switch {
 			case !mod.HaveBias:
-			case fi.lazy != nil:
-				am.Rules, am.Bias = fi.lazy.rule, mod.Bias
-				mod.HasCFI = true
 			case fi.table != nil:
 				am.Table, am.Bias = fi.table, mod.Bias
 				mod.HasCFI = true

@@ -2,22 +2,29 @@ package locate
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rawstack/rawstack/symbolizer/fetch"
 )
 
 // Client downloads files from debuginfod servers (the protocol of
 // elfutils' debuginfod: GET URL/buildid/HEX/debuginfo|executable), keeps
 // them in a local cache and verifies their build id before use.
+//
+// The bytes move through a [fetch.Getter]: Getter if set, else the one
+// the program registered (import
+// github.com/rawstack/rawstack/symbolizer/fetch/httpfetch for net/http;
+// the rawstack CLI registers its rawstack-fetch companion). Without
+// either, Fetch fails with [fetch.ErrNoGetter].
 type Client struct {
 	URLs     []string
 	CacheDir string
@@ -25,7 +32,8 @@ type Client struct {
 	Timeout time.Duration
 	// MaxSize caps a download; 0 means 4 GiB.
 	MaxSize int64
-	HTTP    *http.Client
+	// Getter downloads; nil means fetch.Default().
+	Getter fetch.Getter
 }
 
 // NewClientFromEnv returns a client for DEBUGINFOD_URLS (space separated),
@@ -74,27 +82,18 @@ func (c *Client) Fetch(buildID []byte, kind string) (string, error) {
 		if err == nil {
 			return dst, nil
 		}
+		if errors.Is(err, fetch.ErrNoGetter) {
+			return "", fmt.Errorf("debuginfod: %w", err)
+		}
 		errs = append(errs, err.Error())
 	}
 	return "", fmt.Errorf("debuginfod: %s", strings.Join(errs, "; "))
 }
 
 func (c *Client) download(url, dst string, buildID []byte) error {
-	hc := c.HTTP
-	if hc == nil {
-		t := c.Timeout
-		if t == 0 {
-			t = 30 * time.Second
-		}
-		hc = &http.Client{Timeout: t}
-	}
-	resp, err := hc.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	t := c.Timeout
+	if t == 0 {
+		t = 30 * time.Second
 	}
 	max := c.MaxSize
 	if max <= 0 {
@@ -104,16 +103,10 @@ func (c *Client) download(url, dst string, buildID []byte) error {
 	if err != nil {
 		return err
 	}
+	tmp.Close()
 	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, io.LimitReader(resp.Body, max+1))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
-	}
-	if n > max {
-		return fmt.Errorf("GET %s: larger than %d bytes", url, max)
+	if err := fetch.Get(context.Background(), c.Getter, &fetch.Request{URL: url, MaxSize: max, Timeout: t}, tmp.Name()); err != nil {
+		return err
 	}
 	f, err := elf.Open(tmp.Name())
 	if err != nil {

@@ -372,7 +372,11 @@ func (p *parser) number() int64 {
 	return int64(v)
 }
 
-var operators = map[byte]string{
+// The code tables are arrays indexed by the code byte, not maps: a
+// composite literal of constants is laid out by the linker, where a map
+// is built by init code (and its heap pages touched) at the start of
+// every program that links the demangler, the rawstack CLI included.
+var operators = [256]string{
 	'2': "operator new", '3': "operator delete", '4': "operator=", '5': "operator>>", '6': "operator<<",
 	'7': "operator!", '8': "operator==", '9': "operator!=", 'A': "operator[]", 'C': "operator->",
 	'D': "operator*", 'E': "operator++", 'F': "operator--", 'G': "operator-", 'H': "operator+",
@@ -382,7 +386,7 @@ var operators = map[byte]string{
 	'X': "operator*=", 'Y': "operator+=", 'Z': "operator-=",
 }
 
-var operators2 = map[byte]string{
+var operators2 = [256]string{
 	'0': "operator/=", '1': "operator%=", '2': "operator>>=", '3': "operator<<=", '4': "operator&=",
 	'5': "operator|=", '6': "operator^=", '7': "`vftable'", '8': "`vbtable'", '9': "`vcall'",
 	'A': "`typeof'", 'B': "`local static guard'", 'D': "`vbase dtor'", 'E': "`vector deleting dtor'",
@@ -417,12 +421,12 @@ func (p *parser) operator() (string, special) {
 			}
 			p.fail("unsupported special name")
 		}
-		if s, ok := operators2[c2]; ok {
+		if s := operators2[c2]; s != "" {
 			return s, special{}
 		}
 		p.fail("unsupported special name _%c", c2)
 	}
-	if s, ok := operators[c]; ok {
+	if s := operators[c]; s != "" {
 		return s, special{}
 	}
 	p.fail("unknown operator %q", c)
@@ -464,7 +468,7 @@ func (p *parser) extQuals() int {
 	}
 }
 
-var callingConventions = map[byte]string{
+var callingConventions = [256]string{
 	'A': "__cdecl", 'B': "__cdecl", 'C': "__pascal", 'D': "__pascal", 'E': "__thiscall", 'F': "__thiscall",
 	'G': "__stdcall", 'H': "__stdcall", 'I': "__fastcall", 'J': "__fastcall", 'M': "__clrcall",
 	'O': "__eabi", 'Q': "__vectorcall", 'S': "__regcall",
@@ -472,7 +476,7 @@ var callingConventions = map[byte]string{
 
 func (p *parser) callingConvention() string {
 	c := p.next()
-	if s, ok := callingConventions[c]; ok {
+	if s := callingConventions[c]; s != "" {
 		return s
 	}
 	p.pos--
@@ -480,13 +484,13 @@ func (p *parser) callingConvention() string {
 	return ""
 }
 
-var primitives = map[byte]string{
+var primitives = [256]string{
 	'C': "signed char", 'D': "char", 'E': "unsigned char", 'F': "short", 'G': "unsigned short",
 	'H': "int", 'I': "unsigned int", 'J': "long", 'K': "unsigned long", 'M': "float", 'N': "double",
 	'O': "long double", 'X': "void",
 }
 
-var primitives2 = map[byte]string{
+var primitives2 = [256]string{
 	'D': "__int8", 'E': "unsigned __int8", 'F': "__int16", 'G': "unsigned __int16", 'H': "__int32",
 	'I': "unsigned __int32", 'J': "__int64", 'K': "unsigned __int64", 'L': "__int128",
 	'M': "unsigned __int128", 'N': "bool", 'Q': "char8_t", 'S': "char16_t", 'U': "char32_t", 'W': "wchar_t",
@@ -507,7 +511,7 @@ func (p *parser) typ(cvPrefix bool) typ {
 		return p.params[i]
 	case c == '_':
 		c2 := p.next()
-		if s, ok := primitives2[c2]; ok {
+		if s := primitives2[c2]; s != "" {
 			return &primType{name: s}
 		}
 		p.fail("unknown type _%c", c2)
@@ -561,7 +565,7 @@ func (p *parser) typ(cvPrefix bool) typ {
 		}
 		p.fail("unsupported type $")
 	}
-	if s, ok := primitives[c]; ok {
+	if s := primitives[c]; s != "" {
 		return &primType{name: s}
 	}
 	p.pos--

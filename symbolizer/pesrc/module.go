@@ -31,16 +31,27 @@ var ErrImageMismatch = errors.New("pesrc: image does not match the recorded code
 // it, with _NT_SYMBOL_PATH. Without the image, the PDB alone is found by
 // the recorded RSDS identity (GUID, age, name) next to the recorded path,
 // in the debug directories and along _NT_SYMBOL_PATH, symbol servers
-// included, and names the module's addresses.
+// included, and names the module's addresses. symbolizer.Options.SymbolPath,
+// if set, replaces _NT_SYMBOL_PATH; with Options.NoRecordedPaths nothing is
+// opened at the recorded path or next to it, and the recorded PDB path
+// contributes its base name only.
 func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Opened, error) {
 	var dirs []string
+	po := &Options{SymbolPath: os.Getenv("_NT_SYMBOL_PATH")}
+	recorded := m.Path
+	byID := false
 	if opts != nil {
 		dirs = opts.DebugDirs
-	}
-	po := &Options{DebugDirs: dirs, SymbolPath: os.Getenv("_NT_SYMBOL_PATH")}
-	recorded := m.Path
-	if opts != nil {
 		recorded = opts.MapPath(m.Path)
+		if opts.SymbolPath != "" {
+			po.SymbolPath = opts.SymbolPath
+		}
+		po.CacheDir = opts.SymbolCache
+		byID = opts.NoRecordedPaths
+	}
+	po.DebugDirs = dirs
+	if byID {
+		recorded = ""
 	}
 	var notes []string
 	codeID := ""
@@ -76,7 +87,7 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 	if codeID != "" && winBase(m.Path) != "" {
 		// Debug dirs (flat and symbol-store layout) and symbol servers,
 		// by name and code id.
-		p, err := symsrv.LocateImage(context.Background(), winBase(m.Path), codeID, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath})
+		p, err := symsrv.LocateImage(context.Background(), winBase(m.Path), codeID, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath, CacheDir: po.CacheDir})
 		if err == nil {
 			if o, err := matching(p); o != nil || err != nil {
 				return o, err
@@ -90,11 +101,14 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		if cv.Path == "" {
 			cv.Path = strings.TrimSuffix(winBase(m.Path), filepathExt(winBase(m.Path))) + ".pdb"
 		}
+		if byID {
+			cv.Path = winBase(cv.Path) // the name only: no recorded directory
+		}
 		where := ""
 		if recorded != "" {
 			where = recorded
 		}
-		p, err := symsrv.Locate(context.Background(), where, cv, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath})
+		p, err := symsrv.Locate(context.Background(), where, cv, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath, CacheDir: po.CacheDir})
 		if err == nil {
 			f, err := pdb.Open(p)
 			if err != nil {

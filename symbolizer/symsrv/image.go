@@ -2,6 +2,7 @@ package symsrv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,7 @@ import (
 )
 
 // ErrImageNotFound says no image with the wanted code id was found.
-var ErrImageNotFound = fmt.Errorf("symsrv: no matching image found")
+var ErrImageNotFound = errors.New("symsrv: no matching image found")
 
 // LocateImage finds a PE image by its file name and code id
 // (TimeDateStamp as eight upper-case hex digits, then SizeOfImage in
@@ -60,7 +61,7 @@ func LocateImage(ctx context.Context, name, codeID string, o *Options) (string, 
 			var ok bool
 			if isURL(s) {
 				var err error
-				if p, ok, err = fetch(ctx, o, s, k, el.stores[:i], try); err != nil {
+				if p, ok, err = download(ctx, o, s, k, el.stores[:i], try); err != nil {
 					o.logf("symsrv: %s: %v", s, err)
 					continue
 				}

@@ -19,12 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/rawstack/rawstack/symbolizer/fetch"
 	"github.com/rawstack/rawstack/symbolizer/pdb"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
@@ -42,9 +42,12 @@ type Options struct {
 	// cache ("SRV*https://server" or "SRV**https://server"). Default: the
 	// user cache directory's rawstack/symbols.
 	CacheDir string
-	// Client fetches from symbol servers; default: a client with a
-	// 60-second timeout.
-	Client *http.Client
+	// Getter downloads from symbol servers, each request bounded by 60
+	// seconds; nil means fetch.Default(), the getter the program
+	// registered (import github.com/rawstack/rawstack/symbolizer/fetch/httpfetch
+	// for net/http; the rawstack CLI registers its rawstack-fetch
+	// companion).
+	Getter fetch.Getter
 	// Logf, when set, receives one line per place searched.
 	Logf func(format string, args ...any)
 }
@@ -178,7 +181,7 @@ func Locate(ctx context.Context, imagePath string, cv *pe.CodeView, o *Options) 
 			var ok bool
 			if isURL(s) {
 				var err error
-				p, ok, err = fetch(ctx, o, s, k, el.stores[:i], try)
+				p, ok, err = download(ctx, o, s, k, el.stores[:i], try)
 				if err != nil {
 					o.logf("symsrv: %s: %v", s, err)
 					continue
@@ -322,9 +325,9 @@ func copyToCaches(src string, k Key, caches []string, o *Options) string {
 	return first
 }
 
-// fetch asks a symbol server for k: name.pdb, then name.pd_ (a cabinet),
+// download asks a symbol server for k: name.pdb, then name.pd_ (a cabinet),
 // then file.ptr. What it gets lands in the first local cache before it.
-func fetch(ctx context.Context, o *Options, server string, k Key, caches []string, try func(string) bool) (string, bool, error) {
+func download(ctx context.Context, o *Options, server string, k Key, caches []string, try func(string) bool) (string, bool, error) {
 	var cache string
 	for _, c := range caches {
 		if !isURL(c) {
@@ -335,63 +338,42 @@ func fetch(ctx context.Context, o *Options, server string, k Key, caches []strin
 	if cache == "" {
 		return "", false, errors.New("no local cache to download into")
 	}
-	client := o.Client
-	if client == nil {
-		client = &http.Client{Timeout: 60 * time.Second}
-	}
 	base := strings.TrimRight(server, "/")
 	dst := storePath(cache, k, k.Name)
-	get := func(file string, w io.Writer) (bool, error) {
+	// get downloads file of k into to, through a temporary file so that
+	// readers never see a partial one.
+	get := func(file, to string) (bool, error) {
 		url := base + "/" + k.Name + "/" + k.ID + "/" + file
-		req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return false, err
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(to), ".tmp-*")
 		if err != nil {
 			return false, err
 		}
-		req.Header.Set("User-Agent", "Microsoft-Symbol-Server/10.0.0.0 rawstack")
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		o.logf("symsrv: GET %s: %s", url, resp.Status)
-		if resp.StatusCode == http.StatusNotFound {
+		tmp.Close()
+		defer os.Remove(tmp.Name())
+		err = fetch.Get(ctx, o.Getter, &fetch.Request{URL: url, UserAgent: "Microsoft-Symbol-Server/10.0.0.0 rawstack",
+			MaxSize: maxDownload, Timeout: 60 * time.Second}, tmp.Name())
+		if errors.Is(err, fetch.ErrNotFound) {
+			o.logf("symsrv: GET %s: not found", url)
 			return false, nil
 		}
-		if resp.StatusCode != http.StatusOK {
-			return false, fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		n, err := io.Copy(w, io.LimitReader(resp.Body, maxDownload+1))
 		if err != nil {
 			return false, err
 		}
-		if n > maxDownload {
-			return false, fmt.Errorf("GET %s: larger than %d bytes", url, int64(maxDownload))
-		}
-		return true, nil
+		o.logf("symsrv: GET %s: ok", url)
+		return true, os.Rename(tmp.Name(), to)
 	}
-	errFound := errors.New("not found")
-	err := writeAtomic(dst, func(w io.Writer) error {
-		ok, err := get(k.Name, w)
-		if err == nil && !ok {
-			err = errFound
-		}
-		return err
-	})
-	if err == nil && try(dst) {
+	if ok, err := get(k.Name, dst); err != nil {
+		return "", false, err
+	} else if ok && try(dst) {
 		return dst, true, nil
 	}
-	if err != nil && err != errFound {
-		return "", false, err
-	}
 	cdst := storePath(cache, k, compressedName(k.Name))
-	err = writeAtomic(cdst, func(w io.Writer) error {
-		ok, err := get(compressedName(k.Name), w)
-		if err == nil && !ok {
-			err = errFound
-		}
-		return err
-	})
-	if err == nil {
+	if ok, err := get(compressedName(k.Name), cdst); err != nil {
+		return "", false, err
+	} else if ok {
 		if err := expandCab(cdst, dst); err != nil {
 			return "", false, err
 		}
@@ -399,14 +381,17 @@ func fetch(ctx context.Context, o *Options, server string, k Key, caches []strin
 		if try(dst) {
 			return dst, true, nil
 		}
-	} else if err != errFound {
-		return "", false, err
 	}
-	var ptr strings.Builder
-	if ok, err := get("file.ptr", &ptr); err != nil {
+	ptr := storePath(cache, k, "file.ptr")
+	if ok, err := get("file.ptr", ptr); err != nil {
 		return "", false, err
 	} else if ok {
-		s := strings.TrimSpace(ptr.String())
+		b, err := os.ReadFile(ptr)
+		os.Remove(ptr) // a redirect, not a file of the store
+		if err != nil {
+			return "", false, err
+		}
+		s := strings.TrimSpace(string(b))
 		if p, found := strings.CutPrefix(s, "PATH:"); found && try(p) {
 			return p, true, nil
 		}

@@ -83,6 +83,7 @@ func load(spec linux.BPFSpec) (linux.BPFPrograms, error) {
 	}
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
+		"wakeup_bytes": uint64(spec.WakeupBytes),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)
@@ -149,15 +150,18 @@ func (p *programs) Next() ([]byte, bool) {
 	return p.rec.RawSample, true
 }
 
-func (p *programs) Lost() uint64 {
-	if err := p.coll.Maps["lost"].Lookup(uint32(0), &p.lost); err != nil {
-		return 0
+func (p *programs) Lost() (ring, offCPU uint64) {
+	sum := func(reason uint32) uint64 {
+		if err := p.coll.Maps["lost"].Lookup(reason, &p.lost); err != nil {
+			return 0
+		}
+		var n uint64
+		for _, v := range p.lost {
+			n += v
+		}
+		return n
 	}
-	var n uint64
-	for _, v := range p.lost {
-		n += v
-	}
-	return n
+	return sum(0), sum(1) // LOST_RING, LOST_OFFSTART
 }
 
 func (p *programs) Close() error {

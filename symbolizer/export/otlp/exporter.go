@@ -20,6 +20,12 @@ type ExporterOptions struct {
 	// Interval is how often the samples seen are sent as one batch;
 	// 0 means 5s.
 	Interval time.Duration
+	// MaxBatchSamples cuts a batch before Interval when this many samples
+	// are pending, so that a busy whole-host recording does not build a
+	// request above the receiver's message size limit (gRPC's default is
+	// 4 MiB: ~20 B a sample raw, ~30 symbolized, a few hundred with many
+	// distinct stacks); 0 means 10000.
+	MaxBatchSamples int
 	// Queue is how many batches wait while the endpoint is down or slow;
 	// 0 means 32. When a new batch finds the queue full the oldest batch
 	// is dropped and its samples are counted as lost.
@@ -50,7 +56,8 @@ type ExporterStats struct {
 // is an io.Writer meant to be one of a tracer's streams
 // (tracer.Options.Streams or Tracer.AddStream): the tracer writes encoded
 // chunks from its stream goroutine; the Exporter decodes them on its own
-// goroutine, builds a batch every Interval, and sends batches from a
+// goroutine, builds a batch every Interval (sooner when MaxBatchSamples
+// are pending), and sends batches from a
 // bounded queue with retries and exponential back-off (0.5s doubling to
 // 5s: a profile batch is due every few seconds anyway). Nothing in it waits on the network while holding the stream: a
 // slow endpoint fills the queue, and the queue drops its oldest batches.
@@ -97,6 +104,9 @@ func NewExporter(opts ExporterOptions) (*Exporter, error) {
 	if opts.Queue <= 0 {
 		opts.Queue = 32
 	}
+	if opts.MaxBatchSamples <= 0 {
+		opts.MaxBatchSamples = 10000
+	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 10 * time.Second
 	}
@@ -140,7 +150,11 @@ func (e *Exporter) decode(pr *io.PipeReader) {
 		}
 		e.mu.Lock()
 		e.b.Event(ev)
+		full := ev.Kind == format.KindSample && e.b.Counts().Pending >= e.opts.MaxBatchSamples
 		e.mu.Unlock()
+		if full {
+			e.cut() // here, so that a fast writer cannot outrun the batcher
+		}
 	}
 }
 
@@ -299,6 +313,7 @@ func (e *Exporter) Close() error {
 			<-e.sent
 		}
 		e.abort()
+		e.opts.Client.Close()
 		e.mu.Lock()
 		for _, b := range e.queue {
 			e.st.Lost += int64(b.samples)

@@ -1,57 +1,68 @@
 package otlp
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 )
 
-// exportPath is the gRPC method of the OTLP profiles service.
-const exportPath = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
-
-// Client sends ExportProfilesServiceRequests to an OTLP gRPC endpoint.
+// Client sends ExportProfilesServiceRequests to an OTLP gRPC endpoint with
+// pprofileotlp's gRPC client over a google.golang.org/grpc connection.
 //
-// It speaks gRPC's HTTP/2 wire protocol (length-prefixed messages,
-// grpc-status trailers) with net/http rather than with google.golang.org/grpc:
-// the rawstack CLI links this package, and grpc's and protobuf-go's
-// package initialization alone would cost more than the CLI's whole
-// start-up budget. Without TLS it uses HTTP/2 with prior knowledge (h2c),
-// as gRPC does for insecure connections.
+// This package links gRPC and protobuf-go, whose package initialization
+// alone costs more than the rawstack CLI's start-up budget: the CLI does
+// not import it; its OTLP work runs in the rawstack-otlp companion.
 type Client struct {
 	// Endpoint is HOST:PORT.
 	Endpoint string
 	// TLS, if set, secures the connection; nil means plaintext.
 	TLS *tls.Config
-	// Headers are sent with every request (e.g. authorization).
+	// Headers are sent with every request as gRPC metadata (e.g.
+	// authorization); keys are lower-cased, as gRPC requires.
 	Headers map[string]string
 	// Timeout bounds one export; 0 means 10s.
 	Timeout time.Duration
-	// Gzip compresses requests (grpc-encoding: gzip), as the Collector's
-	// OTLP exporter does by default.
+	// Gzip compresses requests with gRPC's gzip encoding, as the
+	// Collector's OTLP exporter does by default.
 	Gzip bool
 
-	hc *http.Client
+	// conn is made on first use; copies of a Client made after that
+	// share it.
+	conn *clientConn
 }
 
-// gzipWriters keeps compressors between batches: each holds ~1 MB.
-var gzipWriters sync.Pool
+type clientConn struct {
+	cc *grpc.ClientConn
+	gc pprofileotlp.GRPCClient
+	md metadata.MD
+}
+
+// connMu guards Client.conn (a package-level lock keeps Client copyable,
+// as ExporterOptions holds it by value).
+var connMu sync.Mutex
 
 // StatusError is a gRPC status other than OK returned by the endpoint.
 type StatusError struct {
 	Code    int
 	Message string
+	// RetryInfo says the status carried a google.rpc.RetryInfo detail:
+	// the endpoint says a later attempt may succeed.
+	RetryInfo bool
 }
 
 func (e *StatusError) Error() string {
@@ -59,11 +70,16 @@ func (e *StatusError) Error() string {
 }
 
 // Retryable reports whether the request may succeed later: the codes the
-// OTLP specification lists as retryable.
+// OTLP specification lists as retryable. RESOURCE_EXHAUSTED is retryable
+// only with a RetryInfo detail, as the specification says: without one it
+// is what a receiver answers to a request above its message size limit,
+// which no retry of the same request would pass.
 func (e *StatusError) Retryable() bool {
 	switch e.Code {
-	case 1, 4, 8, 10, 11, 14, 15: // CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS
+	case 1, 4, 10, 11, 14, 15: // CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS
 		return true
+	case 8: // RESOURCE_EXHAUSTED
+		return e.RetryInfo
 	}
 	return false
 }
@@ -79,26 +95,55 @@ func (e *PartialError) Error() string {
 	return fmt.Sprintf("otlp: endpoint rejected %d profiles: %s", e.Rejected, e.Message)
 }
 
-func (c *Client) client() *http.Client {
-	if c.hc != nil {
-		return c.hc
+// connect creates the connection on first use. grpc.NewClient does not
+// dial: the connection is made by the first export and remade after the
+// endpoint went away, with gRPC's own back-off capped at 4 s (4.8 s with
+// its jitter), below the Exporter's maxBackoff. An export waits for the
+// connection to be ready (up to Timeout) instead of failing at once while
+// it is down, so a batch goes out as soon as the endpoint is back rather
+// than at the Exporter's next retry.
+func (c *Client) connect() (*clientConn, error) {
+	connMu.Lock()
+	defer connMu.Unlock()
+	if c.conn != nil {
+		return c.conn, nil
 	}
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     c.TLS,
-		ForceAttemptHTTP2:   true,
-		MaxIdleConnsPerHost: 2,
+	creds := insecure.NewCredentials()
+	if c.TLS != nil {
+		creds = credentials.NewTLS(c.TLS)
 	}
-	var p http.Protocols
-	if c.TLS == nil {
-		p.SetUnencryptedHTTP2(true)
-	} else {
-		p.SetHTTP2(true)
+	cc, err := grpc.NewClient(c.Endpoint,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 500 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 4 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithStatsHandler(wireCounter{}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("otlp: endpoint %s: %w", c.Endpoint, err)
 	}
-	tr.Protocols = &p
-	c.hc = &http.Client{Transport: tr}
-	return c.hc
+	conn := &clientConn{cc: cc, gc: pprofileotlp.NewGRPCClient(cc)}
+	if len(c.Headers) > 0 {
+		conn.md = metadata.MD{}
+		for k, v := range c.Headers {
+			conn.md.Set(k, v)
+		}
+	}
+	c.conn = conn
+	return conn, nil
+}
+
+// Close closes the connection; a later Export opens a new one.
+func (c *Client) Close() error {
+	connMu.Lock()
+	defer connMu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.cc.Close()
+	c.conn = nil
+	return err
 }
 
 // Export sends one encoded ExportProfilesServiceRequest and waits for the
@@ -109,88 +154,72 @@ func (c *Client) Export(ctx context.Context, req []byte) error {
 	return err
 }
 
-// send is Export that also returns the request's size on the wire
-// (gRPC framing and compression included, HTTP/2 framing not).
-func (c *Client) send(ctx context.Context, req []byte) (int, error) {
+// wireKey carries, in a call's context, where the stats handler stores
+// the request's size on the wire.
+type wireKey struct{}
+
+// wireCounter is a stats.Handler that reports the size of a request's
+// message on the wire (gRPC framing and compression included, HTTP/2
+// framing not) to the caller that asked for it.
+type wireCounter struct{}
+
+func (wireCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (wireCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (wireCounter) HandleConn(context.Context, stats.ConnStats)                       {}
+func (wireCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if p, ok := s.(*stats.OutPayload); ok && p.Client {
+		if n, ok := ctx.Value(wireKey{}).(*atomic.Int64); ok {
+			n.Add(int64(p.WireLength))
+		}
+	}
+}
+
+// send is Export that also returns the request's size on the wire.
+func (c *Client) send(ctx context.Context, data []byte) (int, error) {
+	req := pprofileotlp.NewExportRequest()
+	if err := req.UnmarshalProto(data); err != nil {
+		return 0, &StatusError{Code: 3, Message: "encoding the request: " + err.Error()}
+	}
+	return c.sendRequest(ctx, req)
+}
+
+func (c *Client) sendRequest(ctx context.Context, req pprofileotlp.ExportRequest) (int, error) {
+	conn, err := c.connect()
+	if err != nil {
+		return 0, err
+	}
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	scheme := "http"
-	if c.TLS != nil {
-		scheme = "https"
+	if conn.md != nil {
+		ctx = metadata.NewOutgoingContext(ctx, conn.md.Copy())
 	}
-	u := &url.URL{Scheme: scheme, Host: c.Endpoint, Path: exportPath}
-	body := make([]byte, 5, 5+len(req))
+	wire := new(atomic.Int64)
+	ctx = context.WithValue(ctx, wireKey{}, wire)
+	opts := []grpc.CallOption{grpc.WaitForReady(true)}
 	if c.Gzip {
-		zb := bytes.NewBuffer(body)
-		zw, _ := gzipWriters.Get().(*gzip.Writer)
-		if zw == nil {
-			zw = gzip.NewWriter(zb)
-		} else {
-			zw.Reset(zb)
-		}
-		zw.Write(req)
-		zw.Close()
-		gzipWriters.Put(zw)
-		body = zb.Bytes()
-		body[0] = 1 // compressed
-	} else {
-		body = append(body, req...)
+		opts = append(opts, grpc.UseCompressor(gzip.Name))
 	}
-	binary.BigEndian.PutUint32(body[1:5], uint32(len(body)-5))
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	resp, err := conn.gc.Export(ctx, req, opts...)
 	if err != nil {
-		return len(body), err
-	}
-	hr.Header.Set("Content-Type", "application/grpc")
-	hr.Header.Set("TE", "trailers")
-	if c.Gzip {
-		hr.Header.Set("Grpc-Encoding", "gzip")
-	}
-	hr.Header.Set("Grpc-Timeout", strconv.FormatInt(timeout.Milliseconds(), 10)+"m")
-	for k, v := range c.Headers {
-		hr.Header.Set(k, v)
-	}
-	resp, err := c.client().Do(hr)
-	if err != nil {
-		return len(body), fmt.Errorf("otlp: export to %s: %w", c.Endpoint, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		code := 14 // UNAVAILABLE, as gRPC maps HTTP errors
-		if resp.StatusCode == http.StatusBadRequest {
-			code = 13
+		if s, ok := status.FromError(err); ok {
+			se := &StatusError{Code: int(s.Code()), Message: s.Message()}
+			for _, d := range s.Details() {
+				if _, ok := d.(*errdetails.RetryInfo); ok {
+					se.RetryInfo = true
+				}
+			}
+			return int(wire.Load()), se
 		}
-		return len(body), &StatusError{Code: code, Message: "http " + resp.Status}
+		return int(wire.Load()), fmt.Errorf("otlp: export to %s: %w", c.Endpoint, err)
 	}
-	msg, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	// A trailers-only answer carries the status in the headers.
-	st := resp.Trailer.Get("Grpc-Status")
-	m := resp.Trailer.Get("Grpc-Message")
-	if st == "" {
-		st, m = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 {
+		return int(wire.Load()), &PartialError{Rejected: ps.RejectedProfiles(), Message: ps.ErrorMessage()}
 	}
-	if rerr != nil && st == "" {
-		return len(body), fmt.Errorf("otlp: export to %s: reading answer: %w", c.Endpoint, rerr)
-	}
-	if st == "" {
-		return len(body), &StatusError{Code: 13, Message: "no grpc-status in the answer"}
-	}
-	if code, _ := strconv.Atoi(st); code != 0 {
-		if um, err := url.PathUnescape(m); err == nil {
-			m = um
-		}
-		return len(body), &StatusError{Code: code, Message: m}
-	}
-	if len(msg) >= 5 {
-		if rej, text := partialSuccess(msg[5:]); rej > 0 {
-			return len(body), &PartialError{Rejected: rej, Message: text}
-		}
-	}
-	return len(body), nil
+	return int(wire.Load()), nil
 }
 
 // IsRetryable reports whether an error of [Client.Export] may go away
@@ -202,80 +231,4 @@ func IsRetryable(err error) bool {
 	}
 	var pe *PartialError
 	return !errors.As(err, &pe) && err != nil
-}
-
-// partialSuccess reads ExportProfilesServiceResponse.partial_success
-// {rejected_profiles = 1; error_message = 2} from an answer.
-func partialSuccess(b []byte) (int64, string) {
-	ps := protoField(b, 1)
-	if ps == nil {
-		return 0, ""
-	}
-	var rej int64
-	var msg string
-	for len(ps) > 0 {
-		tag, n := binary.Uvarint(ps)
-		if n <= 0 {
-			break
-		}
-		ps = ps[n:]
-		switch tag {
-		case 1<<3 | 0:
-			v, n := binary.Uvarint(ps)
-			if n <= 0 {
-				return rej, msg
-			}
-			rej, ps = int64(v), ps[n:]
-		case 2<<3 | 2:
-			l, n := binary.Uvarint(ps)
-			if n <= 0 || l > uint64(len(ps)-n) {
-				return rej, msg
-			}
-			msg, ps = string(ps[n:n+int(l)]), ps[n+int(l):]
-		default:
-			return rej, strings.TrimSpace(msg)
-		}
-	}
-	return rej, msg
-}
-
-// protoField returns the bytes of length-delimited field num of message b.
-func protoField(b []byte, num uint64) []byte {
-	for len(b) > 0 {
-		tag, n := binary.Uvarint(b)
-		if n <= 0 {
-			return nil
-		}
-		b = b[n:]
-		switch tag & 7 {
-		case 0:
-			_, n := binary.Uvarint(b)
-			if n <= 0 {
-				return nil
-			}
-			b = b[n:]
-		case 2:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || l > uint64(len(b)-n) {
-				return nil
-			}
-			if tag>>3 == num {
-				return b[n : n+int(l)]
-			}
-			b = b[n+int(l):]
-		case 1:
-			if len(b) < 8 {
-				return nil
-			}
-			b = b[8:]
-		case 5:
-			if len(b) < 4 {
-				return nil
-			}
-			b = b[4:]
-		default:
-			return nil
-		}
-	}
-	return nil
 }

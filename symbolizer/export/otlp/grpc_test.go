@@ -1,30 +1,207 @@
-package otlp
+package otlp_test
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
 
-// FuzzPartialSuccess feeds arbitrary answers to the reader of
-// ExportProfilesServiceResponse.partial_success: an endpoint's answer is
-// untrusted input.
-func FuzzPartialSuccess(f *testing.F) {
-	// partial_success {rejected_profiles: 3, error_message: "bad"}
-	f.Add([]byte{0x0a, 0x07, 0x08, 0x03, 0x12, 0x03, 'b', 'a', 'd'})
-	f.Add([]byte{})
-	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rej, msg := partialSuccess(b)
-		if len(msg) > len(b) {
-			t.Fatalf("message of %d bytes from an answer of %d", len(msg), len(b))
-		}
-		_ = rej
-	})
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+)
+
+// profileServer is a gRPC server of the OTLP profiles service built with
+// pprofileotlp's server side: what a Collector's receiver runs.
+type profileServer struct {
+	pprofileotlp.UnimplementedGRPCServer
+	mu       sync.Mutex
+	auth     []string
+	encoding []string
+	samples  int
+	answer   func() (pprofileotlp.ExportResponse, error)
 }
 
-func TestPartialSuccess(t *testing.T) {
-	rej, msg := partialSuccess([]byte{0x0a, 0x07, 0x08, 0x03, 0x12, 0x03, 'b', 'a', 'd'})
-	if rej != 3 || msg != "bad" {
-		t.Errorf("got %d %q", rej, msg)
+func (s *profileServer) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.auth = append(s.auth, md.Get("authorization")...)
+	for _, rp := range req.Profiles().ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, pr := range sp.Profiles().All() {
+				for _, smp := range pr.Samples().All() {
+					s.samples += smp.TimestampsUnixNano().Len()
+				}
+			}
+		}
 	}
-	if rej, _ := partialSuccess(nil); rej != 0 {
-		t.Errorf("empty answer: %d rejected", rej)
+	if s.answer != nil {
+		return s.answer()
+	}
+	return pprofileotlp.NewExportResponse(), nil
+}
+
+// The server's stats.Handler notes each request's grpc-encoding.
+func (s *profileServer) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (s *profileServer) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (s *profileServer) HandleConn(context.Context, stats.ConnStats) {}
+func (s *profileServer) HandleRPC(_ context.Context, st stats.RPCStats) {
+	if h, ok := st.(*stats.InHeader); ok {
+		s.mu.Lock()
+		s.encoding = append(s.encoding, h.Compression)
+		s.mu.Unlock()
+	}
+}
+
+func startProfileServer(t *testing.T) (*profileServer, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &profileServer{}
+	gs := grpc.NewServer(grpc.StatsHandler(ps))
+	pprofileotlp.RegisterGRPCServer(gs, ps)
+	go gs.Serve(l)
+	t.Cleanup(gs.Stop)
+	return ps, l.Addr().String()
+}
+
+// TestClient sends a converted trace with the Client (pprofileotlp's gRPC
+// client) and checks what the server saw: the samples, the headers as
+// metadata, gzip, and how answers become errors.
+func TestClient(t *testing.T) {
+	data, _ := chainTrace(t)
+	req, err := otlp.Marshal(convert(t, data, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Summarize(t, convert(t, data, true)).Samples
+	srv, addr := startProfileServer(t)
+	c := &otlp.Client{Endpoint: addr, Gzip: true, Headers: map[string]string{"Authorization": "Bearer x"}}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Export(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	if srv.samples != want || len(srv.auth) != 1 || srv.auth[0] != "Bearer x" || len(srv.encoding) != 1 || srv.encoding[0] != "gzip" {
+		t.Errorf("server saw %d samples (want %d), authorization %q, grpc-encoding %q", srv.samples, want, srv.auth, srv.encoding)
+	}
+	srv.answer = func() (pprofileotlp.ExportResponse, error) {
+		r := pprofileotlp.NewExportResponse()
+		r.PartialSuccess().SetRejectedProfiles(2)
+		r.PartialSuccess().SetErrorMessage("too old")
+		return r, nil
+	}
+	srv.mu.Unlock()
+	var pe *otlp.PartialError
+	if err := c.Export(ctx, req); !errors.As(err, &pe) || pe.Rejected != 2 || pe.Message != "too old" || otlp.IsRetryable(err) {
+		t.Errorf("partial success answered %v, want a PartialError of 2 profiles, not retryable", err)
+	}
+	for _, tc := range []struct {
+		code      codes.Code
+		retryable bool
+	}{{codes.Unavailable, true}, {codes.ResourceExhausted, false}, {codes.InvalidArgument, false}, {codes.PermissionDenied, false}} {
+		srv.mu.Lock()
+		srv.answer = func() (pprofileotlp.ExportResponse, error) {
+			return pprofileotlp.ExportResponse{}, status.Error(tc.code, "no")
+		}
+		srv.mu.Unlock()
+		err := c.Export(ctx, req)
+		var se *otlp.StatusError
+		if !errors.As(err, &se) || se.Code != int(tc.code) || se.Message != "no" || otlp.IsRetryable(err) != tc.retryable {
+			t.Errorf("status %v answered %v (retryable %v), want a StatusError, retryable %v", tc.code, err, otlp.IsRetryable(err), tc.retryable)
+		}
+	}
+	// RESOURCE_EXHAUSTED is retryable when the answer carries RetryInfo.
+	srv.mu.Lock()
+	srv.answer = func() (pprofileotlp.ExportResponse, error) {
+		st, err := status.New(codes.ResourceExhausted, "busy").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+		if err != nil {
+			return pprofileotlp.ExportResponse{}, err
+		}
+		return pprofileotlp.ExportResponse{}, st.Err()
+	}
+	srv.mu.Unlock()
+	if err := c.Export(ctx, req); !otlp.IsRetryable(err) {
+		t.Errorf("RESOURCE_EXHAUSTED with RetryInfo answered %v, not retryable", err)
+	}
+	// Bytes that are no request fail before the network, for good.
+	if err := c.Export(ctx, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0x01}); err == nil || otlp.IsRetryable(err) {
+		t.Errorf("garbage request: %v", err)
+	}
+}
+
+// TestExporterWireBytes streams a trace through an Exporter and checks
+// the accounting: every sample sent, gzip making the wire bytes smaller
+// than the protobuf bytes.
+func TestExporterWireBytes(t *testing.T) {
+	data, _ := chainTrace(t)
+	want := Summarize(t, convert(t, data, true)).Samples
+	srv, addr := startProfileServer(t)
+	exp, err := otlp.NewExporter(otlp.ExporterOptions{Client: otlp.Client{Endpoint: addr, Gzip: true}, Build: otlp.Options{Raw: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exp.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := exp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := exp.Stats()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if st.Sent != int64(want) || srv.samples != want || st.Lost != 0 {
+		t.Errorf("sent %d, server got %d, lost %d; want %d", st.Sent, srv.samples, st.Lost, want)
+	}
+	if st.WireBytes <= 0 || st.WireBytes >= st.Bytes {
+		t.Errorf("%d bytes on the wire for %d protobuf bytes, gzipped", st.WireBytes, st.Bytes)
+	}
+}
+
+// TestExporterMaxBatchSamples: with a long interval, batches are cut by
+// sample count, so no request grows past a receiver's size limit.
+func TestExporterMaxBatchSamples(t *testing.T) {
+	data, _ := chainTrace(t)
+	want := Summarize(t, convert(t, data, true)).Samples
+	srv, addr := startProfileServer(t)
+	exp, err := otlp.NewExporter(otlp.ExporterOptions{Client: otlp.Client{Endpoint: addr}, Build: otlp.Options{Raw: true},
+		Interval: time.Hour, MaxBatchSamples: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tracer hands over a chunk at a time; so does this, at chunk
+	// boundaries the reader finds in any split.
+	for i := 0; i < len(data); i += 512 {
+		if _, err := exp.Write(data[i:min(i+512, len(data))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := exp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := exp.Stats()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	t.Logf("%d samples in %d batches", st.Sent, st.Batches)
+	if st.Sent != int64(want) || srv.samples != want {
+		t.Errorf("sent %d, server got %d; want %d", st.Sent, srv.samples, want)
+	}
+	if st.Batches < int64(want/50/2) {
+		t.Errorf("%d samples in %d batches with MaxBatchSamples 50", want, st.Batches)
 	}
 }

@@ -16,19 +16,27 @@
 //     writes them: each Sample is one (stack, thread) with one timestamp
 //     per observation (and, off CPU, one value per timestamp: ns blocked),
 //     and the attributes thread.id and thread.name;
-//   - mappings with the attributes process.executable.build_id.gnu and
-//     process.executable.build_id.go, the names the OpenTelemetry
-//     profiler and semantic conventions use, so a backend or the rawstack
-//     Collector processor can find the debug files by build id;
+//   - mappings with the attributes process.executable.build_id.gnu,
+//     process.executable.build_id.go and, for every file found at its
+//     recorded path when the batch is built, process.executable.build_id.htlhash
+//     ([HTLHash]), the names the OpenTelemetry profiler and semantic
+//     conventions use, so a backend or the rawstack
+//     Collector processor can find the debug files by build id; PE
+//     (Windows) mappings carry rawstack.pdb.guid_age, rawstack.pdb.path
+//     and rawstack.pe.code_id instead (see [AttrPDBGUIDAge]), what symbol
+//     servers index PDBs and images by;
 //   - locations with the attribute profile.frame.type ("native" or
 //     "kernel") and, unless [Options.Raw], one line per function at the
 //     address, innermost inlined function first (the pprof convention).
+//     Raw profiles name kernel frames still, from /proc/kallsyms, when
+//     built on the recording host (see [Options.RawKernel]).
 //
 // A location's address is absolute, inside its mapping's [memory_start,
 // memory_limit). For every frame but the leaf it is the return address
 // minus one — an address inside the call instruction — so that a
 // symbolizer that sees the location alone names the call site. Raw
-// profiles carry no names at all: only addresses, mappings and build ids.
+// profiles carry no names of user code: only addresses, mappings and
+// build ids (and the kernel's names, from the host's kallsyms).
 //
 // [Write] encodes a Profiles as the protobuf ExportProfilesServiceRequest
 // that an OTLP receiver accepts; [Exporter] streams batches to a Collector
@@ -49,6 +57,7 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
+	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel frames, on the recording host
 )
 
 // Attribute names (OpenTelemetry semantic conventions and the
@@ -67,6 +76,25 @@ const (
 	AttrOSType         = "os.type"
 	AttrHostArch       = "host.arch"
 	AttrServiceName    = "service.name"
+)
+
+// Attributes of PE (Windows) mappings. Neither the semantic conventions
+// nor the OpenTelemetry eBPF profiler (Linux only) define any for PE
+// images or their PDBs, so rawstack defines its own, in its namespace,
+// carrying what symbol servers index the files by:
+//
+//   - rawstack.pdb.guid_age: the PDB's GUID and age as a symbol server's
+//     key (the GUID's fields in upper-case hex, then the age in hex:
+//     "9CFFF3223893E0D74C4C44205044422E1"), from the image's CodeView
+//     record;
+//   - rawstack.pdb.path: the PDB path the linker wrote into the image;
+//   - rawstack.pe.code_id: the image's TimeDateStamp (8 upper-case hex
+//     digits) then SizeOfImage (lower-case hex), the key symbol servers
+//     index images by.
+const (
+	AttrPDBGUIDAge = "rawstack.pdb.guid_age"
+	AttrPDBPath    = "rawstack.pdb.path"
+	AttrPECodeID   = "rawstack.pe.code_id"
 )
 
 // Frame types of profile.frame.type.
@@ -89,6 +117,19 @@ type Options struct {
 	HostName string
 	// ServiceName, if set, is written as service.name on every resource.
 	ServiceName string
+	// RawKernel leaves kernel frames unnamed in Raw profiles too. By
+	// default a Raw profile still names them where the Builder runs on
+	// the recording host (the running kernel's build id is the recorded
+	// one, and /proc/kallsyms is readable): a kernel's symbol table with
+	// its KASLR addresses exists only on that host, so the OpenTelemetry
+	// profiler names kernel frames there as well.
+	RawKernel bool
+	// NoFileHash leaves out process.executable.build_id.htlhash, which
+	// is computed from the files at their recorded paths: set it when
+	// converting a trace on another machine than the one that recorded
+	// it, whose files at those paths may be other builds (files whose GNU
+	// build id or PE code id differ are skipped either way).
+	NoFileHash bool
 }
 
 // Builder turns stream events into OTLP profiles. It is not safe for
@@ -112,6 +153,8 @@ type Builder struct {
 	endedProcs   []uint32
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
+	// htlhash of each module's file, "" when not available
+	hashes map[*symbolizer.Module]string
 }
 
 type pendingSample struct {
@@ -196,10 +239,8 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 		b.forget()
 		return out, 0
 	}
-	if !b.opts.Raw && b.opts.Resolver == nil {
-		b.opts.Resolver = symbolizer.NewResolver(nil, 0, 0)
-	}
 	d := newDict(out.Dictionary())
+	d.fileHash = b.fileHash
 	byPid := map[uint32][]pendingSample{}
 	var pids []uint32
 	for _, s := range b.pending {
@@ -384,11 +425,25 @@ func (b *Builder) location(d *dict, pid uint32, addr uint64, t int64) int32 {
 		loc.SetMappingIndex(d.mapping(m))
 	}
 	loc.AttributeIndices().Append(d.strAttr(AttrFrameType, ft))
-	if m != nil && !b.opts.Raw {
-		frames, _, _ := b.opts.Resolver.Resolve(m, addr)
+	if m != nil && (!b.opts.Raw || m.Kind == format.ModuleKernel && !b.opts.RawKernel) {
+		frames, _, _ := b.resolver().Resolve(m, addr)
 		AppendLines(d.d, loc, frames, d.str, d.function)
 	}
 	return i
+}
+
+// resolver returns Options.Resolver, or one made on first use: with the
+// zero symbolizer.Options, or in Raw mode (kernel frames only) one that
+// asks no debuginfod server.
+func (b *Builder) resolver() *symbolizer.Resolver {
+	if b.opts.Resolver == nil {
+		var o *symbolizer.Options
+		if b.opts.Raw {
+			o = &symbolizer.Options{NoDebuginfod: true}
+		}
+		b.opts.Resolver = symbolizer.NewResolver(o, 0, 0)
+	}
+	return b.opts.Resolver
 }
 
 // AppendLines adds one line per frame to loc, innermost first, naming
@@ -417,8 +472,10 @@ type dict struct {
 	locs   map[locKey]int32
 	funcs  map[[2]string]int32
 	stacks map[string]int32
-	keyBuf []byte
-	locBuf []int32
+	// fileHash returns a module's htlhash, "" if unknown; nil for none
+	fileHash func(*symbolizer.Module) string
+	keyBuf   []byte
+	locBuf   []int32
 }
 
 type attrKey struct {
@@ -507,6 +564,22 @@ func (x *dict) mapping(m *symbolizer.Module) int32 {
 	}
 	if m.GoBuildID != "" {
 		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGo, m.GoBuildID))
+	}
+	if x.fileHash != nil {
+		if h := x.fileHash(m); h != "" {
+			pm.AttributeIndices().Append(x.strAttr(AttrBuildIDHTLHash, h))
+		}
+	}
+	if m.Kind == format.ModulePE {
+		if m.PDBGUID != [16]byte{} {
+			pm.AttributeIndices().Append(x.strAttr(AttrPDBGUIDAge, PDBGUIDAge(m.PDBGUID, m.PDBAge)))
+		}
+		if m.PDBPath != "" {
+			pm.AttributeIndices().Append(x.strAttr(AttrPDBPath, m.PDBPath))
+		}
+		if m.TimeDateStamp != 0 || m.SizeOfImage != 0 {
+			pm.AttributeIndices().Append(x.strAttr(AttrPECodeID, PECodeID(m.TimeDateStamp, m.SizeOfImage)))
+		}
 	}
 	x.maps[m] = i
 	return i

@@ -26,7 +26,7 @@
 
 enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3 };
 enum { RS_REGS = 1, RS_STACK_FAULT = 2 };
-enum { LOST_RING = 0, LOST_NSTATS = 1 };
+enum { LOST_RING = 0, LOST_OFFSTART = 1, LOST_NSTATS = 2 };
 
 struct rs_hdr {
 	__u32 kind;
@@ -53,6 +53,12 @@ const volatile __u32 copy_stack = 1;    /* 1: registers + stack copy; 0: frame p
 const volatile __u32 stack_bytes = 8192; /* bytes of user stack to copy, <= MAX_STACK */
 const volatile __u32 self_tgid = 0;     /* the recorder: never sampled off CPU */
 const volatile __u64 offcpu_min_ns = 0; /* shorter off-CPU intervals are not reported */
+/* Wake the reader only once this many bytes wait in the ring buffer (0:
+ * on every record written into an empty ring, the kernel's default). The
+ * reader also reads on its own every few tens of milliseconds, so records
+ * are read in batches: a wakeup per sample costs the recorder a context
+ * switch and its runtime's scheduler a round each. */
+const volatile __u64 wakeup_bytes = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -82,9 +88,13 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
-/* Thread id -> time it went off CPU. */
+/* Thread id -> time it went off CPU. A plain hash, not an LRU one: an
+ * LRU map may evict an entry of a thread that is still off CPU (its
+ * free lists are per CPU), and the thread's off-CPU sample was then lost
+ * without a trace. Entries go when the thread comes back or exits
+ * (on_exit); an update that finds the map full counts as lost. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -110,6 +120,16 @@ static __always_inline void count_lost(__u32 reason)
 	__u64 *n = bpf_map_lookup_elem(&lost, &reason);
 	if (n)
 		*n += 1;
+}
+
+/* wakeup returns the ring buffer flags for a record of size bytes. */
+static __always_inline __u64 wakeup(__u64 size)
+{
+	if (!wakeup_bytes)
+		return 0;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
 }
 
 /* emit captures the current thread's kernel and user stack into the
@@ -206,7 +226,7 @@ static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, 
 		__builtin_memset(regs, 0, NREGS * 8);
 	if (off > SCRATCH)
 		off = SCRATCH;
-	if (bpf_ringbuf_output(&events, s->buf, off, 0) != 0)
+	if (bpf_ringbuf_output(&events, s->buf, off, wakeup(off)) != 0)
 		count_lost(LOST_RING);
 	return 0;
 }
@@ -239,10 +259,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tgid = prev->tgid, tid = prev->pid;
 	if (tid != 0 && tgid != self_tgid && !(prev->flags & PF_KTHREAD) && selected(tgid)) {
-		bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY);
 		/* Skip this program's frame and bpf_trace_run4's: the stack
 		 * starts in __schedule. */
-		emit(ctx, RS_OFFCPU, 0, now, 2);
+		if (bpf_map_update_elem(&offstart, &tid, &now, BPF_ANY) == 0)
+			emit(ctx, RS_OFFCPU, 0, now, 2);
+		else
+			count_lost(LOST_OFFSTART);
 	}
 	__u32 ntid = next->pid;
 	__u64 *start = bpf_map_lookup_elem(&offstart, &ntid);
@@ -260,7 +282,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		.time = t0,
 		.weight = now - t0,
 	};
-	if (bpf_ringbuf_output(&events, &h, sizeof(h), 0) != 0)
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), wakeup(sizeof(h))) != 0)
 		count_lost(LOST_RING);
 	return 0;
 }

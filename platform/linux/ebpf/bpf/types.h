@@ -30,6 +30,10 @@ enum bpf_map_type {
 
 #define BPF_ANY 0
 #define BPF_F_USER_STACK (1ULL << 8)
+/* bpf_ringbuf_output flags and bpf_ringbuf_query's (include/uapi/linux/bpf.h). */
+#define BPF_RB_NO_WAKEUP (1ULL << 0)
+#define BPF_RB_FORCE_WAKEUP (1ULL << 1)
+#define BPF_RB_AVAIL_DATA 0
 #define PF_KTHREAD 0x00200000
 
 /* x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h). */

@@ -1,0 +1,127 @@
+// Package recordflags defines the flags of `rawstack record` and their
+// checks once, for the two programs that parse them: the rawstack command,
+// and rawstack-ebpf, which `rawstack record --backend ebpf` runs with the
+// same arguments (it links the eBPF loader, which rawstack does not). A
+// flag added here is a flag of both, so their parsing cannot drift.
+package recordflags
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/tracer"
+)
+
+// Flags are record's flags, as registered by [Register].
+type Flags struct {
+	Out        string
+	Hz         int
+	Pid        int
+	Duration   time.Duration
+	NoKernel   bool
+	Quiet      bool
+	Unwind     string
+	StackSize  int
+	NoJIT      bool
+	JITCode    bool
+	KeepRaw    bool
+	Backend    string
+	System     bool
+	OffCPU     bool
+	Goroutines bool
+
+	fs *flag.FlagSet
+}
+
+// Register defines record's flags on fs.
+func Register(fs *flag.FlagSet) *Flags {
+	f := &Flags{fs: fs}
+	fs.StringVar(&f.Out, "o", "trace.rawstack", "output file")
+	fs.IntVar(&f.Hz, "F", 999, "sampling frequency per thread (per CPU with -a), Hz")
+	fs.IntVar(&f.Pid, "p", 0, "attach to this running process")
+	fs.DurationVar(&f.Duration, "duration", 0, "with -p or -a: stop after this long (default: until the process exits or Ctrl-C)")
+	fs.BoolVar(&f.NoKernel, "no-kernel", false, "leave out kernel frames")
+	fs.BoolVar(&f.Quiet, "q", false, "no progress line")
+	fs.StringVar(&f.Unwind, "unwind", "auto", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (a frame-pointer program: fp with the leaf repaired from CFI; any other: dwarf); with --backend ebpf the default is dwarf")
+	fs.IntVar(&f.StackSize, "stack-size", 0, "with --unwind dwarf/auto: bytes of user stack copied per sample (default 8192; auto on a frame-pointer program 512; at most 16384 with --backend ebpf)")
+	fs.BoolVar(&f.NoJIT, "no-jit", false, "do not copy JIT runtimes' perf maps and jitdump files (node --perf-basic-prof/--perf-prof, java -XX:+DumpPerfMapAtExit) into the trace")
+	fs.BoolVar(&f.JITCode, "jit-code", false, "also copy the machine code of each jitdump code load")
+	fs.BoolVar(&f.KeepRaw, "keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
+	fs.StringVar(&f.Backend, "backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
+	fs.BoolVar(&f.System, "a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
+	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
+	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
+	return f
+}
+
+// UsageError is a bad combination of flags; the command prints its usage.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// maxBPFStack is what the eBPF back end copies at most per sample.
+const maxBPFStack = 16384
+
+// Check validates the flags after fs.Parse, given the arguments left
+// (the command to run), and returns the back end and unwind mode they
+// name. An error is a *UsageError.
+func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, error) {
+	usage := func(format string, args ...any) (platform.Backend, platform.UnwindMode, error) {
+		return 0, 0, &UsageError{fmt.Sprintf(format, args...)}
+	}
+	be, err := platform.ParseBackend(f.Backend)
+	if err != nil {
+		return usage("%v", err)
+	}
+	unwindSet := false
+	f.fs.Visit(func(fl *flag.Flag) { unwindSet = unwindSet || fl.Name == "unwind" })
+	if be == platform.BackendEBPF && !unwindSet {
+		f.Unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise
+	}
+	switch {
+	case (f.System || f.OffCPU) && be != platform.BackendEBPF:
+		return usage("-a and --off-cpu need --backend ebpf")
+	case f.System && (f.Pid != 0 || len(rest) > 0):
+		return usage("-a samples every process: give no -p and no command")
+	case f.Pid != 0 && len(rest) > 0:
+		return usage("give -p PID or a command, not both")
+	case f.Pid == 0 && len(rest) == 0 && !f.System:
+		return usage("nothing to record: give -p PID or -- CMD ARGS... (or -a with --backend ebpf)")
+	case f.Pid < 0:
+		return usage("bad pid %d", f.Pid)
+	case f.Duration != 0 && f.Pid == 0 && !f.System:
+		return usage("--duration works with -p or -a")
+	case f.Hz <= 0:
+		return usage("-F must be positive")
+	case f.StackSize < 0 || f.StackSize > 65000:
+		return usage("--stack-size must be in 1..65000")
+	}
+	mode, err := platform.ParseUnwindMode(f.Unwind)
+	if err != nil {
+		return usage("%v", err)
+	}
+	if f.KeepRaw && mode == platform.UnwindFP {
+		return usage("--keep-raw needs --unwind dwarf or auto")
+	}
+	if be == platform.BackendEBPF {
+		switch {
+		case f.KeepRaw:
+			return usage("--keep-raw is not supported with --backend ebpf (it unwinds on the host)")
+		case f.StackSize > maxBPFStack:
+			return usage("--stack-size is at most %d with --backend ebpf", maxBPFStack)
+		case f.Goroutines:
+			return usage("--goroutines is not supported with --backend ebpf")
+		}
+	}
+	return be, mode, nil
+}
+
+// Options returns the tracer options the flags give (without streams or
+// a command).
+func (f *Flags) Options(be platform.Backend, mode platform.UnwindMode) tracer.Options {
+	return tracer.Options{Frequency: f.Hz, Pid: f.Pid, NoKernel: f.NoKernel,
+		Unwind: mode, StackSize: f.StackSize, KeepRaw: f.KeepRaw, NoJIT: f.NoJIT, JITCodeBytes: f.JITCode,
+		Backend: be, System: f.System, OffCPU: f.OffCPU, Goroutines: f.Goroutines}
+}

@@ -1,0 +1,76 @@
+//go:build linux
+
+package unix
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Waiter waits for any of a set of file descriptors (perf events, BPF ring
+// buffers) to become readable, parked in Go's network poller: the set is
+// an epoll instance, itself registered with the runtime. A goroutine
+// blocked in poll(2) instead holds its P in a system call, and the
+// runtime's sysmon thread, which retakes such Ps, then wakes every 20 µs
+// for as long as the call lasts: a recorder that spends its life waiting
+// in poll pays a third of its CPU time for that.
+type Waiter struct {
+	epfd int
+	f    *os.File
+	rc   interface {
+		Read(func(fd uintptr) bool) error
+	}
+	evs [16]unix.EpollEvent
+}
+
+// NewWaiter returns an empty Waiter.
+func NewWaiter() (*Waiter, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	// A non-blocking descriptor given to os.NewFile joins the poller.
+	w := &Waiter{epfd: epfd, f: os.NewFile(uintptr(epfd), "epoll")}
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		w.f.Close()
+		return nil, err
+	}
+	w.rc = rc
+	return w, nil
+}
+
+// Add watches fd for readability (level-triggered).
+func (w *Waiter) Add(fd int) error {
+	return unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
+}
+
+// Wait returns when a watched descriptor is readable or hung up, or after
+// timeout.
+func (w *Waiter) Wait(timeout time.Duration) error {
+	if err := w.f.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	var werr error
+	err := w.rc.Read(func(uintptr) bool {
+		n, err := unix.EpollWait(w.epfd, w.evs[:], 0)
+		if err != nil && err != unix.EINTR {
+			werr = err
+			return true
+		}
+		return n > 0
+	})
+	if err != nil && !os.IsTimeout(err) {
+		return err
+	}
+	return werr
+}
+
+// Close releases the epoll instance (not the watched descriptors).
+func (w *Waiter) Close() error { return w.f.Close() }

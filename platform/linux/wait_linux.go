@@ -1,0 +1,51 @@
+//go:build linux
+
+package linux
+
+import (
+	"time"
+
+	sys "github.com/rawstack/rawstack/internal/unix"
+)
+
+// wait blocks until a ring has records to read or timeout passes. It
+// parks in Go's network poller (see [sys.Waiter]) rather than in poll(2);
+// where no epoll instance can be had it falls back to poll(2).
+func (s *Session) wait(timeout time.Duration) error {
+	if s.bpf != nil {
+		// The BPF programs wake the reader only when their ring fills
+		// (bpfRingBytes/4): reads come from this timeout, in batches.
+		timeout = bpfReadInterval
+	}
+	if s.waiter == nil && !s.noWaiter {
+		w, err := sys.NewWaiter()
+		if err != nil {
+			s.noWaiter = true
+		} else {
+			s.waiter = w
+		}
+	}
+	if s.waiter == nil {
+		_, err := sys.PollIn(s.polls, int(timeout/time.Millisecond))
+		return err
+	}
+	for ; s.nWaited < len(s.polls); s.nWaited++ {
+		if err := s.waiter.Add(int(s.polls[s.nWaited].Fd)); err != nil {
+			return err
+		}
+	}
+	return s.waiter.Wait(timeout)
+}
+
+// bpfReadInterval is how often an eBPF session reads its rings. Every
+// wakeup of a Go program costs a round of its scheduler and a millisecond
+// of sysmon polling; samples need no lower latency than this.
+const bpfReadInterval = 100 * time.Millisecond
+
+// closeWaiter releases the epoll instance of wait.
+func (s *Session) closeWaiter() {
+	if s.waiter != nil {
+		s.waiter.Close()
+		s.waiter = nil
+	}
+}

@@ -1,0 +1,4 @@
+package locate
+
+// The debuginfod tests download in process, as library users do.
+import _ "github.com/rawstack/rawstack/symbolizer/fetch/httpfetch"
