@@ -1,6 +1,9 @@
 package arch
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Arch identifies an instruction set. The values equal format.Arch's, so a
 // conversion between the two is a cast.
@@ -227,7 +230,7 @@ func (r *Regs) SetPerf(a Arch, mask uint64, vals []uint64) error {
 	return nil
 }
 
-var errShortPerfRegs = fmt.Errorf("arch: perf register block shorter than its mask")
+var errShortPerfRegs = errors.New("arch: perf register block shorter than its mask")
 
 // Linux ptrace register layouts (PTRACE_GETREGS / PTRACE_GETREGSET
 // NT_PRSTATUS), as a slice of 64-bit words, and in core files' NT_PRSTATUS
