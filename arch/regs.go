@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 )
@@ -227,7 +228,7 @@ func (r *Regs) SetPerf(a Arch, mask uint64, vals []uint64) error {
 	return nil
 }
 
-var errShortPerfRegs = fmt.Errorf("arch: perf register block shorter than its mask")
+var errShortPerfRegs = errors.New("arch: perf register block shorter than its mask")
 
 // Linux ptrace register layouts (PTRACE_GETREGS / PTRACE_GETREGSET
 // NT_PRSTATUS), as a slice of 64-bit words, and in core files' NT_PRSTATUS

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,22 +63,32 @@ func main() {
 	}
 }
 
-// work runs requests on two workers until d has passed.
+// The main goroutine stays on the main thread (see work).
+func init() { runtime.LockOSThread() }
+
+// work runs requests on two workers until d has passed. Each worker keeps
+// its OS thread, so a timeline shows one thread track per worker with its
+// spans and samples together (spans belong to the thread they begin on),
+// and worker 0 is the main thread: viewers that open the first thread,
+// as speedscope does, open a busy one.
 func work(t *tracer.Tracer, d time.Duration) {
 	end := time.Now().Add(d)
 	var left atomic.Int64
 	left.Store(1 << 20)
-	var wg sync.WaitGroup
-	for w := 0; w < 2; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				request(t, context.Background())
-				t.Counter("requests left", float64(left.Add(-1)))
-			}
-		}()
+	worker := func() {
+		for time.Now().Before(end) {
+			request(t, context.Background())
+			t.Counter("requests left", float64(left.Add(-1)))
+		}
 	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread()
+		worker()
+	}()
+	worker()
 	wg.Wait()
 }
 

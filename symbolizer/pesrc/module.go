@@ -108,7 +108,7 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		if recorded != "" {
 			where = recorded
 		}
-		p, err := symsrv.Locate(context.Background(), where, cv, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath, CacheDir: po.CacheDir})
+		p, err := symsrv.Locate(context.Background(), where, cv, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath, CacheDir: po.CacheDir, NoRecordedPath: byID})
 		if err == nil {
 			f, err := pdb.Open(p)
 			if err != nil {

@@ -50,6 +50,11 @@ type Options struct {
 	Getter fetch.Getter
 	// Logf, when set, receives one line per place searched.
 	Logf func(format string, args ...any)
+	// NoRecordedPath leaves out the PDB path the image recorded: a
+	// service symbolizing for other machines (a collector) finds PDBs
+	// by identity in its stores only, and a recorded name must not be
+	// opened relative to its working directory.
+	NoRecordedPath bool
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -159,7 +164,7 @@ func Locate(ctx context.Context, imagePath string, cv *pe.CodeView, o *Options) 
 			return p, nil
 		}
 	}
-	if cv.Path != "" && try(filepath.FromSlash(strings.ReplaceAll(cv.Path, `\`, "/"))) {
+	if cv.Path != "" && !o.NoRecordedPath && try(filepath.FromSlash(strings.ReplaceAll(cv.Path, `\`, "/"))) {
 		return cv.Path, nil
 	}
 	cache := o.CacheDir

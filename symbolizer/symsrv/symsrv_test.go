@@ -126,6 +126,25 @@ func TestLocateLocal(t *testing.T) {
 			t.Fatalf("Locate = %q, %v; want the recorded %q", p, err, cv.Path)
 		}
 	})
+	t.Run("no recorded path", func(t *testing.T) {
+		// A collector finds PDBs by identity only: neither the recorded
+		// path nor the recorded name relative to its working directory.
+		cv := *b.cv
+		cv.Path = b.pdb
+		if p, err := Locate(ctx, "", &cv, &Options{NoRecordedPath: true, CacheDir: t.TempDir()}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Locate = %q, %v; want ErrNotFound", p, err)
+		}
+		dir := t.TempDir()
+		copyFile(t, b.pdb, filepath.Join(dir, "prog.pdb"))
+		t.Chdir(dir)
+		cv.Path = "prog.pdb"
+		if p, err := Locate(ctx, "", &cv, &Options{NoRecordedPath: true, CacheDir: t.TempDir()}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Locate = %q, %v; want ErrNotFound, not the working directory's prog.pdb", p, err)
+		}
+		if p, err := Locate(ctx, "", &cv, &Options{CacheDir: t.TempDir()}); err != nil {
+			t.Fatalf("without NoRecordedPath: Locate = %q, %v; want the working directory's prog.pdb", p, err)
+		}
+	})
 	t.Run("next to image", func(t *testing.T) {
 		exe, cv := isolated(t, b)
 		if _, err := Locate(ctx, exe, cv, &Options{CacheDir: t.TempDir()}); !errors.Is(err, ErrNotFound) {
