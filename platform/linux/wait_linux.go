@@ -17,6 +17,15 @@ func (s *Session) wait(timeout time.Duration) error {
 		// (bpfRingBytes/4): reads come from this timeout, in batches.
 		timeout = bpfReadInterval
 	}
+	if s.self {
+		// Profiling this process: the program's own goroutines may hold
+		// every P, and a reader parked in the poller would run only when
+		// one is preempted (tens of milliseconds late), by when the
+		// goroutine a sample names may have ended and its labels with it.
+		// A thread blocked in poll(2) is woken by the kernel at once.
+		_, err := sys.PollIn(s.polls, int(timeout/time.Millisecond))
+		return err
+	}
 	if s.waiter == nil && !s.noWaiter {
 		w, err := sys.NewWaiter()
 		if err != nil {
