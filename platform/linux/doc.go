@@ -72,27 +72,32 @@
 //
 //   - cost, whole host at 100 Hz against perf record -a -g (benchmarks
 //     -run ebpf, 11 interleaved rounds, median pair ratios). At a machine
-//     load of 3-7: recorder CPU 0.88x perf's with the window (254 vs 289
-//     ms), 0.76x with --unwind fp; the workload's slowdown is perf's
-//     within 2%. At a load of 10-18 made of busy loops and a stream of
-//     new Go binaries (a host running go test): 0.96x with the window,
-//     0.85x with --unwind fp. Peak RSS (VmHWM of rawstack and
-//     rawstack-ebpf together) 28.4-28.7 MiB against perf's 12.7 MiB. BPF
-//     memory: 4.1 MiB (the 4 MiB ring, 43 KiB of per-CPU scratch). With
-//     --off-cpu against perf recording sched_switch as well: 1.04x at
-//     load 3-7, 1.12x at 10-18.
+//     load of 5-14 (other jobs): recorder CPU 0.81x perf's with the window
+//     (230 vs 282 ms), 0.76x with --unwind fp; the workload's slowdown is
+//     perf's within 3%. At a load of 13-19 made of busy loops and a
+//     stream of Go binaries copied to new paths and run (a host running
+//     go test): 0.94x with the window, 0.82x with --unwind fp. Peak RSS
+//     (VmHWM of rawstack and rawstack-ebpf together) 28.5-29.1 MiB
+//     against perf's 12.6-12.8 MiB. BPF memory: 4.1 MiB (the 4 MiB ring,
+//     43 KiB of per-CPU scratch), 5.3 MiB with --off-cpu. With --off-cpu
+//     against perf recording sched_switch as well: 1.01x at load 5-14,
+//     1.21x at 13-19 (every new process has off-CPU stacks to unwind).
 //
 //     What made the window's cost perf's: the reader parks in Go's
 //     network poller (a goroutine blocked in poll(2) kept the runtime's
 //     sysmon thread polling every 20 µs: a third of the recorder's CPU);
 //     the BPF programs wake it only when a quarter of the ring is used
 //     and it reads every 100 ms otherwise (a wakeup per sample before);
-//     tables are lazy (libc's first touch: 0.45 ms instead of 8.3 ms, and
-//     a Go binary's .debug_frame 5.5 ms instead of 33) and forgotten with
-//     the last process that maps their file; perf maps are watched from a
-//     process's first sample, not for every process of the host; the
+//     the ring is read in place, not copied out; tables are lazy (libc's
+//     first touch: 0.45 ms instead of 8.3 ms, and a Go binary's
+//     .debug_frame 5.5 ms instead of 33), shared by build id and
+//     forgotten with the last process that maps their file; perf maps
+//     are watched from a process's first sample, not for every process of
+//     the host, and looked for less and less often while missing; the
 //     clock is read through the vDSO. Before, at loads of 20-35, the
-//     recorder used 1.5-4.8x perf's CPU.
+//     recorder used 1.5-4.8x perf's CPU. Per sample, once its modules'
+//     tables are warm, the host work (decode, unwind, report) is 250-310
+//     ns for 8 frames (BenchmarkBPFRecord).
 //
 // So the window: complete chains for any code with CFI, no per-host table
 // pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
