@@ -202,16 +202,22 @@ func TestEBPFOffCPU(t *testing.T) {
 // TestEBPFSystemWide records the whole system while two unrelated
 // programs start and run: both appear, with their names and samples whose
 // user frames name their functions (modules tracked for processes the
-// recorder was not told about). It takes frame-pointer stacks: on a
-// machine shared with other jobs, building CFI tables for every module of
-// the host starves the reader and loses samples (the package doc of
-// platform/linux says so); TestEBPFChain tests the stack copies.
+// recorder was not told about). It runs with the default stack copies,
+// where the program built without frame pointers must keep its whole
+// chain (unwound on the host with the lazy tables of whatever modules the
+// host's samples pass through), and with --unwind fp.
 func TestEBPFSystemWide(t *testing.T) {
 	needBPF(t)
 	chain := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	fp := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	for _, mode := range []UnwindMode{UnwindDWARF, UnwindFP} {
+		systemWide(t, mode, chain, fp)
+	}
+}
+
+func systemWide(t *testing.T, mode UnwindMode, chain, fp string) {
 	var out bytes.Buffer
-	tr, err := Start(context.Background(), Options{Backend: BackendEBPF, Unwind: UnwindFP, System: true, Frequency: 200, Streams: []io.Writer{&out}})
+	tr, err := Start(context.Background(), Options{Backend: BackendEBPF, Unwind: mode, System: true, Frequency: 200, Streams: []io.Writer{&out}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +239,7 @@ func TestEBPFSystemWide(t *testing.T) {
 	d := readTrace(t, out.Bytes())
 	stA, stB := openSymtab(t, chain), openSymtab(t, fp)
 	pa, pb := uint32(a.Process.Pid), uint32(b.Process.Pid)
-	var na, nb, leafA, chainB int
+	var na, nb, leafA, chainA, chainB int
 	pids := map[uint32]bool{}
 	for _, s := range d.samples {
 		pids[s.Pid] = true
@@ -243,6 +249,9 @@ func TestEBPFSystemWide(t *testing.T) {
 			na++
 			if len(pcs) > 0 && stA.lookup(d, pa, chain, pcs[0]) == "leaf" {
 				leafA++
+				if chainFrom(stA, d, pa, chain, pcs, deepChain) {
+					chainA++
+				}
 			}
 		case pb:
 			nb++
@@ -251,16 +260,19 @@ func TestEBPFSystemWide(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d processes sampled; dwarfchain (pid %d, %q): %d samples, %d in leaf; chain (pid %d, %q): %d samples, %d with main → a → b → c; stats %+v",
-		len(pids), pa, d.procs[pa].Name, na, leafA, pb, d.procs[pb].Name, nb, chainB, tr.Stats())
+	t.Logf("%v: %d processes sampled; dwarfchain (pid %d, %q): %d samples, %d in leaf, %d with the whole chain; chain (pid %d, %q): %d samples, %d with main → a → b → c; %d lost events; stats %+v",
+		mode, len(pids), pa, d.procs[pa].Name, na, leafA, chainA, pb, d.procs[pb].Name, nb, chainB, len(d.lost), tr.Stats())
 	if d.procs[pa].Name != "dwarfchain" || d.procs[pb].Name != "chain" {
-		t.Errorf("process names %q and %q, want dwarfchain and chain", d.procs[pa].Name, d.procs[pb].Name)
+		t.Errorf("%v: process names %q and %q, want dwarfchain and chain", mode, d.procs[pa].Name, d.procs[pb].Name)
 	}
 	if na < 30 || nb < 30 {
-		t.Fatalf("%d and %d samples of the two programs, each ran 0.4 s of CPU at 200 Hz", na, nb)
+		t.Fatalf("%v: %d and %d samples of the two programs, each ran 0.4 s of CPU at 200 Hz", mode, na, nb)
 	}
 	if leafA < na/2 || chainB < nb*9/10 {
-		t.Errorf("user frames not named: %d of %d dwarfchain samples in leaf, %d of %d chain samples with main → a → b → c", leafA, na, chainB, nb)
+		t.Errorf("%v: user frames not named: %d of %d dwarfchain samples in leaf, %d of %d chain samples with main → a → b → c", mode, leafA, na, chainB, nb)
+	}
+	if mode == UnwindDWARF && chainA < leafA*95/100 {
+		t.Errorf("%v: %d of %d dwarfchain samples in leaf keep main → … → leaf, want ≥ 95%%", mode, chainA, leafA)
 	}
 }
 

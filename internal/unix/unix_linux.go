@@ -85,6 +85,11 @@ func MmapShared(fd, size int) ([]byte, error) {
 	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
+// MmapRead maps size bytes of fd from offset off read-only and shared.
+func MmapRead(fd int, off int64, size int) ([]byte, error) {
+	return unix.Mmap(fd, off, size, unix.PROT_READ, unix.MAP_SHARED)
+}
+
 // Munmap unmaps b.
 func Munmap(b []byte) error { return unix.Munmap(b) }
 

@@ -14,9 +14,12 @@
 // carry the user registers and a copy of the top of the user stack
 // (PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER) instead of the user part
 // of the callchain. The goroutine that drains the rings unwinds them with
-// package arch: a module's table is built from its file the first time a
-// walk passes through it, cached per file; auto mode follows frame
-// pointers in modules whose CFI says they keep them. A sample the reader
+// package arch: a module's table is made from its file the first time a
+// walk passes through it, cached per file (and forgotten once no process
+// maps the file); in dwarf mode it is lazy (arch.NewLazyTableELF: an FDE
+// is parsed the first time an address in it is looked up, found through
+// .eh_frame_hdr), auto mode builds it whole and follows frame pointers in
+// modules whose CFI says they keep them. A sample the reader
 // reaches more than two seconds late is dropped and reported as Lost
 // (LostUnwind), so an unwinder that falls behind catches up. With KeepRaw
 // the registers and stack copy are reported as they are, for offline
@@ -62,34 +65,55 @@
 //     (less than 8 KiB because the copy stops at the top of the stack);
 //     at 100 Hz on 2 CPUs that is at most 1.2 MB/s, nothing for a ring
 //     buffer.
+//
 //   - completeness: a C program built with -fomit-frame-pointer keeps
 //     main → a → … → leaf in 561 of 561 samples with the window and 0 of
 //     506 with the frame-pointer walk.
+//
 //   - cost, whole host at 100 Hz against perf record -a -g (benchmarks
-//     -run ebpf, 11 interleaved rounds). On an idle 2-vCPU machine: the
-//     workload's slowdown is perf's within 1-2% (pair ratios 1.01-1.02);
-//     recorder CPU 271 vs 271 ms (pair ratio 1.04) with the window,
-//     0.83x perf's with --unwind fp; peak RSS (VmHWM of rawstack and
-//     rawstack-ebpf together) 28.5 MiB, 28.0 MiB with --unwind fp,
-//     against perf's 12.7 MiB. At machine loads of 20-35 the host-side
-//     unwinding costs more: recorder CPU 1.5-4.8x perf's (pair ratios
-//     1.45, 2.67, 4.81; the CFI tables of every module samples pass
-//     through are built on first touch, and a 40 MiB soft memory limit in
-//     rawstack-ebpf keeps the heap near what is live), --unwind fp
-//     0.88-1.11x. BPF memory: 4.1 MiB (the 4 MiB ring, 43 KiB of per-CPU
-//     scratch).
+//     -run ebpf, 11 interleaved rounds, median pair ratios). At a machine
+//     load of 5-14 (other jobs): recorder CPU 0.81x perf's with the window
+//     (230 vs 282 ms), 0.76x with --unwind fp; the workload's slowdown is
+//     perf's within 3%. At a load of 13-19 made of busy loops and a
+//     stream of Go binaries copied to new paths and run (a host running
+//     go test): 0.94x with the window, 0.82x with --unwind fp. Peak RSS
+//     (VmHWM of rawstack and rawstack-ebpf together) 28.5-29.1 MiB
+//     against perf's 12.6-12.8 MiB. BPF memory: 4.1 MiB (the 4 MiB ring,
+//     43 KiB of per-CPU scratch), 5.3 MiB with --off-cpu. With --off-cpu
+//     against perf recording sched_switch as well: 1.01x at load 5-14,
+//     1.21x at 13-19 (every new process has off-CPU stacks to unwind).
+//
+//     What made the window's cost perf's: the reader parks in Go's
+//     network poller (a goroutine blocked in poll(2) kept the runtime's
+//     sysmon thread polling every 20 µs: a third of the recorder's CPU);
+//     the BPF programs wake it only when a quarter of the ring is used
+//     and it reads every 100 ms otherwise (a wakeup per sample before);
+//     the ring is read in place, not copied out; tables are lazy (libc's
+//     first touch: 0.45 ms instead of 8.3 ms, and a Go binary's
+//     .debug_frame 5.5 ms instead of 33), shared by build id and
+//     forgotten with the last process that maps their file; perf maps
+//     are watched from a process's first sample, not for every process of
+//     the host, and looked for less and less often while missing; the
+//     clock is read through the vDSO. Before, at loads of 20-35, the
+//     recorder used 1.5-4.8x perf's CPU. Per sample, once its modules'
+//     tables are warm, the host work (decode, unwind, report) is 250-310
+//     ns for 8 frames (BenchmarkBPFRecord).
 //
 // So the window: complete chains for any code with CFI, no per-host table
 // pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
-// scratch buffer; the price is recorder CPU on the host. A module whose table is built the first time a sample
-// passes through it stalls the reader meanwhile. With System set, a
-// sample the reader reaches more than half a second late builds no new
-// tables (it is unwound with those built, frame pointers elsewhere);
+// scratch buffer; the price is unwinding on the host. With System set, a
+// sample the reader reaches more than half a second late makes no new
+// tables (it is unwound with those made, frame pointers elsewhere);
 // samples more than two seconds late are dropped and reported
-// (LostUnwind), and a full ring is reported as LostRingOverflow from a
-// BPF counter. On a host whose CPUs are oversubscribed (the benchmark
-// machine ran at a load of 30 on 2 vCPUs) the reader gets too little CPU
-// and most stack-copy samples are lost that way; --unwind fp loses none.
+// (LostUnwind); a full ring is reported as LostRingOverflow and a full
+// map of threads off CPU as LostUnknown, from BPF counters read at every
+// read, and a record the decoder rejects counts as lost too. A reader
+// that gets too little CPU on an oversubscribed host loses samples that
+// way. At a load of about 30 (busy loops and a stream of new binaries)
+// an 8 s -a recording kept 1330-1545 of about 1600 samples with none
+// lost; the build before the changes above kept 912-1487 under the same
+// load, with up to 40 lost (the 981 lost at a load of 32 made by other
+// jobs, measured earlier, was not reproduced by artificial load).
 //
 // Off-CPU time (Config.OffCPU) needs only the sched_switch tracepoint
 // (tp_btf), not a kprobe (many kernels, this one among them, have no

@@ -40,6 +40,9 @@ const (
 	// lines of a rewritten perf map that were already reported.
 	jitMaxSeen = 1 << 22
 	jitMaxErrs = 16
+	// jitMaxBackoff caps the interval between looks for a perf map that
+	// does not exist (whole-host sessions).
+	jitMaxBackoff = 3200 * time.Millisecond
 )
 
 type jitTracker struct {
@@ -69,6 +72,7 @@ type jitProc struct {
 	dumps      []*jitFile
 	seen       map[perfKey]struct{}
 	live       map[uint64]liveCode // jitdump code by address, for CODE_MOVE
+	exiting    bool                // the last read: no backoff
 	debugAddr  uint64              // the DEBUG_INFO that precedes the next CODE_LOAD
 	debugLines []platform.JITLine
 }
@@ -94,6 +98,10 @@ type jitFile struct {
 	head    []byte // the first bytes, to notice a rewrite
 	hdr     *jitfile.JitdumpHeader
 	dead    bool // a fatal error: not read again
+	// retry: with onDemand, a perf map not found is looked for again
+	// from then on, after backoff (doubling up to jitMaxBackoff).
+	retry   time.Time
+	backoff time.Duration
 	// reread: the file was rewritten and is read again from the start;
 	// its lines already reported are recognized and skipped. (A map that
 	// is only appended to may repeat a line legitimately: code freed and
@@ -182,6 +190,7 @@ func (j *jitTracker) exit(pid uint32) {
 		return
 	}
 	if p := j.procs[pid]; p != nil {
+		p.exiting = true
 		j.readAll(p)
 		p.close()
 		delete(j.procs, pid)
@@ -260,6 +269,9 @@ func (j *jitTracker) readFile(p *jitProc, f *jitFile) {
 	if f.dead {
 		return
 	}
+	if f.f == nil && !p.exiting && time.Now().Before(f.retry) {
+		return // no map yet; looked for again later, and at exit
+	}
 	// (Re)open when the file appeared or its path now names another file.
 	fi, err := os.Stat(p.rootPath(f.rel))
 	if err == nil && fi.Mode().IsRegular() {
@@ -280,6 +292,13 @@ func (j *jitTracker) readFile(p *jitProc, f *jitFile) {
 		}
 	}
 	if f.f == nil {
+		if j.onDemand && !f.dump {
+			// A whole host has hundreds of processes without perf maps:
+			// look for one less and less often (entries read late still
+			// name earlier samples; the symbolizer matches them at the end).
+			f.backoff = min(max(2*f.backoff, jitPollInterval), jitMaxBackoff)
+			f.retry = time.Now().Add(f.backoff)
+		}
 		return
 	}
 	st, err := f.f.Stat()

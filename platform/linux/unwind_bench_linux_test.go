@@ -35,10 +35,11 @@ func (h *rawCapture) Sample(s *platform.Sample) {
 	h.raws = append(h.raws, c)
 }
 
-// BenchmarkDWARFUnwind measures online unwinding per sample (decode,
-// unwind through the fixture's chain and libc, report) on samples of a
-// real program built without frame pointers, replayed with its mappings.
-func BenchmarkDWARFUnwind(b *testing.B) {
+// captureRaw records a real program built without frame pointers with
+// KeepRaw and returns its modules and raw samples, with each sample's
+// registers in perf order (as PERF_SAMPLE_REGS_USER and the eBPF back
+// end's records carry them), for replaying.
+func captureRaw(b *testing.B) (h *rawCapture, pid int, perfRegs [][]uint64) {
 	if runtime.GOARCH != "amd64" {
 		b.Skip("the records carry amd64 registers")
 	}
@@ -49,7 +50,7 @@ func BenchmarkDWARFUnwind(b *testing.B) {
 		b.Fatal(err)
 	}
 	bin := buildFixture(b, "fpchain.c", "-O2", "-fomit-frame-pointer")
-	h := &rawCapture{}
+	h = &rawCapture{}
 	s, err := Launch(exec.Command(bin, "300000000"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)
 	if err != nil {
 		b.Fatal(err)
@@ -61,9 +62,6 @@ func BenchmarkDWARFUnwind(b *testing.B) {
 	if len(h.raws) < 50 {
 		b.Fatalf("only %d raw samples captured", len(h.raws))
 	}
-	// Rebuild perf records: registers back in perf order, stack copy, a
-	// time that is never late.
-	var recs [][]byte
 	for _, r := range h.raws {
 		var regs arch.Regs
 		if err := regs.SetMasked(arch.AMD64, r.RegMask, r.Regs); err != nil {
@@ -75,14 +73,28 @@ func BenchmarkDWARFUnwind(b *testing.B) {
 				vals = append(vals, regs.R[arch.PerfToDWARF(arch.AMD64, p)])
 			}
 		}
-		rec := dwarfSampleRecord(nil, 2, vals, r.Stack, uint64(len(r.Stack)+7)&^7, uint64(len(r.Stack)))
+		perfRegs = append(perfRegs, vals)
+	}
+	return h, s.Pid(), perfRegs
+}
+
+// BenchmarkDWARFUnwind measures online unwinding per sample (decode,
+// unwind through the fixture's chain and libc, report) on samples of a
+// real program built without frame pointers, replayed with its mappings.
+func BenchmarkDWARFUnwind(b *testing.B) {
+	h, pid, perfRegs := captureRaw(b)
+	// Rebuild perf records: registers back in perf order, stack copy, a
+	// time that is never late.
+	var recs [][]byte
+	for i, r := range h.raws {
+		rec := dwarfSampleRecord(nil, 2, perfRegs[i], r.Stack, uint64(len(r.Stack)+7)&^7, uint64(len(r.Stack)))
 		binary.LittleEndian.PutUint32(rec[8+8:], r.Pid)
 		binary.LittleEndian.PutUint64(rec[8+16:], 1<<62)
 		recs = append(recs, rec)
 	}
 	count := &countHandler{}
-	rs := newSession(platform.Config{Pid: s.Pid(), Unwind: platform.UnwindDWARF}, count)
-	rs.pid = s.Pid()
+	rs := newSession(platform.Config{Pid: pid, Unwind: platform.UnwindDWARF}, count)
+	rs.pid = pid
 	for i := range h.mods {
 		m := &h.mods[i]
 		rs.loadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)

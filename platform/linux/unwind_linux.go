@@ -248,7 +248,7 @@ func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
 			if ml == nil || (ml.Kind != format.ModuleELF && ml.Kind != format.ModuleUnknown) || !strings.HasPrefix(ml.Path, "/") {
 				continue
 			}
-			key := ml.Path + "\x00" + string(ml.BuildID)
+			key := unwindKey(ml)
 			if f, ok := uw.files[key]; ok {
 				uw.add(p, f, m.start, m.end, ml.FileOffset)
 				continue
@@ -401,7 +401,7 @@ func (uw *unwinder) sweep(s *Session) {
 	for _, ps := range s.procs {
 		for _, m := range ps.modules {
 			if ml := m.ml; ml != nil {
-				live[ml.Path+"\x00"+string(ml.BuildID)] = true
+				live[unwindKey(ml)] = true
 			}
 		}
 	}
@@ -411,4 +411,15 @@ func (uw *unwinder) sweep(s *Session) {
 		}
 	}
 	uw.sweepAt = max(minSweep, 2*len(uw.files))
+}
+
+// unwindKey names a module's file in the unwinder's cache: its build id
+// where it has one, so that the copies of one binary at other paths (a
+// test binary copied or rebuilt identically, a library in many
+// containers' roots) share one table; else its path.
+func unwindKey(ml *format.ModuleLoad) string {
+	if len(ml.BuildID) > 0 {
+		return "id\x00" + string(ml.BuildID)
+	}
+	return ml.Path
 }

@@ -19,12 +19,27 @@ func TestUnwindSweep(t *testing.T) {
 	for i := 0; i < 2*minSweep; i++ {
 		uw.files[string(rune('a'+i%26))+string(rune(i))] = &unwindFile{}
 	}
-	uw.files[live.Path+"\x00"+string(live.BuildID)] = &unwindFile{}
+	uw.files[unwindKey(live)] = &unwindFile{}
 	uw.sweep(s)
-	if len(uw.files) != 1 || uw.files[live.Path+"\x00"+string(live.BuildID)] == nil {
+	if len(uw.files) != 1 || uw.files[unwindKey(live)] == nil {
 		t.Fatalf("after sweep: %d files cached, want only the mapped one", len(uw.files))
 	}
 	if uw.sweepAt != minSweep {
 		t.Errorf("next sweep at %d files, want %d", uw.sweepAt, minSweep)
+	}
+}
+
+// TestUnwindKey: copies of one binary (same build id) share a table; files
+// without a build id are told apart by path.
+func TestUnwindKey(t *testing.T) {
+	a := &format.ModuleLoad{Path: "/tmp/go-build1/b001/x.test", BuildID: []byte{9, 8, 7}}
+	b := &format.ModuleLoad{Path: "/tmp/go-build2/b001/x.test", BuildID: []byte{9, 8, 7}}
+	c := &format.ModuleLoad{Path: "/usr/lib/liba.so"}
+	d := &format.ModuleLoad{Path: "/usr/lib/libb.so"}
+	if unwindKey(a) != unwindKey(b) {
+		t.Error("two copies of one build id have different keys")
+	}
+	if unwindKey(c) == unwindKey(d) || unwindKey(a) == unwindKey(c) {
+		t.Error("different files share a key")
 	}
 }

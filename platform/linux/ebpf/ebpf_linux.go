@@ -8,12 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
@@ -56,8 +54,7 @@ type programs struct {
 	spec  linux.BPFSpec
 	coll  *ebpf.Collection
 	links []link.Link
-	rb    *ringbuf.Reader
-	rec   ringbuf.Record
+	rb    *ringReader
 	lost  []uint64
 }
 
@@ -97,12 +94,12 @@ func load(spec linux.BPFSpec) (linux.BPFPrograms, error) {
 	if err != nil {
 		return nil, loadError(err)
 	}
-	p.rb, err = ringbuf.NewReader(p.coll.Maps["events"])
+	ev := p.coll.Maps["events"]
+	p.rb, err = newRingReader(ev.FD(), int(ev.MaxEntries()))
 	if err != nil {
 		p.Close()
-		return nil, fmt.Errorf("reading the BPF ring buffer: %w", err)
+		return nil, err
 	}
-	p.rb.SetDeadline(time.Unix(1, 0)) // never block: the session polls RingFD
 	// Fork tracking first, so that no child of a target escapes.
 	for _, name := range []string{"on_fork", "on_exit"} {
 		if err := p.attach(name); err != nil {
@@ -143,12 +140,7 @@ func (p *programs) Start() error {
 
 func (p *programs) RingFD() int { return p.coll.Maps["events"].FD() }
 
-func (p *programs) Next() ([]byte, bool) {
-	if err := p.rb.ReadInto(&p.rec); err != nil {
-		return nil, false
-	}
-	return p.rec.RawSample, true
-}
+func (p *programs) Next() ([]byte, bool) { return p.rb.next() }
 
 func (p *programs) Lost() (ring, offCPU uint64) {
 	sum := func(reason uint32) uint64 {
@@ -170,7 +162,7 @@ func (p *programs) Close() error {
 	}
 	p.links = nil
 	if p.rb != nil {
-		p.rb.Close()
+		p.rb.close()
 		p.rb = nil
 	}
 	if p.coll != nil {
