@@ -38,7 +38,7 @@ func (uw *unwinder) chooseAuto(pid int) {
 		return // DWARF-style sampling works without knowing
 	}
 	uf := &unwindFile{f: f}
-	uf.table, _ = arch.NewTableELF(f, real)
+	uf.table, _ = arch.NewLazyTableELF(f, real)
 	f.Close()
 	fp := keepsFramePointers(uw.arch, uf.table)
 	if fp {

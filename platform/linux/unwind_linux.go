@@ -329,13 +329,9 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 			continue
 		}
 		uf := &unwindFile{f: f}
-		if uw.auto || uw.leaf {
-			// keepsFramePointers reads every row.
-			uf.table, _ = arch.NewTableELF(f, path) // nil: frame pointers there
-		} else {
-			// A walk needs a few of the module's FDEs: parse those.
-			uf.table, _ = arch.NewLazyTableELF(f, path)
-		}
+		// A walk needs a few of the module's FDEs: parse those (and,
+		// for --unwind auto's test, a sample of them).
+		uf.table, _ = arch.NewLazyTableELF(f, path) // nil: frame pointers there
 		f.Close()
 		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
