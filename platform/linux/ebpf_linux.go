@@ -450,6 +450,14 @@ func (s *Session) offCPU(r *record) {
 		return
 	}
 	o := b.offPending[r.Tid]
+	if o != nil {
+		// The thread left the CPU again, so it came back in between,
+		// but no record said when: that interval's weight is unknown.
+		// Counted, not dropped silently (TestEBPFOffCPU has seen this,
+		// rarely, on a loaded host).
+		s.lost.Add(1)
+		s.h.Lost(&format.Lost{Time: int64(o.time), Pid: o.pid, Count: 1, Reason: format.LostUnknown})
+	}
 	if o == nil {
 		if len(b.offPending) >= maxOffPending {
 			s.lost.Add(1)
