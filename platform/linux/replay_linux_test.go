@@ -66,6 +66,31 @@ func TestReplayTracking(t *testing.T) {
 	}
 }
 
+// TestReplayGroupExit: in an exit_group the leader's EXIT record can come
+// before a sibling's, which is still sampled in do_exit with its user
+// stack; the process's modules must stay until its last thread is gone.
+func TestReplayGroupExit(t *testing.T) {
+	h := &countHandler{}
+	s := NewReplay(1, h)
+	var recs []byte
+	recs = append(recs, forkRecord(recFork, 300, 1, 300, 1)...) // process
+	recs = append(recs, mmap2Record(300, 300, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out")...)
+	recs = append(recs, forkRecord(recFork, 300, 300, 301, 300)...) // thread
+	recs = append(recs, forkRecord(recExit, 300, 300, 300, 300)...) // leader first
+	s.Replay(recs)
+	if ps := s.procs[300]; ps == nil || len(ps.modules) != 1 {
+		t.Fatalf("after the leader's EXIT, with thread 301 still running: %+v", ps)
+	}
+	recs = append(sampleRecord(300, 301, perfContextUser, 0x400010), forkRecord(recExit, 300, 300, 301, 300)...)
+	s.Replay(recs)
+	if h.samples != 1 {
+		t.Errorf("%d samples, want 1", h.samples)
+	}
+	if ps := s.procs[300]; ps != nil {
+		t.Errorf("after the last thread's EXIT the process is still tracked: %+v", ps)
+	}
+}
+
 func throttleRecord(typ uint32, time, id uint64) []byte {
 	le := binary.LittleEndian
 	n := 8 + 24 + sampleIDSize

@@ -73,6 +73,13 @@ type procState struct {
 	comm    string
 	modules []liveModule
 	names   map[uint32]string // tid → name, for threads that inherit it
+	// live counts the threads known to be running; leaderGone is set by
+	// the leader's EXIT. In an exit_group the leader's EXIT record can
+	// come before its siblings' (the leader waits as a zombie), and those
+	// siblings are still sampled in do_exit with their user stacks: the
+	// process ends, and its modules are unloaded, with its last thread.
+	live       int
+	leaderGone bool
 }
 
 // threadName reports tid's name and remembers it: the kernel writes no
@@ -477,7 +484,7 @@ func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 	dir := procDir(ipid)
 	comm := procComm(dir)
 	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
-	ps := &procState{comm: comm}
+	ps := &procState{comm: comm, live: len(tids)}
 	s.procs[pid] = ps
 	s.jit.started(pid)
 	for _, tid := range tids {
@@ -769,7 +776,7 @@ func (s *Session) dispatch(r *record) {
 		if r.Pid != r.Ppid {
 			// A new process: it starts with a copy of its parent's mappings.
 			parent := s.procs[r.Ppid]
-			ps := &procState{}
+			ps := &procState{live: 1}
 			comm := ""
 			if parent != nil {
 				comm = parent.comm
@@ -797,6 +804,7 @@ func (s *Session) dispatch(r *record) {
 		}
 		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 		if ps := s.procs[r.Pid]; ps != nil {
+			ps.live++
 			name := ps.names[r.Ptid]
 			if name == "" {
 				name = ps.comm
@@ -807,12 +815,17 @@ func (s *Session) dispatch(r *record) {
 		}
 	case recExit:
 		s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
-		if ps := s.procs[r.Pid]; ps != nil {
+		ps := s.procs[r.Pid]
+		if ps != nil {
 			delete(ps.names, r.Tid)
+			ps.live--
+			if r.Pid == r.Tid {
+				ps.leaderGone = true
+			}
 		}
-		if r.Pid == r.Tid {
+		if ps != nil && ps.leaderGone && ps.live <= 0 || ps == nil && r.Pid == r.Tid {
 			s.jit.exit(r.Pid)
-			if ps := s.procs[r.Pid]; ps != nil {
+			if ps != nil {
 				for _, m := range ps.modules {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
 				}
