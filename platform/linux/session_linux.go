@@ -272,6 +272,10 @@ func probe() error {
 	return probeErr
 }
 
+// goWakeupEvents is how many samples a ring takes before it wakes the
+// reader when goroutines are recorded (a few milliseconds at 1 kHz).
+const goWakeupEvents = 4
+
 // Probe reports whether sampling with perf_event_open works here; the
 // error wraps platform.ErrNotSupported and says why when it does not.
 func Probe() error { return probe() }
@@ -352,6 +356,13 @@ func (s *Session) attach() error {
 	} else if s.gos != nil {
 		attr.Sample_type |= perfSampleRegsUser
 		attr.Sample_regs_user = s.gos.mask
+	}
+	if s.gos != nil {
+		// A sample's goroutine and labels are read from the target when
+		// the reader gets to it, and a goroutine that has ended has no
+		// labels left to read: wake the reader every few samples rather
+		// than when half the ring is full (or its 50 ms timeout).
+		attr.Wakeup = goWakeupEvents
 	}
 
 	s.reportInitial(tids)
