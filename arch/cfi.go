@@ -196,19 +196,27 @@ func (b *builder) addStubs(stubs []Stub) {
 // ErrNoUnwindInfo says a module has neither .eh_frame nor .debug_frame.
 var ErrNoUnwindInfo = errors.New("arch: no .eh_frame or .debug_frame")
 
+// elfArch is the Arch of an ELF file's machine.
+func elfArch(f *elf.File, path string) (Arch, error) {
+	switch f.Machine {
+	case elf.EM_X86_64:
+		return AMD64, nil
+	case elf.EM_AARCH64:
+		return ARM64, nil
+	}
+	return 0, fmt.Errorf("arch: %s: unsupported machine %v", path, f.Machine)
+}
+
 // NewTableELF reads the unwind sections of an ELF file. Without section
 // headers it finds .eh_frame through the PT_GNU_EH_FRAME segment. path only
 // names the file in errors.
 func NewTableELF(f *elf.File, path string) (*Table, error) {
 	s := Sections{File: path}
-	switch f.Machine {
-	case elf.EM_X86_64:
-		s.Arch = AMD64
-	case elf.EM_AARCH64:
-		s.Arch = ARM64
-	default:
-		return nil, fmt.Errorf("arch: %s: unsupported machine %v", path, f.Machine)
+	a, err := elfArch(f, path)
+	if err != nil {
+		return nil, err
 	}
+	s.Arch = a
 	read := func(name string) ([]byte, uint64, error) {
 		sec := f.Section(name)
 		if sec == nil || sec.Type == elf.SHT_NOBITS {
@@ -226,7 +234,6 @@ func NewTableELF(f *elf.File, path string) (*Table, error) {
 		}
 		return d, sec.Addr, nil
 	}
-	var err error
 	if s.EHFrame, s.EHFrameAddr, err = read(".eh_frame"); err != nil {
 		return nil, err
 	}

@@ -42,14 +42,11 @@ type lazyIndex struct {
 // sections (and .eh_frame_hdr) and returns [NewLazyTable]'s table.
 func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
 	s := Sections{File: path}
-	switch f.Machine {
-	case elf.EM_X86_64:
-		s.Arch = AMD64
-	case elf.EM_AARCH64:
-		s.Arch = ARM64
-	default:
-		return nil, fmt.Errorf("arch: %s: unsupported machine %v", path, f.Machine)
+	a, err := elfArch(f, path)
+	if err != nil {
+		return nil, err
 	}
+	s.Arch = a
 	if f.ByteOrder != binary.LittleEndian {
 		return NewTableELF(f, path)
 	}
