@@ -10,23 +10,20 @@ import (
 
 // wait blocks until a ring has records to read or timeout passes. It
 // parks in Go's network poller (see [sys.Waiter]) rather than in poll(2);
-// where no epoll instance can be had it falls back to poll(2).
+// where no epoll instance can be had, and when profiling itself, it uses
+// poll(2).
 func (s *Session) wait(timeout time.Duration) error {
 	if s.bpf != nil {
 		// The BPF programs wake the reader only when their ring fills
 		// (bpfRingBytes/4): reads come from this timeout, in batches.
 		timeout = bpfReadInterval
 	}
-	if s.self {
-		// Profiling this process: the program's own goroutines may hold
-		// every P, and a reader parked in the poller would run only when
-		// one is preempted (tens of milliseconds late), by when the
-		// goroutine a sample names may have ended and its labels with it.
-		// A thread blocked in poll(2) is woken by the kernel at once.
-		_, err := sys.PollIn(s.polls, int(timeout/time.Millisecond))
-		return err
-	}
-	if s.waiter == nil && !s.noWaiter {
+	// A session profiling this process waits in poll(2): the program's
+	// own goroutines may hold every P, and a reader parked in the poller
+	// would run only when one is preempted (tens of milliseconds late),
+	// by when the goroutine a sample names may have ended and its labels
+	// with it. A thread blocked in poll(2) is woken by the kernel at once.
+	if s.waiter == nil && !s.noWaiter && !s.self {
 		w, err := sys.NewWaiter()
 		if err != nil {
 			s.noWaiter = true
