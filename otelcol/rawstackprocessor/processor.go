@@ -84,7 +84,7 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 	strs := d.StringTable()
 	frameTypeKey := int32(-1)
 	var in *interner
-	lookups := 0
+	lookups, bounded := 0, false
 	mods := make([]*symbolizer.Module, d.MappingTable().Len())
 	modDone := make([]bool, len(mods))
 	for li := 1; li < d.LocationTable().Len(); li++ {
@@ -108,7 +108,9 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 				// request naming thousands of build ids costs a
 				// bounded amount of work; the rest stay raw.
 				if lookups >= p.maxLookups || !p.lookups.take() {
-					if p.deferred.Add(1) == 1 || lookups == p.maxLookups {
+					p.deferred.Add(1)
+					if !bounded {
+						bounded = true // one line per request, not per module
 						p.log.Info("rawstack: module lookup bound reached; frames of further new modules stay raw in this request",
 							zap.Int("max_lookups_per_request", p.maxLookups))
 					}
