@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sync"
 
+	"github.com/rawstack/rawstack/cmd/internal/companion"
 	"github.com/rawstack/rawstack/internal/fetchproto"
 	"github.com/rawstack/rawstack/symbolizer/fetch"
 )
@@ -74,7 +75,7 @@ func (g *companionGetter) forget(id uint64) {
 
 // start runs the companion; g.mu is held.
 func (g *companionGetter) start() error {
-	path, err := findCompanion(fetchHelper, "downloading debug files (DEBUGINFOD_URLS, symbol servers in _NT_SYMBOL_PATH)")
+	path, err := companion.Find(fetchHelper, "downloading debug files (DEBUGINFOD_URLS, symbol servers in _NT_SYMBOL_PATH)")
 	if err != nil {
 		// The locators note a failed download only where nothing else
 		// was found; a missing command deserves to be said once.

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"github.com/rawstack/rawstack/cmd/internal/companion"
 )
 
 // ebpfHelper records with the eBPF back end. Its loader links
@@ -18,7 +20,7 @@ const ebpfHelper = "rawstack-ebpf"
 // runEBPFRecord runs rawstack-ebpf record with record's arguments; its
 // output and exit status become the command's.
 func runEBPFRecord(args []string, stdout, stderr io.Writer) error {
-	path, err := findCompanion(ebpfHelper, "--backend ebpf")
+	path, err := companion.Find(ebpfHelper, "--backend ebpf")
 	if err != nil {
 		return err
 	}

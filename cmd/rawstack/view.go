@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rawstack/rawstack/cmd/internal/companion"
 	"github.com/rawstack/rawstack/symbolizer/export/pprof"
 )
 
@@ -55,7 +56,7 @@ func runView(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !validHostPort(*addr) {
 		return &usageError{fmt.Sprintf("--http %q: want HOST:PORT", *addr)}
 	}
-	helper, err := findCompanion(viewHelper, "view")
+	helper, err := companion.Find(viewHelper, "view")
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package recordflags
+package record
 
 import (
 	"errors"

@@ -1,9 +1,4 @@
-// Package recordflags defines the flags of `rawstack record` and their
-// checks once, for the two programs that parse them: the rawstack command,
-// and rawstack-ebpf, which `rawstack record --backend ebpf` runs with the
-// same arguments (it links the eBPF loader, which rawstack does not). A
-// flag added here is a flag of both, so their parsing cannot drift.
-package recordflags
+package record
 
 import (
 	"flag"
@@ -32,7 +27,8 @@ type Flags struct {
 	OffCPU     bool
 	Goroutines bool
 
-	fs *flag.FlagSet
+	otlp otlpFlags
+	fs   *flag.FlagSet
 }
 
 // Register defines record's flags on fs.
@@ -53,6 +49,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.System, "a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
 	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
+	f.otlp.register(fs)
 	return f
 }
 
