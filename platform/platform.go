@@ -34,6 +34,28 @@ func (e *NotSupportedError) Error() string {
 // Is makes errors.Is(err, ErrNotSupported) true.
 func (e *NotSupportedError) Is(target error) bool { return target == ErrNotSupported }
 
+// OptionError says a back end was given an option it does not implement:
+// which field of [Config], which back end on which OS, and why. Back ends
+// check every field they are given and return this instead of ignoring
+// one; errors.Is(err, ErrNotSupported) holds.
+type OptionError struct {
+	Option  string // the Config field, e.g. "OffCPU"
+	Backend string // e.g. "perf", "ebpf", "suspend-and-copy"
+	OS      string // e.g. "linux", "windows"
+	Reason  string // what to use instead, or why not
+}
+
+func (e *OptionError) Error() string {
+	msg := fmt.Sprintf("option %s is not supported by the %s back end on %s", e.Option, e.Backend, e.OS)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotSupported) true.
+func (e *OptionError) Is(target error) bool { return target == ErrNotSupported }
+
 // PermissionError says the caller lacks a privilege the request needs, and
 // which one.
 type PermissionError struct {

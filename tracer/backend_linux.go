@@ -3,6 +3,8 @@
 package tracer
 
 import (
+	"os/exec"
+
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
@@ -14,13 +16,9 @@ const (
 	hostClock = format.ClockMonotonic
 )
 
-func openBackend(opts Options, h platform.Handler) (backend, error) {
-	cfg := platform.Config{Pid: opts.Pid, Frequency: opts.Frequency, NoKernel: opts.NoKernel,
-		Unwind: opts.Unwind, StackSize: opts.StackSize, KeepRaw: opts.KeepRaw,
-		NoJIT: opts.NoJIT, JITCodeBytes: opts.JITCodeBytes, Goroutines: opts.Goroutines,
-		Backend: opts.Backend, System: opts.System, OffCPU: opts.OffCPU}
-	if opts.Command != nil {
-		return linux.Launch(opts.Command, cfg, h)
+func openBackend(cfg platform.Config, cmd *exec.Cmd, h platform.Handler) (backend, error) {
+	if cmd != nil {
+		return linux.Launch(cmd, cfg, h)
 	}
 	return linux.Open(cfg, h)
 }

@@ -3,6 +3,7 @@
 package tracer
 
 import (
+	"os/exec"
 	"time"
 
 	"github.com/rawstack/rawstack/format"
@@ -17,8 +18,8 @@ const (
 
 // openBackend: no back end for this OS yet; the Linux package's stub
 // returns an error wrapping platform.ErrNotSupported.
-func openBackend(opts Options, h platform.Handler) (backend, error) {
-	_, err := linux.Open(platform.Config{}, h)
+func openBackend(cfg platform.Config, cmd *exec.Cmd, h platform.Handler) (backend, error) {
+	_, err := linux.Open(cfg, h)
 	return nil, err
 }
 

@@ -3,6 +3,7 @@
 package tracer
 
 import (
+	"os/exec"
 	"sync"
 
 	"github.com/rawstack/rawstack/format"
@@ -16,11 +17,9 @@ const (
 	hostClock = format.ClockQPC
 )
 
-func openBackend(opts Options, h platform.Handler) (backend, error) {
-	cfg := platform.Config{Pid: opts.Pid, Frequency: opts.Frequency, NoKernel: opts.NoKernel,
-		Unwind: opts.Unwind, StackSize: opts.StackSize, KeepRaw: opts.KeepRaw}
-	if opts.Command != nil {
-		return windows.Launch(opts.Command, cfg, h)
+func openBackend(cfg platform.Config, cmd *exec.Cmd, h platform.Handler) (backend, error) {
+	if cmd != nil {
+		return windows.Launch(cmd, cfg, h)
 	}
 	return windows.Open(cfg, h)
 }

@@ -34,7 +34,10 @@ import (
 )
 
 // Options configures [Start]. The zero value profiles the calling process
-// at 99 Hz.
+// at 99 Hz. The sampling options reach the back end of the running OS as
+// one platform.Config; a back end that does not implement an option set
+// here refuses it: Start returns a *platform.OptionError naming the field
+// (errors.Is(err, platform.ErrNotSupported)) instead of ignoring it.
 type Options struct {
 	// Frequency is the sampling rate per thread in Hz; 0 means 99.
 	Frequency int
@@ -236,7 +239,7 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 		return nil, err
 	}
 	h := (*handler)(t)
-	t.be, err = openBackend(t.opts, h)
+	t.be, err = openBackend(t.opts.config(), t.opts.Command, h)
 	if err != nil {
 		t.closeStreams()
 		return nil, err

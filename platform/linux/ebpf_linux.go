@@ -21,7 +21,7 @@ const (
 	bpfHdrSize   = 48
 	bpfNRegs     = 17
 	bpfKernelOff = bpfHdrSize + 8*bpfNRegs
-	bpfMaxStack  = 16384 // MAX_STACK
+	bpfMaxStack  = maxBPFStack // MAX_STACK
 
 	bpfKindCPU    = 1
 	bpfKindOffCPU = 2 // a thread left the CPU: its stack
@@ -113,12 +113,6 @@ func probeBPF() error {
 func (s *Session) attachBPF() (err error) {
 	if err := ProbeBPF(); err != nil {
 		return err
-	}
-	if s.cfg.KeepRaw {
-		return errors.New("the eBPF back end unwinds on the host: --keep-raw is not supported with it")
-	}
-	if s.cfg.Unwind != platform.UnwindFP && s.cfg.StackSize > bpfMaxStack {
-		return fmt.Errorf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", bpfMaxStack, s.cfg.StackSize)
 	}
 	s.kernel = !s.cfg.NoKernel
 	s.event = "cpu-clock"

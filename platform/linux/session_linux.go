@@ -106,11 +106,11 @@ type idKey struct {
 
 // Open starts sampling the running process cfg.Pid (0: the caller).
 func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
 	s := newSession(cfg, h)
 	if cfg.System {
-		if cfg.Backend != platform.BackendEBPF {
-			return nil, errors.New("sampling the whole system needs the eBPF back end")
-		}
 		s.system = true
 	} else if cfg.Pid == 0 {
 		s.pid, s.self = os.Getpid(), true
@@ -133,6 +133,9 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 // attaches to it and lets it run. The caller must not call cmd.Wait: the
 // session reaps the command; [Session.ExitErr] reports how it ended.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
 	if err := probe(); err != nil {
 		return nil, err
 	}
@@ -306,9 +309,6 @@ func (s *Session) attach() error {
 	}
 	if s.cfg.Backend == platform.BackendEBPF {
 		return s.attachBPF()
-	}
-	if s.cfg.OffCPU {
-		return errors.New("off-CPU sampling needs the eBPF back end")
 	}
 	privileged := perfPrivileged()
 	paranoid := sysctlInt("kernel.perf_event_paranoid", 2)

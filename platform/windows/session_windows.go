@@ -103,6 +103,9 @@ type module struct {
 
 // Open starts sampling process cfg.Pid (0: the calling process).
 func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
 	s := newSession(cfg, h)
 	if cfg.Pid == 0 || uint32(cfg.Pid) == win.CurrentProcessID() {
 		s.pid, s.self, s.proc = win.CurrentProcessID(), true, win.CurrentProcess()
@@ -125,6 +128,9 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 // attaches to it and lets it run when [Session.Run] begins. The caller
 // must not call cmd.Wait; [Session.ExitErr] reports how it ended.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
 	s := newSession(cfg, h)
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -58,9 +58,6 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
-// maxBPFStack is what the eBPF back end copies at most per sample.
-const maxBPFStack = 16384
-
 // Check validates the flags after fs.Parse, given the arguments left
 // (the command to run), and returns the back end and unwind mode they
 // name. An error is a *UsageError.
@@ -78,8 +75,6 @@ func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, err
 		f.Unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise
 	}
 	switch {
-	case (f.System || f.OffCPU) && be != platform.BackendEBPF:
-		return usage("-a and --off-cpu need --backend ebpf")
 	case f.System && (f.Pid != 0 || len(rest) > 0):
 		return usage("-a samples every process: give no -p and no command")
 	case f.Pid != 0 && len(rest) > 0:
@@ -102,17 +97,19 @@ func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, err
 	if f.KeepRaw && mode == platform.UnwindFP {
 		return usage("--keep-raw needs --unwind dwarf or auto")
 	}
-	if be == platform.BackendEBPF {
-		switch {
-		case f.KeepRaw:
-			return usage("--keep-raw is not supported with --backend ebpf (it unwinds on the host)")
-		case f.StackSize > maxBPFStack:
-			return usage("--stack-size is at most %d with --backend ebpf", maxBPFStack)
-		case f.Goroutines:
-			return usage("--goroutines is not supported with --backend ebpf")
-		}
-	}
+	// What a back end cannot do (-a or --off-cpu with perf, --keep-raw
+	// with ebpf, any option on another OS) it says itself when it starts:
+	// Main turns its *platform.OptionError into a usage error naming the flag.
 	return be, mode, nil
+}
+
+// flagOf names the flag that sets each platform.Config field, for
+// errors a back end returns about an option.
+var flagOf = map[string]string{
+	"Pid": "-p", "Frequency": "-F", "NoKernel": "--no-kernel", "Unwind": "--unwind",
+	"StackSize": "--stack-size", "KeepRaw": "--keep-raw", "Backend": "--backend",
+	"System": "-a", "OffCPU": "--off-cpu", "NoJIT": "--no-jit", "JITCodeBytes": "--jit-code",
+	"Goroutines": "--goroutines",
 }
 
 // Options returns the tracer options the flags give (without streams or

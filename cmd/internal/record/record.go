@@ -98,6 +98,10 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 
 	start := time.Now()
 	t, err := tracer.Start(ctx, opts)
+	var oe *platform.OptionError
+	if errors.As(err, &oe) {
+		return &UsageError{fmt.Sprintf("%s: %v", flagOf[oe.Option], err)}
+	}
 	if err != nil {
 		return err
 	}

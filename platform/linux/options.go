@@ -1,0 +1,40 @@
+package linux
+
+import (
+	"fmt"
+
+	"github.com/rawstack/rawstack/platform"
+)
+
+// maxBPFStack is what the eBPF back end copies at most per sample.
+const maxBPFStack = 16384
+
+// checkConfig returns a *platform.OptionError for the first option of cfg
+// the back end it names (perf_event or eBPF) does not implement.
+func checkConfig(cfg platform.Config) error {
+	be := cfg.Backend.String()
+	bad := func(option, reason string) error {
+		return &platform.OptionError{Option: option, Backend: be, OS: "linux", Reason: reason}
+	}
+	switch cfg.Backend {
+	case platform.BackendPerf:
+		switch {
+		case cfg.System:
+			return bad("System", "whole-system sampling needs Backend ebpf")
+		case cfg.OffCPU:
+			return bad("OffCPU", "off-CPU samples need Backend ebpf")
+		}
+	case platform.BackendEBPF:
+		switch {
+		case cfg.KeepRaw:
+			return bad("KeepRaw", "the eBPF back end unwinds on the host")
+		case cfg.Goroutines:
+			return bad("Goroutines", "goroutine ids and labels are read with Backend perf")
+		case cfg.Unwind != platform.UnwindFP && cfg.StackSize > maxBPFStack:
+			return bad("StackSize", fmt.Sprintf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", maxBPFStack, cfg.StackSize))
+		}
+	default:
+		return bad("Backend", "unknown back end")
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+package linux
+
+import (
+	"testing"
+
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/internal/optiontest"
+)
+
+func TestCheckConfig(t *testing.T) {
+	t.Run("perf", func(t *testing.T) {
+		optiontest.Check(t, checkConfig, platform.Config{},
+			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize", "KeepRaw",
+			"NoJIT", "JITCodeBytes", "Goroutines",
+			"Backend") // Backend+1 is ebpf, the other back end
+	})
+	t.Run("ebpf", func(t *testing.T) {
+		optiontest.Check(t, checkConfig, platform.Config{Backend: platform.BackendEBPF},
+			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize",
+			"System", "OffCPU", "NoJIT", "JITCodeBytes")
+	})
+	big := platform.Config{Backend: platform.BackendEBPF, Unwind: platform.UnwindDWARF, StackSize: maxBPFStack + 8}
+	if err := checkConfig(big); err == nil {
+		t.Errorf("%+v accepted: the BPF program copies at most %d bytes", big, maxBPFStack)
+	}
+}

@@ -1,0 +1,14 @@
+package tracer
+
+import "github.com/rawstack/rawstack/platform"
+
+// config is the one place Options become the back end's platform.Config:
+// every OS's back end gets the same struct, validates it and returns a
+// *platform.OptionError for a field it cannot honour, instead of the
+// field being left out on the way.
+func (o *Options) config() platform.Config {
+	return platform.Config{Pid: o.Pid, Frequency: o.Frequency, NoKernel: o.NoKernel,
+		Unwind: o.Unwind, StackSize: o.StackSize, KeepRaw: o.KeepRaw,
+		Backend: o.Backend, System: o.System, OffCPU: o.OffCPU,
+		NoJIT: o.NoJIT, JITCodeBytes: o.JITCodeBytes, Goroutines: o.Goroutines}
+}
