@@ -65,11 +65,11 @@ func rawstackCLI(t testing.TB) string {
 			return
 		}
 		cliPath = filepath.Join(dir, "rawstack")
-		// rawstack and its OTLP companion, side by side.
-		cmd := exec.Command("go", "build", "-o", dir, "./cmd/rawstack", "./cmd/rawstack-otlp")
+		// rawstack and its OTLP and eBPF companions, side by side.
+		cmd := exec.Command("go", "build", "-o", dir, "./cmd/rawstack", "./cmd/rawstack-otlp", "./cmd/rawstack-ebpf")
 		cmd.Dir = "../.."
 		if out, err := cmd.CombinedOutput(); err != nil {
-			cliErr = fmt.Errorf("go build ./cmd/rawstack ./cmd/rawstack-otlp: %v\n%s", err, out)
+			cliErr = fmt.Errorf("go build ./cmd/rawstack ./cmd/rawstack-otlp ./cmd/rawstack-ebpf: %v\n%s", err, out)
 		}
 	})
 	if cliErr != nil {
@@ -244,16 +244,24 @@ func finishRecord(t *testing.T, cmd *exec.Cmd, stderr *bytes.Buffer, file string
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("rawstack record: %v\n%s", err, stderr)
 	}
-	r := &recording{file: file, stderr: stderr.String()}
+	r := summarize(t, file, stderr.String())
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss
+	}
+	return r
+}
+
+// summarize reads what a finished recording says it sent and lost, and
+// counts the samples of its trace file.
+func summarize(t *testing.T, file, stderr string) *recording {
+	t.Helper()
+	r := &recording{file: file, stderr: stderr}
 	m := otlpLine.FindStringSubmatch(r.stderr)
 	if m == nil {
 		t.Fatalf("no otlp summary in:\n%s", r.stderr)
 	}
 	r.sent, _ = strconv.ParseInt(m[1], 10, 64)
 	r.lost, _ = strconv.ParseInt(m[2], 10, 64)
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.maxRSS = ru.Maxrss
-	}
 	fr, err := format.Open(file)
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +282,11 @@ func finishRecord(t *testing.T, cmd *exec.Cmd, stderr *bytes.Buffer, file string
 // perPid sums the samples the sink received per process.pid, and the
 // samples whose stack reads c;b;a;main (leaf first).
 func perPid(t *testing.T, sink *consumertest.ProfilesSink) (samples, chain map[int64]int) {
+	return perPidChain(t, sink, "c;b;a;main")
+}
+
+// perPidChain is perPid for another chain, leaf first.
+func perPidChain(t *testing.T, sink *consumertest.ProfilesSink, want string) (samples, chain map[int64]int) {
 	samples, chain = map[int64]int{}, map[int64]int{}
 	for _, pd := range sink.AllProfiles() {
 		d := pd.Dictionary()
@@ -288,7 +301,7 @@ func perPid(t *testing.T, sink *consumertest.ProfilesSink) (samples, chain map[i
 					for _, s := range pr.Samples().All() {
 						n := s.TimestampsUnixNano().Len()
 						samples[pid] += n
-						if strings.Contains(stackNames(d, s.StackIndex()), "c;b;a;main") {
+						if strings.Contains(stackNames(d, s.StackIndex()), want) {
 							chain[pid] += n
 						}
 					}

@@ -17,8 +17,9 @@ import (
 // needs it, for the error when it is missing.
 func Find(name, what string) (string, error) {
 	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), name)
-		if _, err := os.Stat(p); err == nil {
+		// LookPath of a path checks that one file, adding PATHEXT's
+		// extensions (.exe) on Windows.
+		if p, err := exec.LookPath(filepath.Join(filepath.Dir(self), name)); err == nil {
 			return p, nil
 		}
 	}
