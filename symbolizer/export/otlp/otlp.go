@@ -57,7 +57,7 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
-	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel frames, on the recording host
+	_ "github.com/rawstack/rawstack/symbolizer/sources" // the resolver it makes when given none names every kind of module
 )
 
 // Attribute names (OpenTelemetry semantic conventions and the
