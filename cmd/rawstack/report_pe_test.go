@@ -82,28 +82,42 @@ func TestReportPEModule(t *testing.T) {
 	if !strings.Contains(stdout.String(), "fib 5") {
 		t.Errorf("convert --to folded: want a fib stack of 5 samples, got\n%s", stdout.String())
 	}
+	checkNamedEverywhere(t, path, []string{"fib"})
+}
+
+// convertFormats are the formats of convert.
+var convertFormats = []string{"pprof", "perfetto", "chrome", "firefox", "speedscope", "otlp"}
+
+// checkNamedEverywhere converts trace to every format (with the symbol
+// options args) and fails t unless each output names every function of
+// want.
+func checkNamedEverywhere(t *testing.T, trace string, want []string, args ...string) {
+	t.Helper()
 	// convert --to otlp runs rawstack-otlp, found on PATH here.
 	helperDir := t.TempDir()
 	if out, err := exec.Command(testbuild.Need(t, "go", "builds rawstack-otlp"), "build", "-o", helperDir, "../rawstack-otlp").CombinedOutput(); err != nil {
 		t.Fatalf("go build rawstack-otlp: %v\n%s", err, out)
 	}
 	t.Setenv("PATH", helperDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	for _, to := range []string{"pprof", "perfetto", "chrome", "firefox", "speedscope", "otlp"} {
+	for _, to := range convertFormats {
 		conv := filepath.Join(t.TempDir(), "out")
-		stderr.Reset()
-		if code := run([]string{"convert", path, "--to", to, "-o", conv}, &stdout, &stderr); code != 0 {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"convert", trace, "--to", to, "-o", conv}, args...), &stdout, &stderr); code != 0 {
 			t.Fatalf("convert --to %s: exit %d: %s", to, code, stderr.String())
 		}
-		names := functionNames(t, to, conv)
-		if !slices.Contains(names, "fib") {
-			t.Errorf("convert --to %s names %q, not fib", to, names)
+		names := functionNames(t, to, conv, want)
+		for _, fn := range want {
+			if !slices.Contains(names, fn) {
+				t.Errorf("convert --to %s does not name %s: %.600q", to, fn, names)
+			}
 		}
 	}
 }
 
 // functionNames returns the function names of the file path that
-// convert --to to wrote, read back with the format's own decoder.
-func functionNames(t *testing.T, to, path string) []string {
+// convert --to to wrote, read back with the format's own decoder (of
+// Perfetto's, only which of want it holds).
+func functionNames(t *testing.T, to, path string, want []string) []string {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -132,7 +146,7 @@ func functionNames(t *testing.T, to, path string) []string {
 	case "perfetto":
 		// Function names are interned strings of the trace's packets
 		// (InternedData.function_names): the bytes are in the file.
-		for _, n := range []string{"fib"} {
+		for _, n := range want {
 			if bytes.Contains(data, []byte(n)) {
 				names = append(names, n)
 			}
