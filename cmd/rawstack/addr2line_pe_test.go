@@ -12,10 +12,11 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/symbolizer/pesrc"
+	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
 // TestAddr2linePE symbolizes every byte of .text of a clang/lld-link PE
-// image through openPESource and the addr2line printer and compares the
+// image through sources.OpenFile and the addr2line printer and compares the
 // text with llvm-symbolizer's.
 func TestAddr2linePE(t *testing.T) {
 	for _, tool := range []string{"clang", "lld-link", "llvm-symbolizer-19"} {
@@ -64,7 +65,7 @@ func TestAddr2linePE(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err := openPESource(exe, nil, "")
+	s, err := sources.OpenFile(exe, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

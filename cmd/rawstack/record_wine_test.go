@@ -84,7 +84,7 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 	var mods []format.ModuleLoad
 	stacks := map[uint64][]uint64{}
 	count := map[uint64]int{}
-	ended := false
+	ended, badWeight := false, false
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
@@ -100,6 +100,12 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 			stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
 		case format.KindSample:
 			count[ev.Sample.Stack]++
+			// A sample weighs the ns of CPU it stands for (format/SPEC.md
+			// §6.10): at 250 Hz, 4 ms.
+			if w := ev.Sample.Weight; w != uint64(4*time.Millisecond) && !badWeight {
+				badWeight = true
+				t.Errorf("a sample weighs %d, want %d ns", w, 4*time.Millisecond)
+			}
 		case format.KindProcessEnd:
 			ended = true
 		}
@@ -119,6 +125,15 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 			break
 		}
 	}
+	// Its totals are CPU time: about the 3 s the program spent on CPU.
+	if m := regexp.MustCompile(`, ([0-9.]+s) on CPU`).FindSubmatch(rep.Bytes()); m == nil {
+		t.Errorf("the report gives no CPU time:\n%.300s", rep.String())
+	} else {
+		t.Logf("report: %s on CPU", m[1])
+	}
+	// Every output names the chains, OTLP included.
+	checkNamedEverywhere(t, trace, []string{"leaf_work", "middle", "outer", "dll_inner", "dll_spin"},
+		"--debug-dir", filepath.Dir(exe), "--debug-dir", filepath.Dir(dll))
 	images := map[string]string{"chain.exe": exe, "spin.dll": dll}
 	imageBase := map[string]uint64{}
 	for name, path := range images {

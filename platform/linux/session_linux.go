@@ -891,6 +891,9 @@ func (s *Session) reportSample(r *record, flags format.SampleFlags) {
 func (s *Session) prepareSample(r *record, flags format.SampleFlags) bool {
 	sm := &s.sample
 	sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = int64(r.Time), r.Pid, r.Tid, r.CPU, r.Period
+	if s.event == "cycles" { // a period in cycles: the sample stands for 1/Frequency s of CPU (format/SPEC.md §6.10: ns)
+		sm.Weight = uint64(time.Second) / uint64(s.cfg.Frequency)
+	}
 	sm.Flags = flags
 	if r.Kernel {
 		sm.Flags |= format.SampleKernel

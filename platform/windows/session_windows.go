@@ -367,6 +367,14 @@ func (s *Session) sampleAll() {
 	}
 }
 
+// weight is what a sample of t stands for, in nanoseconds of CPU
+// (format/SPEC.md §6.10): for now the sampling interval, as a timer-driven
+// sampler's period; the CPU time t used since its previous sample is the
+// measure to return once the sampler reads it.
+func (s *Session) weight(t *thread) uint64 {
+	return uint64(time.Second) / uint64(s.cfg.Frequency)
+}
+
 // emit turns slot j of the last batch into a sample of t.
 func (s *Session) emit(j int, t *thread) {
 	sl := &s.win.slots[j]
@@ -393,7 +401,7 @@ func (s *Session) emit(j int, t *thread) {
 		s.applyModules(ms, err, s.lastModPoll)
 	}
 	s.pcs, _ = s.unw.Walk(c, mem, s.pcs[:0], maxFrames)
-	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: 1, PCs: s.pcs}
+	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: s.weight(t), PCs: s.pcs}
 	s.samples.Add(1)
 	s.h.Sample(&s.sample)
 }

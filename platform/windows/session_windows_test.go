@@ -148,6 +148,14 @@ func TestSelfSampling(t *testing.T) {
 	if st.Suspensions == 0 || st.SuspendP50 <= 0 {
 		t.Errorf("no suspended windows measured: %+v", st)
 	}
+	// A sample weighs the nanoseconds of CPU it stands for (format/SPEC.md
+	// §6.10): at 500 Hz, the 2 ms interval.
+	for _, smp := range c.samples {
+		if smp.Weight != uint64(2*time.Millisecond) {
+			t.Errorf("sample of thread %d weighs %d, want %d ns", smp.Tid, smp.Weight, 2*time.Millisecond)
+			break
+		}
+	}
 }
 
 // TestLaunchExits launches a command, samples it and sees it exit.

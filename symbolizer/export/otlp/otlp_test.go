@@ -211,8 +211,15 @@ func TestConvertRaw(t *testing.T) {
 		}
 	}
 	pr := rp.ScopeProfiles().At(0).Profiles().At(0)
-	if got := d.StringTable().At(int(pr.SampleType().TypeStrindex())); got != "samples" {
-		t.Errorf("sample type %q", got)
+	// A recording's on-CPU samples weigh the ns of CPU they stand for
+	// (format/SPEC.md §6.10): one value per timestamp.
+	if got, unit := d.StringTable().At(int(pr.SampleType().TypeStrindex())), d.StringTable().At(int(pr.SampleType().UnitStrindex())); got != "cpu" || unit != "nanoseconds" {
+		t.Errorf("sample type %s/%s, want cpu/nanoseconds", got, unit)
+	}
+	for _, s := range pr.Samples().All() {
+		if s.Values().Len() != s.TimestampsUnixNano().Len() {
+			t.Fatalf("a sample has %d values for %d timestamps", s.Values().Len(), s.TimestampsUnixNano().Len())
+		}
 	}
 	smp := pr.Samples().At(0)
 	var keys []string
