@@ -53,15 +53,13 @@ func Feature(t testing.TB, err error) {
 
 // impossible lists what cannot exist on the machines rawstack's tests and
 // CI run on (linux/amd64 hosts, as root, with .ci/run's packages), with the
-// reason. A test that needs one of them skips through [Impossible], even
-// under CI=true; everything else missing is a prerequisite ([Skip]).
+// reason; a key is added with the first test that needs it. A test that
+// needs one of them skips through [Impossible], even under CI=true;
+// everything else missing is a prerequisite ([Skip]).
 var impossible = map[string]string{
-	"arm64-host":   "the test needs an arm64 host (registers of the running CPU, an arm64 kernel); the test machines are linux/amd64 (arm64 code is checked there through qemu-user and cross-built fixtures)",
-	"amd64-only":   "the test's records, fixtures or oracle are amd64 (amd64 registers, an amd64 ELF); it runs on the linux/amd64 test machines and cannot run on another architecture",
-	"g-register":   "the goroutine pointer is read from a register known on amd64 and arm64 only",
-	"not-linux":    "the test needs a Linux host (perf_event_open, ptrace, /proc); the Wine-run Windows tests and the cross builds cover the other OSes",
-	"windows-host": "the test needs native Windows; the test machines are Linux, where the Windows back end's tests run under Wine instead",
-	"wine-child":   "the test runs only as a Windows test binary launched under Wine by its Linux-side test (internal/wine), which sets the fixture's path; run directly it has no fixture",
+	"amd64-only": "the test's records, fixtures or oracle are amd64 (amd64 registers, an amd64 ELF); it runs on the linux/amd64 test machines and cannot run on another architecture",
+	"g-register": "the goroutine pointer is read from a register known on amd64 and arm64 only",
+	"not-linux":  "the test needs a Linux host (perf_event_open, ptrace, /proc); the Wine-run Windows tests and the cross builds cover the other OSes",
 }
 
 // Impossible skips t because it needs something listed in this package's

@@ -25,7 +25,7 @@ func TestGateChild(t *testing.T) {
 	case "feature-other":
 		Feature(t, errors.New("invalid argument"))
 	case "impossible":
-		Impossible(t, "windows-host")
+		Impossible(t, "not-linux")
 	case "impossible-unknown":
 		Impossible(t, "no-such-entry")
 	}
@@ -46,7 +46,7 @@ func TestGate(t *testing.T) {
 		{"feature-permission", false, "skip", "CAP_FROB"},
 		{"feature-permission", true, "fail", "CAP_FROB"},
 		{"feature-other", false, "fail", "invalid argument"},
-		{"impossible", true, "skip", "native Windows"},
+		{"impossible", true, "skip", "needs a Linux host"},
 		{"impossible-unknown", false, "fail", "no entry \"no-such-entry\""},
 	}
 	for _, c := range cases {

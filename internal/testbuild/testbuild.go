@@ -6,9 +6,10 @@
 // The cache key is a hash of the tool's path, size and modification time,
 // the arguments, the extra environment and every input's contents; the
 // outputs live under [CacheRoot] ($RAWSTACK_FIXTURE_CACHE, else the user
-// cache directory: $XDG_CACHE_HOME, else ~/.cache) in rawstack-fixtures/KEY/. A build writes into a fresh
-// directory and renames it into place, so test binaries of several packages
-// running at once never see half-written fixtures.
+// cache directory: $XDG_CACHE_HOME, else ~/.cache) in
+// rawstack-fixtures/KEY/. A build writes into a fresh directory and renames
+// it into place, so test binaries of several packages running at once never
+// see half-written fixtures.
 //
 //	exe := testbuild.Build(t, testbuild.Cmd{
 //		Tool:   "cc",
