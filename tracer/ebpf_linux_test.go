@@ -25,11 +25,7 @@ import (
 // without the features, or a user without CAP_BPF and CAP_PERFMON.
 func needBPF(t testing.TB) {
 	t.Helper()
-	err := linux.ProbeBPF()
-	if err == nil {
-		return
-	}
-	testbuild.Feature(t, err)
+	testbuild.Feature(t, linux.ProbeBPF())
 }
 
 // buildFixture builds a C fixture of testdata without frame pointers.
