@@ -29,6 +29,7 @@ const (
 	EINTR      = unix.EINTR
 	EBUSY      = unix.EBUSY
 	EMFILE     = unix.EMFILE
+	E2BIG      = unix.E2BIG
 )
 
 // perf_event_attr constants.

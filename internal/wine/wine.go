@@ -46,8 +46,11 @@ var (
 // missing and fails it when the prefix cannot be set up.
 func Need(t testing.TB) *Wine {
 	t.Helper()
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skipf("Wine tests run on linux/amd64 hosts, not %s/%s", runtime.GOOS, runtime.GOARCH)
+	if runtime.GOOS != "linux" {
+		testbuild.Impossible(t, "not-linux") // Wine runs on Linux hosts
+	}
+	if runtime.GOARCH != "amd64" {
+		testbuild.Impossible(t, "amd64-only") // x86-64 Wine runs amd64 binaries
 	}
 	wineBin := testbuild.Need(t, "wine", "runs the Windows back end's tests")
 	shim := testbuild.Build(t, testbuild.Cmd{
@@ -70,14 +73,10 @@ func ShimSource() string {
 	return filepath.Join(filepath.Dir(file), "testdata", "processprng.c")
 }
 
-// PrefixDir is where the shared prefix lives: the directory
-// arch/winunwind's tests use too.
+// PrefixDir is where the shared prefix lives, under the fixture cache
+// (testbuild.CacheRoot): the directory arch/winunwind's tests use too.
 func PrefixDir() string {
-	root, err := os.UserCacheDir()
-	if err != nil {
-		root = os.TempDir()
-	}
-	return filepath.Join(root, "rawstack-test", "wineprefix")
+	return filepath.Join(testbuild.CacheRoot(), "rawstack-test", "wineprefix")
 }
 
 // Open sets up the shared prefix outside a test (the benchmarks) with a

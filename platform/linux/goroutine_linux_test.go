@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // fakeG lays out a g, a labelMap and its labels in this process's memory
@@ -35,7 +36,7 @@ func (f *fakeG) addr() uint64 { return uint64(uintptr(unsafe.Pointer(&f.g[0]))) 
 func TestGoReader(t *testing.T) {
 	gs := newGoSampling()
 	if gs == nil {
-		t.Skip("no g register known on " + runtime.GOARCH)
+		testbuild.Impossible(t, "g-register")
 	}
 	pid := uint32(os.Getpid())
 	gs.gr.procs[pid] = &goProc{layout: &fakeLayout, gbuf: make([]byte, fakeLayout.span), sets: map[uint64]labelEntry{}}
@@ -81,7 +82,7 @@ func TestGoReader(t *testing.T) {
 func BenchmarkGoReader(b *testing.B) {
 	gs := newGoSampling()
 	if gs == nil {
-		b.Skip("no g register known on " + runtime.GOARCH)
+		testbuild.Impossible(b, "g-register")
 	}
 	pid := uint32(os.Getpid())
 	gs.gr.procs[pid] = &goProc{layout: &fakeLayout, gbuf: make([]byte, fakeLayout.span), sets: map[uint64]labelEntry{}}

@@ -38,7 +38,7 @@ func TestGoLayout(t *testing.T) {
 	}
 	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("no sh")
+		testbuild.Skip(t, "no sh")
 	}
 	if _, err := goLayoutOf(sh); !errors.Is(err, errNotGo) {
 		t.Errorf("%s: %v, want errNotGo", sh, err)

@@ -5,7 +5,6 @@ package linux
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"os/exec"
 	"runtime"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -61,14 +61,9 @@ func (h *encodeHandler) Sample(s *platform.Sample) {
 // walks it.
 func leafRecords(tb testing.TB) (pid int, mods []format.ModuleLoad, fp, auto [][]byte) {
 	if runtime.GOARCH != "amd64" {
-		tb.Skip("the records carry amd64 registers")
+		testbuild.Impossible(tb, "amd64-only") // the records carry amd64 registers
 	}
-	if err := Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			tb.Skip(err)
-		}
-		tb.Fatal(err)
-	}
+	testbuild.Feature(tb, Probe())
 	bin := buildFixture(tb, "../../../tracer/testdata/shrinkwrap.c", "-O2", "-fno-omit-frame-pointer")
 	h := &rawCapture{}
 	s, err := Launch(exec.Command(bin, "0.3"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)

@@ -259,15 +259,7 @@ func probe() error {
 		attr := baseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, 99, false)
 		fd, err := sys.PerfEventOpen(&attr, 0, -1, -1)
 		if err != nil {
-			reason := err.Error()
-			if p := sysctlInt("kernel.perf_event_paranoid", 2); p > 2 && !perfPrivileged() {
-				reason = fmt.Sprintf("kernel.perf_event_paranoid=%d forbids unprivileged use; set it to 2 or lower, or grant CAP_PERFMON", p)
-			} else if err == sys.ENOSYS || err == sys.ENOENT {
-				reason = "perf_event_open is unavailable (seccomp or kernel config): " + err.Error()
-			} else if err == sys.EPERM || err == sys.EACCES {
-				reason = "perf_event_open denied although kernel.perf_event_paranoid allows it: a seccomp profile (containers) or an LSM forbids it: " + err.Error()
-			}
-			probeErr = &platform.NotSupportedError{Feature: "perf_event_open", Reason: reason}
+			probeErr = probeError(err)
 			return
 		}
 		sys.Close(fd)
@@ -275,12 +267,34 @@ func probe() error {
 	return probeErr
 }
 
+// probeError sorts the probe's perf_event_open failure three ways: the
+// kernel lacks the feature (ENOENT, ENOSYS, EOPNOTSUPP, ENODEV) is
+// [platform.ErrNotSupported]; no privilege (EACCES, EPERM) is a
+// [platform.PermissionError]; anything else (EINVAL, E2BIG: our attribute
+// is wrong) is a plain error, so that no caller takes a bug of ours for a
+// missing feature.
+func probeError(err error) error {
+	switch err {
+	case sys.ENOSYS, sys.ENOENT, sys.EOPNOTSUPP, sys.ENODEV:
+		return &platform.NotSupportedError{Feature: "perf_event_open", Reason: "perf_event_open is unavailable (kernel config or seccomp): " + err.Error()}
+	case sys.EPERM, sys.EACCES:
+		p := sysctlInt("kernel.perf_event_paranoid", 2)
+		if p > 2 && !perfPrivileged() {
+			return &platform.PermissionError{Op: "perf_event_open of a cpu-clock event on this process", Need: fmt.Sprintf("kernel.perf_event_paranoid<=2 (it is %d) or CAP_PERFMON", p), Err: err}
+		}
+		return &platform.PermissionError{Op: "perf_event_open of a cpu-clock event on this process", Need: fmt.Sprintf("a seccomp profile (containers) or LSM that allows perf_event_open; kernel.perf_event_paranoid=%d already does", p), Err: err}
+	}
+	return fmt.Errorf("perf_event_open of a cpu-clock event on this process: %w (the attribute is wrong, not a missing feature)", err)
+}
+
 // goWakeupEvents is how many samples a ring takes before it wakes the
 // reader when goroutines are recorded (a few milliseconds at 1 kHz).
 const goWakeupEvents = 4
 
-// Probe reports whether sampling with perf_event_open works here; the
-// error wraps platform.ErrNotSupported and says why when it does not.
+// Probe reports whether sampling with perf_event_open works here. When it
+// does not, the error wraps platform.ErrNotSupported (the kernel lacks it),
+// is a *platform.PermissionError (no privilege) or is neither (the probe's
+// attribute was refused: a bug, not a missing feature).
 func Probe() error { return probe() }
 
 func baseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAttr {

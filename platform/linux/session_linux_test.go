@@ -5,6 +5,7 @@ package linux
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -61,12 +63,7 @@ func (h *countHandler) Lost(e *format.Lost) {
 
 func needPerf(t *testing.T) {
 	t.Helper()
-	if err := Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, Probe())
 }
 
 func burn(d time.Duration) uint64 {
@@ -104,10 +101,14 @@ func TestRingOverflowIsLost(t *testing.T) {
 	}
 }
 
-// TestKernelFrames checks that where kernel frames are permitted, samples
-// taken in the kernel carry them, leaf first, with the SampleKernel flag.
+// TestKernelFrames checks that where the kernel permits kernel frames,
+// the session takes them and samples taken in the kernel carry them, leaf
+// first, with the SampleKernel flag. Whether they are permitted is asked of
+// the kernel itself (a sampling event without exclude_kernel), not of the
+// session under test.
 func TestKernelFrames(t *testing.T) {
 	needPerf(t)
+	kernelFramesPermitted(t)
 	h := &countHandler{strict: true}
 	s, err := Open(platform.Config{Frequency: 999}, h)
 	if err != nil {
@@ -115,7 +116,7 @@ func TestKernelFrames(t *testing.T) {
 	}
 	defer s.Close()
 	if !s.KernelFrames() {
-		t.Skip("kernel frames not permitted here (needs CAP_PERFMON or kernel.perf_event_paranoid<=1)")
+		t.Fatal("the kernel permits kernel frames (a cpu-clock event without exclude_kernel opened), but the session does not take them")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -136,6 +137,30 @@ func TestKernelFrames(t *testing.T) {
 	if h.kernel == 0 {
 		t.Error("no kernel samples while looping on gettid")
 	}
+}
+
+// kernelFramesPermitted opens a sampling cpu-clock event on this process
+// with exclude_kernel clear and a kernel callchain, as the kernel decides
+// it (kernel.perf_event_paranoid<=1, or CAP_PERFMON); where the kernel
+// refuses, the prerequisite is missing (testbuild.Skip).
+func kernelFramesPermitted(t *testing.T) {
+	t.Helper()
+	attr := sys.PerfEventAttr{
+		Type:        sys.PerfTypeSoftware,
+		Config:      sys.PerfCountSWCPUClock,
+		Sample:      99,
+		Sample_type: sys.PerfSampleCallchain,
+		Bits:        sys.PerfBitDisabled | sys.PerfBitFreq,
+	}
+	fd, err := sys.PerfEventOpen(&attr, 0, -1, -1)
+	if errors.Is(err, sys.EACCES) || errors.Is(err, sys.EPERM) {
+		paranoid, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid")
+		testbuild.Skip(t, "the kernel refuses kernel frames (%v): kernel.perf_event_paranoid=%s needs to be <=1, or CAP_PERFMON", err, strings.TrimSpace(string(paranoid)))
+	}
+	if err != nil {
+		t.Fatalf("perf_event_open of a cpu-clock event with kernel frames: %v", err)
+	}
+	sys.Close(fd)
 }
 
 func TestOpenErrors(t *testing.T) {

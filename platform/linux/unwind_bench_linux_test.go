@@ -5,7 +5,6 @@ package linux
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -41,14 +41,9 @@ func (h *rawCapture) Sample(s *platform.Sample) {
 // end's records carry them), for replaying.
 func captureRaw(b *testing.B) (h *rawCapture, pid int, perfRegs [][]uint64) {
 	if runtime.GOARCH != "amd64" {
-		b.Skip("the records carry amd64 registers")
+		testbuild.Impossible(b, "amd64-only") // the records carry amd64 registers
 	}
-	if err := Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			b.Skip(err)
-		}
-		b.Fatal(err)
-	}
+	testbuild.Feature(b, Probe())
 	bin := buildFixture(b, "fpchain.c", "-O2", "-fomit-frame-pointer")
 	h = &rawCapture{}
 	s, err := Launch(exec.Command(bin, "300000000"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -19,7 +20,7 @@ import (
 // built with and without frame pointers, and on libc (built without).
 func TestKeepsFramePointers(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("the fixtures are checked on amd64")
+		testbuild.Impossible(t, "amd64-only") // the fixtures are checked on amd64
 	}
 	frac := func(tab *arch.Table) float64 {
 		fp, n := 0, 0
@@ -87,7 +88,7 @@ func (h *rawHandler) Lost(e *format.Lost) { h.lost += e.Count; h.reasons = appen
 // stack through.
 func TestDWARFReplay(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("the records carry amd64 registers")
+		testbuild.Impossible(t, "amd64-only") // the records carry amd64 registers
 	}
 	n := bits.OnesCount64(arch.PerfRegsAMD64)
 	regs := make([]uint64, n)
@@ -129,7 +130,7 @@ func TestDWARFReplay(t *testing.T) {
 // report) at zero allocations once warm.
 func TestDWARFSampleAllocs(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("the records carry amd64 registers")
+		testbuild.Impossible(t, "amd64-only") // the records carry amd64 registers
 	}
 	n := bits.OnesCount64(arch.PerfRegsAMD64)
 	regs := make([]uint64, n)

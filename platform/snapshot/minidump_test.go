@@ -11,6 +11,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/arch/winunwind"
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 func sampleMinidump() *MinidumpData {
@@ -95,7 +96,7 @@ func TestMinidumpObj2yaml(t *testing.T) {
 		}
 	}
 	if tool == "" {
-		t.Skip("obj2yaml not installed (llvm): the independent minidump reader")
+		testbuild.Skip(t, "obj2yaml not installed (llvm): the independent minidump reader")
 	}
 	var buf bytes.Buffer
 	if err := WriteMinidump(&buf, sampleMinidump()); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestDLLLoadedAfterStart(t *testing.T) {
 	dllPath := os.Getenv("RAWSTACK_WINE_DLL")
 	if dllPath == "" {
-		t.Skip("RAWSTACK_WINE_DLL not set: the DLL fixture is built by the Linux side (wine_test.go)")
+		testbuild.Skip(t, "RAWSTACK_WINE_DLL not set: the DLL fixture is built by the Linux side (wine_test.go)")
 	}
 	c := newCollector()
 	s, err := Open(platform.Config{Frequency: 500}, c)

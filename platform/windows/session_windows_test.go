@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/win"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -162,7 +163,7 @@ func TestSelfSampling(t *testing.T) {
 func TestLaunchExits(t *testing.T) {
 	exe := os.Getenv("RAWSTACK_WINE_CHAIN")
 	if exe == "" {
-		t.Skip("RAWSTACK_WINE_CHAIN not set: the C fixture is built by the Linux side (wine_linux_test.go)")
+		testbuild.Skip(t, "RAWSTACK_WINE_CHAIN not set: the C fixture is built by the Linux side (wine_linux_test.go)")
 	}
 	c := newCollector()
 	s, err := Launch(exec.Command(exe, "1"), platform.Config{Frequency: 200}, c)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/internal/fixture"
 	"github.com/rawstack/rawstack/symbolizer/locate"
@@ -161,7 +162,7 @@ func knownDifference(ours, theirs string, raw []symbolizer.Frame) string {
 }
 
 func TestOracleLLVMSymbolizer(t *testing.T) {
-	fixture.Tool(t, "llvm-symbolizer")
+	testbuild.Need(t, "llvm-symbolizer", "llvm-symbolizer is the oracle")
 	for _, c := range corpora() {
 		t.Run(c.name, func(t *testing.T) {
 			dir := fixture.Build(t, c.srcs, c.tools, c.script)
@@ -326,17 +327,17 @@ func goKnownDifference(ours, theirs string) string {
 // its separate debug file from Debian's libc6-dbg (found by build id), with
 // llvm-symbolizer's for the same file.
 func TestOracleGlibc(t *testing.T) {
-	fixture.Tool(t, "llvm-symbolizer")
+	testbuild.Need(t, "llvm-symbolizer", "llvm-symbolizer is the oracle")
 	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(libc)
 	if err != nil {
-		t.Skipf("no %s: %v", libc, err)
+		testbuild.Skip(t, "no %s: %v", libc, err)
 	}
 	id := locate.BuildID(f)
 	f.Close()
 	res, err := locate.Find(locate.Request{Path: libc, BuildID: id}, nil)
 	if err != nil || res.Debug == "" {
-		t.Skipf("glibc's debug file is not installed (apt-get install libc6-dbg): %v", err)
+		testbuild.Skip(t, "glibc's debug file is not installed (apt-get install libc6-dbg): %v", err)
 	}
 	t.Run("debug-file", func(t *testing.T) {
 		checkOracle(t, res.Debug, res.Debug, &Options{}, 4000)
@@ -350,16 +351,16 @@ func TestOracleGlibc(t *testing.T) {
 // libstdc++ (package libstdc++6-12-dbg), an 11 MB C++ library with full
 // DWARF 5, with llvm-symbolizer's.
 func TestOracleLibstdcxx(t *testing.T) {
-	fixture.Tool(t, "llvm-symbolizer")
+	testbuild.Need(t, "llvm-symbolizer", "llvm-symbolizer is the oracle")
 	const lib = "/usr/lib/x86_64-linux-gnu/debug/libstdc++.so.6.0.30"
 	if _, err := os.Stat(lib); err != nil {
-		t.Skipf("%s missing (apt-get install libstdc++6-12-dbg)", lib)
+		testbuild.Skip(t, "%s missing (apt-get install libstdc++6-12-dbg)", lib)
 	}
 	checkOracle(t, lib, lib, &Options{}, 4000)
 }
 
 func TestOracleGo(t *testing.T) {
-	fixture.Tool(t, "llvm-symbolizer")
+	testbuild.Need(t, "llvm-symbolizer", "llvm-symbolizer is the oracle")
 	dir := fixture.Build(t, []string{"testdata/goprog/main.go"}, []string{"go"},
 		"printf 'module goprog\\ngo 1.22\\n' > go.mod && CGO_ENABLED=0 go build -trimpath=false -o full . && CGO_ENABLED=0 go build -ldflags='-s -w' -o stripped .")
 	t.Run("dwarf", func(t *testing.T) {

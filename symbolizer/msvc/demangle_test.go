@@ -11,19 +11,10 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
-func needTool(t testing.TB, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s not installed", n)
-		}
-	}
-}
-
 // corpus compiles testdata/names.cpp for x86_64-pc-windows-msvc (cached by
 // the shared fixture builder) and returns the decorated names of its object file.
 func corpus(t *testing.T) []string {
-	needTool(t, "clang", "llvm-nm")
+	testbuild.NeedAll(t, "build and list the MSVC-mangled names", "clang", "llvm-nm")
 	obj := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "clang",
 		Args:   []string{"--target=x86_64-pc-windows-msvc", "-std=c++17", "-O0", "-c", "{in0}", "-o", "{dir}/names.obj"},
@@ -91,7 +82,7 @@ func undname(t *testing.T, names []string, args ...string) []string {
 }
 
 func TestAgreeWithLLVMUndname(t *testing.T) {
-	needTool(t, "llvm-undname")
+	testbuild.Need(t, "llvm-undname", "the demangling oracle")
 	names := corpus(t)
 	extra, err := os.ReadFile("testdata/extra.txt")
 	if err != nil {

@@ -34,11 +34,7 @@ var (
 // fixture builder (prog.exe and prog.pdb) and returns its paths.
 func buildHello(t *testing.T, v int) *build {
 	t.Helper()
-	for _, tool := range []string{"clang", "lld-link"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: cannot build the PE+PDB fixture", tool)
-		}
-	}
+	testbuild.NeedAll(t, "cannot build the PE+PDB fixture", "clang", "lld-link")
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if b := buildCache[v]; b != nil {
@@ -218,7 +214,7 @@ func TestLocateLocal(t *testing.T) {
 func makeCab(t *testing.T, src, name string) []byte {
 	t.Helper()
 	if _, err := exec.LookPath("gcab"); err != nil {
-		t.Skip("gcab not installed: cannot make cabinet-compressed fixtures")
+		testbuild.Skip(t, "gcab not installed: cannot make cabinet-compressed fixtures")
 	}
 	dir := t.TempDir()
 	copyFile(t, src, filepath.Join(dir, name))

@@ -4,7 +4,6 @@ package ebpf_test
 
 import (
 	"context"
-	"errors"
 	"os/exec"
 	"testing"
 	"time"
@@ -18,13 +17,7 @@ import (
 
 func needBPF(t *testing.T) {
 	t.Helper()
-	if err := linux.ProbeBPF(); err != nil {
-		var pe *platform.PermissionError
-		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.ProbeBPF())
 }
 
 // countHandler ignores events: the test reads the session's totals.
