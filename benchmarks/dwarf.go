@@ -127,9 +127,9 @@ func runDWARF(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rounds, reps := "300", 3
+	rounds, reps := "300", 11
 	if cfg.short {
-		rounds, reps = "60", 2
+		rounds, reps = "60", 3
 	}
 	perf, perfErr := exec.LookPath("perf")
 	var online, raw, pf []dwarfRun
@@ -181,11 +181,7 @@ func runDWARF(cfg *config) ([]row, error) {
 		pf = append(pf, r)
 	}
 	med := func(rs []dwarfRun, f func(dwarfRun) float64) float64 {
-		rr := make([]recordRun, len(rs))
-		for i := range rs {
-			rr[i].cpuNs = f(rs[i])
-		}
-		return median(rr, func(r recordRun) float64 { return r.cpuNs })
+		return medianBy(rs, f)
 	}
 	bps := func(r dwarfRun) float64 { return r.bps() }
 	rep := func(r dwarfRun) float64 { return r.reportWall.Seconds() }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -136,15 +135,7 @@ func runEBPF(cfg *config) ([]row, error) {
 		}
 	}
 	med := func(name string, f func(sysRun) float64) float64 {
-		v := make([]float64, 0, len(runs[name]))
-		for _, r := range runs[name] {
-			v = append(v, f(r))
-		}
-		sort.Float64s(v)
-		if len(v) == 0 {
-			return 0
-		}
-		return v[len(v)/2]
+		return medianBy(runs[name], f)
 	}
 	// pairRatio is the median over rounds of a/b, the figure of a pair
 	// measured back to back.
@@ -155,11 +146,7 @@ func runEBPF(cfg *config) ([]row, error) {
 				v = append(v, f(runs[a][i])/f(runs[b][i]))
 			}
 		}
-		sort.Float64s(v)
-		if len(v) == 0 {
-			return 0
-		}
-		return v[len(v)/2]
+		return median(v)
 	}
 	base := med("base", func(r sysRun) float64 { return r.workCPU })
 	work := func(r sysRun) float64 { return r.workCPU }

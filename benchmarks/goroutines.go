@@ -178,18 +178,18 @@ func runGoroutines(cfg *config) ([]row, error) {
 		}
 	}
 	for _, t := range tools {
-		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.1f ms, CPU %.1f ms, stopped %.1f ms, %d goroutines listed %s\n", t.name, len(t.ms), medianOf(t.ms), medianOf(t.cpu), medianOf(t.stopped), t.count, t.skip)
+		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.1f ms, CPU %.1f ms, stopped %.1f ms, %d goroutines listed %s\n", t.name, len(t.ms), median(t.ms), median(t.cpu), median(t.stopped), t.count, t.skip)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	counts := fmt.Sprintf("goroutines listed: rawstack %d, dlv %d, debug=2 %d, runtime %d; loadavg %s", raw.count, dl.count, cu.count, runtimeCount, strings.Join(strings.Fields(string(load))[:3], " "))
 	label := fmt.Sprintf("%d goroutines", n)
 	rows := []row{
-		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: medianOf(raw.ms), Peer: "dlv attach + goroutines -t", PeerVal: medianOf(dl.ms), Better: "lower", Note: strings.TrimSpace(raw.skip + " " + dl.skip + " " + counts)},
-		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: medianOf(raw.ms), Peer: "curl debug=2", PeerVal: medianOf(cu.ms), Better: "lower", Note: cu.skip},
-		{Scenario: "goroutines", Metric: "ms CPU (user+sys), " + label, Rawstack: medianOf(raw.cpu), Peer: "dlv attach + goroutines -t", PeerVal: medianOf(dl.cpu), Better: "lower", Note: "robust where the machine is loaded: wall times are not"},
-		{Scenario: "goroutines", Metric: "ms target in tracing stop (/proc poll)", Rawstack: medianOf(raw.stopped), Peer: "dlv attach + goroutines -t", PeerVal: medianOf(dl.stopped), Better: "lower", Note: "debug=2 stops the world in-process for its traceback instead (not visible here)"},
-		{Scenario: "goroutines", Metric: "ms threads stopped (rawstack's own clock)", Rawstack: medianOf(selfStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, including the memory copy"},
-		{Scenario: "goroutines", Metric: "MB of target memory copied", Rawstack: medianOf(copied), Better: "lower", Note: "touched private pages only (pagemap)"},
+		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.ms), Better: "lower", Note: strings.TrimSpace(raw.skip + " " + dl.skip + " " + counts)},
+		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "curl debug=2", PeerVal: median(cu.ms), Better: "lower", Note: cu.skip},
+		{Scenario: "goroutines", Metric: "ms CPU (user+sys), " + label, Rawstack: median(raw.cpu), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.cpu), Better: "lower", Note: "robust where the machine is loaded: wall times are not"},
+		{Scenario: "goroutines", Metric: "ms target in tracing stop (/proc poll)", Rawstack: median(raw.stopped), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.stopped), Better: "lower", Note: "debug=2 stops the world in-process for its traceback instead (not visible here)"},
+		{Scenario: "goroutines", Metric: "ms threads stopped (rawstack's own clock)", Rawstack: median(selfStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, including the memory copy"},
+		{Scenario: "goroutines", Metric: "MB of target memory copied", Rawstack: median(copied), Better: "lower", Note: "touched private pages only (pagemap)"},
 	}
 	return rows, nil
 }

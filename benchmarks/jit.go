@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -76,12 +75,7 @@ func runJIT(cfg *config) ([]row, error) {
 		}
 	}
 	med := func(rs []jitRun, f func(jitRun) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		sort.Float64s(v)
-		return v[len(v)/2]
+		return medianBy(rs, f)
 	}
 	share := func(r jitRun) float64 { return 100 * r.share }
 	bps := func(r jitRun) float64 { return r.bytesPerSample }

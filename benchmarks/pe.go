@@ -119,7 +119,7 @@ func runPESymbolize(cfg *config) ([]row, error) {
 			ours, theirs = append(ours, da.Seconds()), append(theirs, db.Seconds())
 			ratios = append(ratios, db.Seconds()/da.Seconds())
 		}
-		mo, mt, mr := medianOf(ours), medianOf(theirs), medianOf(ratios)
+		mo, mt, mr := median(ours), median(theirs), median(ratios)
 		note := fmt.Sprintf("%d addresses of .text, fresh process each, %d A/B pairs; median speedup %.2fx; output identical", n, pairs, mr)
 		if !identical {
 			note = fmt.Sprintf("OUTPUT DIFFERS from %s; median speedup %.2fx", peOracle, mr)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -162,7 +161,7 @@ func runSnapshot(cfg *config) ([]row, error) {
 		stopped = append(stopped, ms(s.Stopped))
 	}
 	for _, t := range tools {
-		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.2f ms\n", t.name, len(t.ms), medianOf(t.ms))
+		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.2f ms\n", t.name, len(t.ms), median(t.ms))
 	}
 	fmt.Fprintf(cfg.logger, "  pair ratios eu-stack/rawstack: %.2f\n", pairs)
 	note := func(t *tool) string {
@@ -172,20 +171,20 @@ func runSnapshot(cfg *config) ([]row, error) {
 		return ""
 	}
 	e2e := fmt.Sprintf("median of %d pair ratios %.2fx (target ≥ 5x, aim 10x); threads stopped %.2f ms (median, --stats)",
-		len(pairs), medianOf(pairs), medianOf(cliStopped))
+		len(pairs), median(pairs), median(cliStopped))
 	if len(pairs) == 0 {
 		e2e = "no pairs: " + strings.TrimSpace(note(raw)+" "+note(eu))
 	}
 	rows := []row{
-		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, no symbols", Rawstack: medianOf(byName["rawstack-nosym"].ms), Better: "lower",
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, no symbols", Rawstack: median(byName["rawstack-nosym"].ms), Better: "lower",
 			Note: strings.TrimSuffix("target ≤ 10 ms; "+note(byName["rawstack-nosym"]), "; ")},
-		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "eu-stack -p", PeerVal: medianOf(eu.ms), Better: "lower", Note: e2e},
-		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: medianOf(raw.ms), Peer: "gdb thread apply all bt", PeerVal: medianOf(gdb.ms), Better: "lower", Note: note(gdb)},
-		{Scenario: "snapshot", Metric: "ms threads stopped, CLI", Rawstack: medianOf(cliStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, rawstack snapshot --stats"},
-		{Scenario: "snapshot", Metric: "ms process start, rawstack help", Rawstack: medianOf(byName["rawstack-help"].ms), Better: "lower", Note: "the floor under the end-to-end figures"},
-		{Scenario: "snapshot", Metric: "ms library call, cold tables", Rawstack: medianOf(cold), Better: "lower", Note: "snapshot.Process, nothing cached"},
-		{Scenario: "snapshot", Metric: "ms library call, warm tables", Rawstack: medianOf(warm), Better: "lower", Note: "snapshot.Process with a TableCache"},
-		{Scenario: "snapshot", Metric: "ms threads stopped, library", Rawstack: medianOf(stopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, warm library call"},
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: median(raw.ms), Peer: "eu-stack -p", PeerVal: median(eu.ms), Better: "lower", Note: e2e},
+		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: median(raw.ms), Peer: "gdb thread apply all bt", PeerVal: median(gdb.ms), Better: "lower", Note: note(gdb)},
+		{Scenario: "snapshot", Metric: "ms threads stopped, CLI", Rawstack: median(cliStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, rawstack snapshot --stats"},
+		{Scenario: "snapshot", Metric: "ms process start, rawstack help", Rawstack: median(byName["rawstack-help"].ms), Better: "lower", Note: "the floor under the end-to-end figures"},
+		{Scenario: "snapshot", Metric: "ms library call, cold tables", Rawstack: median(cold), Better: "lower", Note: "snapshot.Process, nothing cached"},
+		{Scenario: "snapshot", Metric: "ms library call, warm tables", Rawstack: median(warm), Better: "lower", Note: "snapshot.Process with a TableCache"},
+		{Scenario: "snapshot", Metric: "ms threads stopped, library", Rawstack: median(stopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, warm library call"},
 	}
 	if raw.out != nil && eu.out != nil {
 		rf, rn := frameCounts(raw.out)
@@ -232,12 +231,3 @@ func statsStopped(stderr []byte) (float64, bool) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func medianOf(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}

@@ -178,9 +178,9 @@ func runWindowsWine(cfg *config) ([]row, error) {
 	}
 	runs := pairs
 	rows = append(rows,
-		row{Scenario: "windows-wine snapshot 100 threads", Metric: "wall ms (wine start incl.)", Rawstack: medianOf(wall), Peer: "MiniDumpWriteDump", PeerVal: medianOf(peer), Better: "lower",
+		row{Scenario: "windows-wine snapshot 100 threads", Metric: "wall ms (wine start incl.)", Rawstack: median(wall), Peer: "MiniDumpWriteDump", PeerVal: median(peer), Better: "lower",
 			Note: fmt.Sprintf("medians of %d alternating pairs; rawstack also unwinds, the peer only writes the dump", runs)},
-		row{Scenario: "windows-wine snapshot 100 threads", Metric: "capture ms", Rawstack: medianOf(capture), Better: "lower", Note: "target ≤ 10 ms on Windows"},
-		row{Scenario: "windows-wine snapshot 100 threads", Metric: "threads stopped ms", Rawstack: medianOf(stopped), Better: "lower"})
+		row{Scenario: "windows-wine snapshot 100 threads", Metric: "capture ms", Rawstack: median(capture), Better: "lower", Note: "target ≤ 10 ms on Windows"},
+		row{Scenario: "windows-wine snapshot 100 threads", Metric: "threads stopped ms", Rawstack: median(stopped), Better: "lower"})
 	return rows, nil
 }
