@@ -42,7 +42,7 @@ type sysRun struct {
 
 func runEBPF(cfg *config) ([]row, error) {
 	if os.Geteuid() != 0 {
-		return []row{{Scenario: "ebpf", Metric: "skipped", Note: "needs root (CAP_BPF, CAP_PERFMON)"}}, nil
+		return absent("ebpf", "skipped", "needs root (CAP_BPF, CAP_PERFMON)")
 	}
 	load, err := buildC(cfg, "recordload.cc", "-O2", "-fno-omit-frame-pointer")
 	if err != nil {
@@ -60,6 +60,11 @@ func runEBPF(cfg *config) ([]row, error) {
 		return nil, fmt.Errorf("go build rawstack-ebpf: %v\n%s", err, b)
 	}
 	perf, perfErr := exec.LookPath("perf")
+	if perfErr != nil {
+		if err := needPeer("perf not installed"); err != nil {
+			return nil, err
+		}
+	}
 	rounds, reps := "40", 11
 	if cfg.short {
 		reps = 3

@@ -31,7 +31,7 @@ type perfSample struct {
 
 func runFormat(cfg *config) ([]row, error) {
 	if _, err := exec.LookPath("perf"); err != nil {
-		return []row{{Scenario: "format", Metric: "bytes/sample", Note: "perf not installed (apt-get install linux-perf): no peer"}}, nil
+		return absent("format", "bytes/sample", "perf not installed (apt-get install linux-perf): no peer")
 	}
 	bin, err := buildC(cfg, "deepstacks.c", "-O2", "-g", "-fno-omit-frame-pointer")
 	if err != nil {
@@ -44,7 +44,7 @@ func runFormat(cfg *config) ([]row, error) {
 	pdata := filepath.Join(cfg.work, "format.perf.data")
 	rec := exec.Command("perf", "record", "-q", "-F", "1000", "-g", "-o", pdata, bin, secs)
 	if out, err := rec.CombinedOutput(); err != nil {
-		return []row{{Scenario: "format", Metric: "bytes/sample", Note: fmt.Sprintf("perf record failed (perf_event_paranoid?): %v %s", err, bytes.TrimSpace(out))}}, nil
+		return absent("format", "bytes/sample", fmt.Sprintf("perf record failed (perf_event_paranoid?): %v %s", err, bytes.TrimSpace(out)))
 	}
 	st, err := os.Stat(pdata)
 	if err != nil {

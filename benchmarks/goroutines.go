@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,7 +135,13 @@ func runGoroutines(cfg *config) ([]row, error) {
 	var selfStopped, copied []float64
 	statsRE := regexp.MustCompile(`threads stopped ([\d.]+)(µs|ms|s), ([\d.]+) MB copied`)
 	for i := 0; i < runs; i++ {
-		for _, t := range tools {
+		// The tools in alternating order: as listed in even rounds,
+		// reversed in odd ones.
+		order := append([]*tool(nil), tools...)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, t := range order {
 			if t.skip != "" {
 				continue
 			}
@@ -174,6 +182,17 @@ func runGoroutines(cfg *config) ([]row, error) {
 				t.count = bytes.Count(out.Bytes(), []byte("Goroutine "))
 			case "curl":
 				t.count = bytes.Count(out.Bytes(), []byte("\ngoroutine ")) + 1
+			}
+		}
+	}
+	if raw.skip != "" {
+		return nil, errors.New(raw.skip)
+	}
+	for _, t := range []*tool{dl, cu} {
+		// A peer missing or failing: a note on a laptop, an error in CI.
+		if t.skip != "" {
+			if err := needPeer(t.skip); err != nil {
+				return nil, err
 			}
 		}
 	}

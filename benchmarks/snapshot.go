@@ -33,7 +33,7 @@ func runSnapshot(cfg *config) ([]row, error) {
 		src = filepath.Join("..", src) // run from inside benchmarks/
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
-		return []row{{Scenario: "snapshot", Metric: "ms", Note: "gcc not installed: no fixture"}}, nil
+		return absent("snapshot", "ms", "gcc not installed: no fixture")
 	}
 	fixture := filepath.Join(cfg.work, "snapthreads")
 	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", fixture, src).CombinedOutput(); err != nil {
@@ -66,7 +66,7 @@ func runSnapshot(cfg *config) ([]row, error) {
 	cache := snapshot.NewTableCache()
 	snap, err := snapshot.Process(target.Process.Pid, &snapshot.Options{Tables: cache})
 	if err != nil {
-		return []row{{Scenario: "snapshot", Metric: "ms", Note: fmt.Sprintf("cannot snapshot here: %v", err)}}, nil
+		return absent("snapshot", "ms", fmt.Sprintf("cannot snapshot here: %v", err))
 	}
 	if len(snap.Threads) != snapshotThreads+1 {
 		return nil, fmt.Errorf("snapshot saw %d threads, want %d", len(snap.Threads), snapshotThreads+1)
@@ -161,6 +161,12 @@ func runSnapshot(cfg *config) ([]row, error) {
 		stopped = append(stopped, ms(s.Stopped))
 	}
 	for _, t := range tools {
+		// A peer missing or failing: a note on a laptop, an error in CI.
+		if t.skip != "" {
+			if err := needPeer(t.skip); err != nil {
+				return nil, err
+			}
+		}
 		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.2f ms\n", t.name, len(t.ms), median(t.ms))
 	}
 	fmt.Fprintf(cfg.logger, "  pair ratios eu-stack/rawstack: %.2f\n", pairs)

@@ -26,7 +26,7 @@ func init() {
 // recording 20 parked threads at 100 Hz, and a snapshot of 100 threads.
 func runWindowsWine(cfg *config) ([]row, error) {
 	note := func(s string) ([]row, error) {
-		return []row{{Scenario: "windows-wine", Metric: "-", Note: s}}, nil
+		return absent("windows-wine", "-", s)
 	}
 	for _, tool := range []string{"wine", "x86_64-w64-mingw32-gcc"} {
 		if _, err := exec.LookPath(tool); err != nil {
