@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -111,7 +112,13 @@ func runEBPF(cfg *config) ([]row, error) {
 	}
 	runs := map[string][]sysRun{}
 	for i := 0; i < reps; i++ {
-		for _, v := range variants {
+		// In alternating order: as listed in even rounds, reversed in
+		// odd ones.
+		order := append(variants[:0:0], variants...)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
 			var r sysRun
 			var err error
 			if v.cmd == nil {
@@ -206,7 +213,9 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	if err := recorder.Start(); err != nil {
 		return r, err
 	}
-	rss := watchRSS(recorder.Process.Pid)
+	// RSS over the recorder's whole life, start to exit, as its CPU
+	// time (wait4 at exit) is: its peak while it shuts down counts.
+	rss := watchRSS(recorder.Process.Pid, load)
 	time.Sleep(time.Second)
 	lr, err := runLoad(exec.Command(load, rounds))
 	if err != nil {
@@ -219,9 +228,11 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	if bpfMaps {
 		r.mapBytes = bpfMapMemory(recorder.Process.Pid)
 	}
-	r.rssKiB = float64(rss.peakKiB())
+	rss.finishing()
 	recorder.Process.Signal(os.Interrupt)
-	if err := recorder.Wait(); err != nil {
+	err = recorder.Wait()
+	r.rssKiB = float64(rss.peakKiB())
+	if err != nil {
 		// perf record re-raises the SIGINT it handled, to exit by it.
 		if ws, ok := recorder.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
 			return r, fmt.Errorf("%s: %v: %s", recorder.Path, err, stderr.b)
