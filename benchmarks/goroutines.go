@@ -177,6 +177,8 @@ func runGoroutines(cfg *config) ([]row, error) {
 					selfStopped = append(selfStopped, v)
 					mb, _ := strconv.ParseFloat(string(m[3]), 64)
 					copied = append(copied, mb)
+				} else {
+					return nil, fmt.Errorf("rawstack snapshot --goroutines --stats printed no threads stopped line: %s", lastLine(errb.Bytes()))
 				}
 			case "dlv":
 				t.count = bytes.Count(out.Bytes(), []byte("Goroutine "))
@@ -194,6 +196,7 @@ func runGoroutines(cfg *config) ([]row, error) {
 			if err := needPeer(t.skip); err != nil {
 				return nil, err
 			}
+			t.ms, t.cpu, t.stopped = nil, nil, nil // runs before a failure are not a figure
 		}
 	}
 	for _, t := range tools {

@@ -125,8 +125,11 @@ func printTable(w io.Writer, rows []row) {
 		}
 		if peerVal != "" && r.PeerVal != 0 && !math.IsNaN(r.Rawstack) {
 			q := r.Rawstack / r.PeerVal
-			if r.Better == "lower" && r.Rawstack != 0 {
-				ratio = fmt.Sprintf("%.2fx better", r.PeerVal/r.Rawstack)
+			if r.Better == "lower" {
+				// rawstack's 0 against a peer's figure: no finite ratio.
+				if r.Rawstack != 0 {
+					ratio = fmt.Sprintf("%.2fx better", r.PeerVal/r.Rawstack)
+				}
 				if q > 1 {
 					ratio = fmt.Sprintf("%.2fx worse", q)
 				}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -140,9 +141,11 @@ func runSnapshot(cfg *config) ([]row, error) {
 		}
 		if len(raw.ms) > nr && len(eu.ms) > ne {
 			pairs = append(pairs, eu.ms[ne]/raw.ms[nr])
-			if d, ok := statsStopped(raw.err); ok {
-				cliStopped = append(cliStopped, d)
+			d, ok := statsStopped(raw.err)
+			if !ok {
+				return nil, fmt.Errorf("rawstack snapshot --stats printed no threads stopped line: %.300s", raw.err)
 			}
+			cliStopped = append(cliStopped, d)
 		}
 		if i < 3 { // gdb takes seconds: 3 runs
 			runTool(gdb)
@@ -163,8 +166,15 @@ func runSnapshot(cfg *config) ([]row, error) {
 	for _, t := range tools {
 		// A peer missing or failing: a note on a laptop, an error in CI.
 		if t.skip != "" {
+			if strings.HasPrefix(t.name, "rawstack") {
+				return nil, errors.New(t.skip)
+			}
 			if err := needPeer(t.skip); err != nil {
 				return nil, err
+			}
+			t.ms = nil // runs before a failure are not a figure
+			if t == eu {
+				pairs, cliStopped = nil, nil
 			}
 		}
 		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.2f ms\n", t.name, len(t.ms), median(t.ms))
