@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,9 +155,10 @@ func runEBPF(cfg *config) ([]row, error) {
 	pairRatio := func(a, b string, f func(sysRun) float64) float64 {
 		var v []float64
 		for i := range runs[a] {
-			if i < len(runs[b]) && f(runs[b][i]) > 0 {
-				v = append(v, f(runs[a][i])/f(runs[b][i]))
+			if i >= len(runs[b]) || f(runs[b][i]) <= 0 {
+				return math.NaN() // a round with no figure of b: no ratio
 			}
+			v = append(v, f(runs[a][i])/f(runs[b][i]))
 		}
 		return median(v)
 	}
