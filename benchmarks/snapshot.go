@@ -77,9 +77,10 @@ func runSnapshot(cfg *config) ([]row, error) {
 	// per-round ratios eu-stack/rawstack, each round running the two
 	// back to back, in alternating order (A B, B A, ...), so load that
 	// comes and goes falls on both sides of a pair.
-	runs := 15
+	// gdb takes about a second a run: 11 of them, 3 with -short.
+	runs, gdbRuns := 15, 11
 	if cfg.short {
-		runs = 11
+		runs, gdbRuns = 11, 3
 	}
 	type tool struct {
 		name string
@@ -147,7 +148,7 @@ func runSnapshot(cfg *config) ([]row, error) {
 			}
 			cliStopped = append(cliStopped, d)
 		}
-		if i < 3 { // gdb takes seconds: 3 runs
+		if i < gdbRuns {
 			runTool(gdb)
 		}
 		start := time.Now()
