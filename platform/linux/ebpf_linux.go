@@ -14,6 +14,7 @@ import (
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // Record layout written by the BPF programs (ebpf/bpf/rawstack.bpf.c).
@@ -126,7 +127,7 @@ func (s *Session) attachBPF() (err error) {
 		s.uw.lazyLag = maxBuildLag
 	}
 	if s.jit != nil && s.system {
-		s.jit.onDemand = true
+		s.jit.OnDemand = true
 	}
 	b := &bpfState{}
 	s.bpf = b
@@ -170,12 +171,12 @@ func (s *Session) attachBPF() (err error) {
 			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
 		Clockid: sys.ClockMonotonic,
 	}
-	if max := sysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.cfg.Frequency > max {
+	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.cfg.Frequency > max {
 		attr.Sample = uint64(max)
 		s.cfg.Frequency = max
 	}
 	prog := b.progs.PerfProgramFD()
-	cpus := onlineCPUs()
+	cpus := procfs.OnlineCPUs()
 	s.rings = make([]*ring, len(cpus))
 	for i, cpu := range cpus {
 		fd, err := sys.PerfEventOpen(&attr, -1, cpu, -1)
@@ -207,7 +208,7 @@ func (s *Session) attachBPF() (err error) {
 	if s.system {
 		s.reportAll()
 	} else {
-		tids, err := procTasks(s.pid)
+		tids, err := procfs.Tasks(s.pid)
 		if err != nil {
 			return fmt.Errorf("pid %d: listing threads: %w", s.pid, err)
 		}
@@ -231,7 +232,7 @@ func (s *Session) reportAll() {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		tids, err := procTasks(pid)
+		tids, err := procfs.Tasks(pid)
 		if err != nil {
 			continue // exited meanwhile
 		}
@@ -421,14 +422,14 @@ func (s *Session) handleBPF(b []byte) {
 		// A process that was not reported yet (it started before its
 		// FORK record was read, or in a pid namespace race): report it
 		// from /proc now so that its addresses have modules.
-		if tids, err := procTasks(int(r.Pid)); err == nil {
+		if tids, err := procfs.Tasks(int(r.Pid)); err == nil {
 			s.reportProcess(int(r.Pid), tids, int64(r.Time))
 		} else {
 			s.procs[r.Pid] = &procState{} // gone: do not look again
 		}
 	}
-	if s.jit != nil && s.jit.onDemand && r.Pid != 0 {
-		s.jit.track(r.Pid)
+	if s.jit != nil && s.jit.OnDemand && r.Pid != 0 {
+		s.jit.Track(r.Pid)
 	}
 	if !s.kernel && r.Kernel {
 		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]

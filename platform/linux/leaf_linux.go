@@ -8,6 +8,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // leafWindow is the stack --unwind auto copies with each sample of a
@@ -28,7 +29,7 @@ func (uw *unwinder) chooseAuto(pid int) {
 	if uw == nil || !uw.auto || uw.keepRaw {
 		return
 	}
-	exe := procDir(pid) + "/exe"
+	exe := procfs.Dir(pid) + "/exe"
 	real, err := os.Readlink(exe)
 	if err != nil {
 		return

@@ -22,6 +22,9 @@ import (
 	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/goruntime"
+	"github.com/rawstack/rawstack/platform/linux/jit"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // Session samples one target process (and the processes it forks).
@@ -65,8 +68,8 @@ type Session struct {
 	bpf       *bpfState // BackendEBPF: programs, links and ring buffer
 	mapsBuf   []byte    // /proc/PID/maps, reused
 	system    bool      // BackendEBPF: every process of the host
-	jit       *jitTracker
-	gos       *goSampling // Config.Goroutines
+	jit       *jit.Tracker
+	gos       *goruntime.Sampling // Config.Goroutines
 }
 
 type procState struct {
@@ -179,7 +182,7 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	if cfg.Frequency <= 0 {
 		cfg.Frequency = 99
 	}
-	maxStack := sysctlInt("kernel.perf_event_max_stack", 127)
+	maxStack := procfs.SysctlInt("kernel.perf_event_max_stack", 127)
 	if maxStack <= 0 || maxStack > maxCallchain {
 		maxStack = maxCallchain
 	}
@@ -195,20 +198,20 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	if s.uw != nil {
 		s.rec.nUserRegs = s.uw.nRegs()
 	}
-	if s.jit = newJITTracker(cfg, h); s.jit != nil {
-		s.jit.fileBacked = s.fileBacked
+	if s.jit = jit.New(cfg, h); s.jit != nil {
+		s.jit.FileBacked = s.fileBacked
 	}
 	if cfg.Goroutines {
-		s.gos = newGoSampling()
+		s.gos = goruntime.NewSampling()
 	}
 	if s.gos != nil {
-		mask := s.gos.mask
+		mask := s.gos.Mask
 		if s.uw != nil {
 			mask = s.uw.mask // holds both registers already
 		} else {
 			s.rec.nUserRegs, s.rec.regsOnly = bits.OnesCount64(mask), true
 		}
-		s.gos.place(mask)
+		s.gos.Place(mask)
 	}
 	return s
 }
@@ -257,7 +260,7 @@ func probe() error {
 		fd, err := sys.PerfEventOpen(&attr, 0, -1, -1)
 		if err != nil {
 			reason := err.Error()
-			if p := sysctlInt("kernel.perf_event_paranoid", 2); p > 2 && !perfPrivileged() {
+			if p := procfs.SysctlInt("kernel.perf_event_paranoid", 2); p > 2 && !procfs.PerfPrivileged() {
 				reason = fmt.Sprintf("kernel.perf_event_paranoid=%d forbids unprivileged use; set it to 2 or lower, or grant CAP_PERFMON", p)
 			} else if err == sys.ENOSYS || err == sys.ENOENT {
 				reason = "perf_event_open is unavailable (seccomp or kernel config): " + err.Error()
@@ -310,19 +313,19 @@ func (s *Session) attach() error {
 	if s.cfg.OffCPU {
 		return errors.New("off-CPU sampling needs the eBPF back end")
 	}
-	privileged := perfPrivileged()
-	paranoid := sysctlInt("kernel.perf_event_paranoid", 2)
+	privileged := procfs.PerfPrivileged()
+	paranoid := procfs.SysctlInt("kernel.perf_event_paranoid", 2)
 	s.kernel = !s.cfg.NoKernel && (privileged || paranoid <= 1)
 	freq := s.cfg.Frequency
-	if max := sysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && freq > max {
+	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && freq > max {
 		freq = max
 	}
 	s.cfg.Frequency = freq
-	tids, err := procTasks(s.pid)
+	tids, err := procfs.Tasks(s.pid)
 	if err != nil {
 		return fmt.Errorf("pid %d: listing threads: %w", s.pid, err)
 	}
-	cpus := onlineCPUs()
+	cpus := procfs.OnlineCPUs()
 	pages := s.cfg.RingPages
 	for pages&(pages-1) != 0 {
 		pages &= pages - 1 // round down to a power of two
@@ -335,7 +338,7 @@ func (s *Session) attach() error {
 		if !privileged {
 			// perf_event_mlock_kb (516 KiB by default) is shared by all
 			// rings of the user; keep within it.
-			budget := sysctlInt("kernel.perf_event_mlock_kb", 516) * 1024 / sys.PageSize
+			budget := procfs.SysctlInt("kernel.perf_event_mlock_kb", 516) * 1024 / sys.PageSize
 			for pages > 8 && (pages+1)*len(cpus) > budget {
 				pages /= 2
 			}
@@ -355,7 +358,7 @@ func (s *Session) attach() error {
 		s.uw.setAttr(&attr)
 	} else if s.gos != nil {
 		attr.Sample_type |= perfSampleRegsUser
-		attr.Sample_regs_user = s.gos.mask
+		attr.Sample_regs_user = s.gos.Mask
 	}
 	if s.gos != nil {
 		// A sample's goroutine and labels are read from the target when
@@ -413,7 +416,7 @@ func (s *Session) attach() error {
 	s.forked = map[uint32]bool{}
 	for round := 0; round < 20; round++ {
 		s.ReadAll()
-		now, err := procTasks(s.pid)
+		now, err := procfs.Tasks(s.pid)
 		if err != nil {
 			break // the target exited
 		}
@@ -435,7 +438,7 @@ func (s *Session) attach() error {
 				continue
 			}
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: uint32(s.pid), Tid: uint32(tid)})
-			if name := procComm(procDir(s.pid) + "/task/" + strconv.Itoa(tid)); name != "" {
+			if name := procfs.Comm(procfs.Dir(s.pid) + "/task/" + strconv.Itoa(tid)); name != "" {
 				s.threadName(t, uint32(s.pid), uint32(tid), name)
 			}
 			if err := openThread(tid); err != nil {
@@ -458,7 +461,7 @@ func (s *Session) openError(err error, tid, paranoid int, privileged bool) error
 		case !s.self && !sameUser(s.pid):
 			need = fmt.Sprintf("ptrace access to pid %d: run as its owner (uid %d) or with CAP_SYS_PTRACE, e.g. as root", s.pid, ownerUID(s.pid))
 		case !s.self:
-			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.pid, sysctlInt("kernel.yama.ptrace_scope", 0))
+			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.pid, procfs.SysctlInt("kernel.yama.ptrace_scope", 0))
 		}
 		return &platform.PermissionError{Op: op, Need: need, Err: err}
 	}
@@ -472,7 +475,7 @@ func sameUser(pid int) bool { return ownerUID(pid) == os.Geteuid() }
 
 // ownerUID returns the uid owning pid, or -1.
 func ownerUID(pid int) int {
-	st, err := os.Stat(procDir(pid))
+	st, err := os.Stat(procfs.Dir(pid))
 	if err != nil {
 		return -1
 	}
@@ -492,15 +495,15 @@ func (s *Session) reportInitial(tids []int) {
 // mappings as they are at time now.
 func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 	pid := uint32(ipid)
-	dir := procDir(ipid)
-	comm := procComm(dir)
-	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
+	dir := procfs.Dir(ipid)
+	comm := procfs.Comm(dir)
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid)})
 	ps := &procState{comm: comm, live: len(tids)}
 	s.procs[pid] = ps
-	s.jit.started(pid)
+	s.jit.Started(pid)
 	for _, tid := range tids {
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
-		name := procComm(dir + "/task/" + strconv.Itoa(tid))
+		name := procfs.Comm(dir + "/task/" + strconv.Itoa(tid))
 		if name != "" {
 			s.threadName(now, pid, uint32(tid), name)
 		}
@@ -515,11 +518,11 @@ func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 		}
 	}
 	var err error
-	s.mapsBuf, err = readInto(dir+"/maps", s.mapsBuf[:0], 64<<20)
+	s.mapsBuf, err = procfs.ReadInto(dir+"/maps", s.mapsBuf[:0], 64<<20)
 	if err != nil {
 		return
 	}
-	maps, _ := parseMaps(s.mapsBuf)
+	maps, _ := procfs.ParseMaps(s.mapsBuf)
 	for i := range maps {
 		m := &maps[i]
 		if !m.Exec() {
@@ -578,7 +581,7 @@ func (s *Session) moduleIDs(pid uint32, path string, dev, ino uint64) (elfIDs, b
 	path = strings.TrimSuffix(path, " (deleted)")
 	var ids elfIDs
 	ok := false
-	for _, p := range []string{procDir(int(pid)) + "/root" + path, path} {
+	for _, p := range []string{procfs.Dir(int(pid)) + "/root" + path, path} {
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 			continue // never block reading a device or FIFO
 		}
@@ -640,7 +643,7 @@ func kernelModule() (format.ModuleLoad, bool) {
 			return
 		}
 		kernelMod = format.ModuleLoad{Base: start, Size: end - start, Kind: format.ModuleKernel, Path: "[kernel.kallsyms]"}
-		if notes, err := readSmall("/sys/kernel/notes", maxNoteBytes); err == nil {
+		if notes, err := procfs.ReadSmall("/sys/kernel/notes", maxNoteBytes); err == nil {
 			var ids elfIDs
 			parseNotes(notes, nativeEndian(), 4, &ids)
 			kernelMod.BuildID = ids.BuildID
@@ -660,17 +663,17 @@ func (s *Session) Run(ctx context.Context) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		s.ReadAll()
-		s.jit.poll()
+		s.jit.Poll()
 		if ctx.Err() != nil {
 			s.ReadAll()
-			s.jit.finish()
+			s.jit.Finish()
 			return nil
 		}
 		if s.waited != nil {
 			select {
 			case <-s.waited:
 				s.ReadAll()
-				s.jit.finish()
+				s.jit.Finish()
 				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
 				return nil
 			default:
@@ -679,7 +682,7 @@ func (s *Session) Run(ctx context.Context) error {
 			lastCheck = time.Now()
 			if !sys.ProcessAlive(s.pid) {
 				s.ReadAll()
-				s.jit.finish()
+				s.jit.Finish()
 				return nil
 			}
 		}
@@ -759,7 +762,7 @@ func (s *Session) dispatch(r *record) {
 	case recSample:
 		s.reportSample(r, 0)
 	case recMmap2:
-		if s.jit.mmap(r.Pid, string(r.Filename)) {
+		if s.jit.MMap(r.Pid, string(r.Filename)) {
 			return // a jitdump file announced by its runtime, not code
 		}
 		if r.Prot&0x4 == 0 { // PROT_EXEC
@@ -778,9 +781,9 @@ func (s *Session) dispatch(r *record) {
 				ps.comm = name
 			}
 			if s.gos != nil {
-				s.gos.gr.forget(r.Pid)
+				s.gos.Forget(r.Pid)
 			}
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid))})
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid))})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
 	case recFork:
@@ -794,7 +797,7 @@ func (s *Session) dispatch(r *record) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
-			s.jit.started(r.Pid)
+			s.jit.Started(r.Pid)
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
@@ -835,7 +838,7 @@ func (s *Session) dispatch(r *record) {
 			}
 		}
 		if ps != nil && ps.leaderGone && ps.live <= 0 || ps == nil && r.Pid == r.Tid {
-			s.jit.exit(r.Pid)
+			s.jit.Exit(r.Pid)
 			if ps != nil {
 				for _, m := range ps.modules {
 					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
@@ -843,7 +846,7 @@ func (s *Session) dispatch(r *record) {
 				delete(s.procs, r.Pid)
 			}
 			if s.gos != nil {
-				s.gos.gr.forget(r.Pid)
+				s.gos.Forget(r.Pid)
 			}
 			if int(r.Pid) != s.pid || s.cmd == nil {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
@@ -900,8 +903,8 @@ func (s *Session) prepareSample(r *record, flags format.SampleFlags) bool {
 	}
 	sm.PCs = r.PCs
 	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
-	if s.gos != nil && r.UserABI != 0 && len(r.UserRegs) > max(s.gos.gIdx, s.gos.sIdx) {
-		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.gr.goroutine(r.Pid, r.UserRegs[s.gos.gIdx], r.UserRegs[s.gos.sIdx])
+	if s.gos != nil && r.UserABI != 0 {
+		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
 	}
 	return s.uw == nil || s.uw.sample(s, r, sm)
 }
@@ -934,7 +937,7 @@ func (s *Session) Close() error {
 		if s.bpf != nil {
 			s.bpf.close()
 		}
-		s.jit.close()
+		s.jit.Close()
 	})
 	return nil
 }
@@ -964,4 +967,26 @@ func (s *Session) Replay(recs []byte) int {
 	}
 	s.bytes.Add(uint64(off))
 	return off
+}
+
+// JITErrors returns the first problems met reading perf maps and jitdump
+// files (malformed lines or records, each naming the file, offset and
+// pid); reading went on past each.
+func (s *Session) JITErrors() []error {
+	return s.jit.Errors()
+}
+
+// fileBacked reports whether addr of pid lies in a module mapped from a
+// file (ELF, vDSO): its code is named from the file.
+func (s *Session) fileBacked(pid uint32, addr uint64) bool {
+	ps := s.procs[pid]
+	if ps == nil {
+		return false
+	}
+	for _, m := range ps.modules {
+		if addr >= m.start && addr < m.end && m.ml != nil && m.ml.Kind != format.ModuleAnon && m.ml.Kind != format.ModuleJIT {
+			return true
+		}
+	}
+	return false
 }

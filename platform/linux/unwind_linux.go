@@ -16,6 +16,7 @@ import (
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // perf_event_attr bits for DWARF-mode sampling (include/uapi/linux/perf_event.h).
@@ -319,7 +320,7 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		uw.exeFile = nil
 		return uf
 	}
-	dir := procDir(int(pid))
+	dir := procfs.Dir(int(pid))
 	for _, name := range []string{dir + "/root" + path, path, fmt.Sprintf("%s/map_files/%x-%x", dir, lm.start, lm.end)} {
 		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
 			continue
@@ -349,11 +350,11 @@ func (uw *unwinder) vdsoFile() *unwindFile {
 		return uw.vdso
 	}
 	uw.vdso = &unwindFile{}
-	data, err := readSmall("/proc/self/maps", 64<<20)
+	data, err := procfs.ReadSmall("/proc/self/maps", 64<<20)
 	if err != nil {
 		return uw.vdso
 	}
-	maps, _ := parseMaps(data)
+	maps, _ := procfs.ParseMaps(data)
 	for i := range maps {
 		m := &maps[i]
 		if m.Path != "[vdso]" || m.End-m.Start > 1<<20 {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package jit
 
 import (
 	"encoding/binary"
@@ -46,9 +46,9 @@ func TestJITTrackerPerfMap(t *testing.T) {
 	path := fmt.Sprintf("/tmp/perf-%d.map", pid)
 	t.Cleanup(func() { os.Remove(path) })
 	rec := &jitRecorder{}
-	j := newJITTracker(platform.Config{}, rec)
-	j.track(pid)
-	defer j.close()
+	j := New(platform.Config{}, rec)
+	j.Track(pid)
+	defer j.Close()
 	write := func(s string, flag int) {
 		f, err := os.OpenFile(path, flag|os.O_WRONLY|os.O_CREATE, 0o644)
 		if err != nil {
@@ -57,7 +57,7 @@ func TestJITTrackerPerfMap(t *testing.T) {
 		f.WriteString(s)
 		f.Close()
 	}
-	poll := func() { j.lastPoll = time.Time{}; j.poll() }
+	poll := func() { j.lastPoll = time.Time{}; j.Poll() }
 	write("1000 10 first\n2000 20 sec", os.O_TRUNC)
 	poll()
 	if got := rec.names(); got != "first@0x1000" {
@@ -77,7 +77,7 @@ func TestJITTrackerPerfMap(t *testing.T) {
 	}
 	// Rewritten in place, shorter: the known lines are not repeated.
 	write("0x2000 0x20 second\n0x4000 0x40 fourth at exit\n", os.O_TRUNC)
-	j.exit(pid)
+	j.Exit(pid)
 	if got := rec.names(); got != "first@0x1000,second@0x2000,third@0x3000,first@0x1000,fourth at exit@0x4000" {
 		t.Fatalf("after the rewrite: %s", got)
 	}
@@ -129,9 +129,9 @@ func TestJITTrackerJitdump(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &jitRecorder{}
-	j := newJITTracker(platform.Config{JITCodeBytes: true}, r)
-	defer j.close()
-	if !j.mmap(pid, path) || j.mmap(pid, "/usr/lib/libjit-1.dump.so") {
+	j := New(platform.Config{JITCodeBytes: true}, r)
+	defer j.Close()
+	if !j.MMap(pid, path) || j.MMap(pid, "/usr/lib/libjit-1.dump.so") {
 		t.Fatal("jitdump marker not recognized, or a library taken for one")
 	}
 	if len(r.codes) != 0 {
@@ -140,7 +140,7 @@ func TestJITTrackerJitdump(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j.exit(pid)
+	j.Exit(pid)
 	if len(r.codes) != 2 || len(r.unloads) != 1 {
 		t.Fatalf("codes %+v unloads %+v", r.codes, r.unloads)
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package jit
 
 import (
 	"fmt"
@@ -20,15 +20,15 @@ func TestJITTrackerOnDemand(t *testing.T) {
 	os.Remove(path)
 	t.Cleanup(func() { os.Remove(path) })
 	rec := &jitRecorder{}
-	j := newJITTracker(platform.Config{}, rec)
-	j.onDemand = true
-	defer j.close()
-	j.started(pid)
+	j := New(platform.Config{}, rec)
+	j.OnDemand = true
+	defer j.Close()
+	j.Started(pid)
 	if len(j.procs) != 0 {
 		t.Fatal("a process was tracked before its first sample")
 	}
-	j.track(pid) // its first sample
-	poll := func() { j.lastPoll = time.Time{}; j.poll() }
+	j.Track(pid) // its first sample
+	poll := func() { j.lastPoll = time.Time{}; j.Poll() }
 	poll() // no map: backs off
 	f := &j.procs[pid].perfMap
 	if f.backoff != jitPollInterval || !f.retry.After(time.Now()) {
@@ -48,12 +48,12 @@ func TestJITTrackerOnDemand(t *testing.T) {
 	}
 	// At exit the map is read whatever the backoff.
 	os.Remove(path)
-	j.track(pid + 1<<20) // a pid that does not exist: no map, backs off
+	j.Track(pid + 1<<20) // a pid that does not exist: no map, backs off
 	p := j.procs[pid+1<<20]
 	p.perfMap.retry = time.Now().Add(time.Hour)
 	p.root, p.perfMap.rel = "", path
 	os.WriteFile(path, []byte("2000 20 at exit\n"), 0o644)
-	j.exit(pid + 1<<20)
+	j.Exit(pid + 1<<20)
 	if got := rec.names(); got != "late@0x1000,at exit@0x2000" {
 		t.Fatalf("at exit: %q", got)
 	}

@@ -1,4 +1,4 @@
-package linux
+package goruntime
 
 import (
 	"os"
@@ -33,7 +33,7 @@ func (f *fakeG) addr() uint64 { return uint64(uintptr(unsafe.Pointer(&f.g[0]))) 
 // through process_vm_readv, checks the stack-bound test and the label
 // cache, and pins the steady state at zero allocations.
 func TestGoReader(t *testing.T) {
-	gs := newGoSampling()
+	gs := NewSampling()
 	if gs == nil {
 		t.Skip("no g register known on " + runtime.GOARCH)
 	}
@@ -79,7 +79,7 @@ func TestGoReader(t *testing.T) {
 // BenchmarkGoReader is the per-sample cost of a known goroutine with
 // known labels: two process_vm_readv calls and two map lookups.
 func BenchmarkGoReader(b *testing.B) {
-	gs := newGoSampling()
+	gs := NewSampling()
 	if gs == nil {
 		b.Skip("no g register known on " + runtime.GOARCH)
 	}

@@ -1,4 +1,4 @@
-package linux
+package procfs
 
 import (
 	"bytes"
@@ -7,11 +7,11 @@ import (
 	"strings"
 )
 
-// procDir returns /proc/PID.
-func procDir(pid int) string { return "/proc/" + strconv.Itoa(pid) }
+// Dir returns /proc/PID.
+func Dir(pid int) string { return "/proc/" + strconv.Itoa(pid) }
 
-// readSmall reads at most max bytes of a small (proc) file.
-func readSmall(path string, max int) ([]byte, error) {
+// ReadSmall reads at most max bytes of a small (proc) file.
+func ReadSmall(path string, max int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -35,10 +35,10 @@ func readSmall(path string, max int) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// readInto reads a whole (proc) file of at most limit bytes, appending to
+// ReadInto reads a whole (proc) file of at most limit bytes, appending to
 // buf and growing it as the file needs, so that reading every process's
 // maps (the eBPF back end's whole-host mode) reuses one buffer.
-func readInto(path string, buf []byte, limit int) ([]byte, error) {
+func ReadInto(path string, buf []byte, limit int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return buf, err
@@ -58,27 +58,27 @@ func readInto(path string, buf []byte, limit int) ([]byte, error) {
 	return buf, nil
 }
 
-// procComm returns the comm of /proc/PID[/task/TID].
-func procComm(dir string) string {
-	b, err := readSmall(dir+"/comm", 64)
+// Comm returns the comm of /proc/PID[/task/TID].
+func Comm(dir string) string {
+	b, err := ReadSmall(dir+"/comm", 64)
 	if err != nil {
 		return ""
 	}
 	return strings.TrimRight(string(b), "\n")
 }
 
-// procCmdline returns the NUL-separated command line of pid.
-func procCmdline(pid int) string {
-	b, err := readSmall(procDir(pid)+"/cmdline", 64<<10)
+// Cmdline returns the NUL-separated command line of pid.
+func Cmdline(pid int) string {
+	b, err := ReadSmall(Dir(pid)+"/cmdline", 64<<10)
 	if err != nil {
 		return ""
 	}
 	return string(bytes.TrimRight(b, "\x00"))
 }
 
-// procPpid returns the parent pid of pid from /proc/PID/stat.
-func procPpid(pid int) int {
-	b, err := readSmall(procDir(pid)+"/stat", 4096)
+// Ppid returns the parent pid of pid from /proc/PID/stat.
+func Ppid(pid int) int {
+	b, err := ReadSmall(Dir(pid)+"/stat", 4096)
 	if err != nil {
 		return 0
 	}
@@ -94,9 +94,9 @@ func procPpid(pid int) int {
 	return p
 }
 
-// procTasks lists the thread ids of pid.
-func procTasks(pid int) ([]int, error) {
-	ents, err := os.ReadDir(procDir(pid) + "/task")
+// Tasks lists the thread ids of pid.
+func Tasks(pid int) ([]int, error) {
+	ents, err := os.ReadDir(Dir(pid) + "/task")
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +109,9 @@ func procTasks(pid int) ([]int, error) {
 	return tids, nil
 }
 
-// sysctlInt reads an integer from /proc/sys.
-func sysctlInt(name string, def int) int {
-	b, err := readSmall("/proc/sys/"+strings.ReplaceAll(name, ".", "/"), 64)
+// SysctlInt reads an integer from /proc/sys.
+func SysctlInt(name string, def int) int {
+	b, err := ReadSmall("/proc/sys/"+strings.ReplaceAll(name, ".", "/"), 64)
 	if err != nil {
 		return def
 	}
@@ -122,9 +122,9 @@ func sysctlInt(name string, def int) int {
 	return v
 }
 
-// capEff returns the effective capability mask of the calling process.
-func capEff() uint64 {
-	b, err := readSmall("/proc/self/status", 16<<10)
+// CapEff returns the effective capability mask of the calling process.
+func CapEff() uint64 {
+	b, err := ReadSmall("/proc/self/status", 16<<10)
 	if err != nil {
 		return 0
 	}
@@ -138,20 +138,20 @@ func capEff() uint64 {
 }
 
 const (
-	capSysAdmin  = 21
-	capSysPtrace = 19
-	capPerfmon   = 38
+	CapSysAdmin  = 21
+	CapSysPtrace = 19
+	CapPerfmon   = 38
 )
 
-// perfPrivileged reports whether the caller bypasses perf_event_paranoid.
-func perfPrivileged() bool {
-	c := capEff()
-	return c&(1<<capPerfmon) != 0 || c&(1<<capSysAdmin) != 0
+// PerfPrivileged reports whether the caller bypasses perf_event_paranoid.
+func PerfPrivileged() bool {
+	c := CapEff()
+	return c&(1<<CapPerfmon) != 0 || c&(1<<CapSysAdmin) != 0
 }
 
-// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
-func onlineCPUs() []int {
-	b, err := readSmall("/sys/devices/system/cpu/online", 4096)
+// OnlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
+func OnlineCPUs() []int {
+	b, err := ReadSmall("/sys/devices/system/cpu/online", 4096)
 	var cpus []int
 	if err == nil {
 		for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {

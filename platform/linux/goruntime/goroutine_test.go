@@ -1,4 +1,4 @@
-package linux
+package goruntime
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 // TestGoLayout reads the g's layout from a Go program built with and
 // without DWARF, and refuses a program that is not Go.
 func TestGoLayout(t *testing.T) {
-	src, err := filepath.Abs("../../tracer/testdata/labelled")
+	src, err := filepath.Abs("../../../tracer/testdata/labelled")
 	if err != nil {
 		t.Fatal(err)
 	}

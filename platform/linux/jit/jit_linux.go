@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package jit
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/rawstack/rawstack/internal/jitfile"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // JIT runtimes publish their code for profilers in files that are local
@@ -26,7 +27,7 @@ import (
 // Compiler.perfmap, DOTNET_PerfMapEnabled=1, python -X perf) and jitdump
 // files (jit-PID.dump, node --perf-prof, JVMTI agents), which the runtime
 // announces by mapping the file executable, so that a MMAP2 record names
-// it. The jitTracker tails both while recording, reads them once more when
+// it. The Tracker tails both while recording, reads them once more when
 // the process exits (maps written at exit), and reports their contents to
 // the handler as JIT code events.
 
@@ -45,17 +46,17 @@ const (
 	jitMaxBackoff = 3200 * time.Millisecond
 )
 
-type jitTracker struct {
+type Tracker struct {
 	h        platform.JITHandler
 	keepCode bool
-	// fileBacked reports whether addr of pid lies in a file-backed module:
+	// FileBacked reports whether addr of pid lies in a file-backed module:
 	// such addresses are named from the file, so map lines for them (V8's
 	// embedded builtins) are not recorded.
-	fileBacked func(pid uint32, addr uint64) bool
-	// onDemand (whole-host sessions): a process's perf map is watched
+	FileBacked func(pid uint32, addr uint64) bool
+	// OnDemand (whole-host sessions): a process's perf map is watched
 	// from its first sample on, not from its start, so that the hundreds
 	// of processes a host runs that are never sampled cost nothing.
-	onDemand bool
+	OnDemand bool
 	procs    map[uint32]*jitProc
 	lastPoll time.Time
 	errs     []error
@@ -98,7 +99,7 @@ type jitFile struct {
 	head    []byte // the first bytes, to notice a rewrite
 	hdr     *jitfile.JitdumpHeader
 	dead    bool // a fatal error: not read again
-	// retry: with onDemand, a perf map not found is looked for again
+	// retry: with OnDemand, a perf map not found is looked for again
 	// from then on, after backoff (doubling up to jitMaxBackoff).
 	retry   time.Time
 	backoff time.Duration
@@ -109,24 +110,24 @@ type jitFile struct {
 	reread bool
 }
 
-func newJITTracker(cfg platform.Config, h platform.Handler) *jitTracker {
+func New(cfg platform.Config, h platform.Handler) *Tracker {
 	jh, ok := h.(platform.JITHandler)
 	if !ok || cfg.NoJIT {
 		return nil
 	}
-	return &jitTracker{h: jh, keepCode: cfg.JITCodeBytes, procs: map[uint32]*jitProc{}}
+	return &Tracker{h: jh, keepCode: cfg.JITCodeBytes, procs: map[uint32]*jitProc{}}
 }
 
 // started is called when process pid appears (at the start of the
 // session or by fork): it tracks it unless tracking is on demand.
-func (j *jitTracker) started(pid uint32) {
-	if j != nil && !j.onDemand {
-		j.track(pid)
+func (j *Tracker) Started(pid uint32) {
+	if j != nil && !j.OnDemand {
+		j.Track(pid)
 	}
 }
 
 // track starts watching process pid's perf map.
-func (j *jitTracker) track(pid uint32) {
+func (j *Tracker) Track(pid uint32) {
 	if j == nil {
 		return
 	}
@@ -134,7 +135,7 @@ func (j *jitTracker) track(pid uint32) {
 		return
 	}
 	p := &jitProc{pid: pid, nspid: pid, seen: map[perfKey]struct{}{}, live: map[uint64]liveCode{}}
-	dir := procDir(int(pid))
+	dir := procfs.Dir(int(pid))
 	if f, err := os.Open(dir + "/root"); err == nil {
 		p.rootF = f
 		p.root = "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
@@ -147,7 +148,7 @@ func (j *jitTracker) track(pid uint32) {
 
 // mmap is called for every MMAP2 record; it reports whether the mapping is
 // a jitdump marker (and so not a module).
-func (j *jitTracker) mmap(pid uint32, filename string) bool {
+func (j *Tracker) MMap(pid uint32, filename string) bool {
 	base := path.Base(filename)
 	if !strings.HasPrefix(base, "jit-") || !strings.HasSuffix(base, ".dump") {
 		return false
@@ -158,7 +159,7 @@ func (j *jitTracker) mmap(pid uint32, filename string) bool {
 	if j == nil {
 		return true
 	}
-	j.track(pid)
+	j.Track(pid)
 	p := j.procs[pid]
 	for _, d := range p.dumps {
 		if d.rel == filename {
@@ -173,7 +174,7 @@ func (j *jitTracker) mmap(pid uint32, filename string) bool {
 }
 
 // poll reads what the runtimes appended since the last poll.
-func (j *jitTracker) poll() {
+func (j *Tracker) Poll() {
 	if j == nil || time.Since(j.lastPoll) < jitPollInterval {
 		return
 	}
@@ -185,7 +186,7 @@ func (j *jitTracker) poll() {
 
 // exit reads pid's files a last time (a runtime may write its map as it
 // exits) and stops tracking it.
-func (j *jitTracker) exit(pid uint32) {
+func (j *Tracker) Exit(pid uint32) {
 	if j == nil {
 		return
 	}
@@ -198,16 +199,16 @@ func (j *jitTracker) exit(pid uint32) {
 }
 
 // finish reads every tracked file a last time and closes them.
-func (j *jitTracker) finish() {
+func (j *Tracker) Finish() {
 	if j == nil {
 		return
 	}
 	for pid := range j.procs {
-		j.exit(pid)
+		j.Exit(pid)
 	}
 }
 
-func (j *jitTracker) close() {
+func (j *Tracker) Close() {
 	if j == nil {
 		return
 	}
@@ -230,14 +231,14 @@ func (p *jitProc) close() {
 	}
 }
 
-func (j *jitTracker) readAll(p *jitProc) {
+func (j *Tracker) readAll(p *jitProc) {
 	j.readFile(p, &p.perfMap)
 	for _, d := range p.dumps {
 		j.readFile(p, d)
 	}
 }
 
-func (j *jitTracker) warn(err error) {
+func (j *Tracker) warn(err error) {
 	if len(j.errs) < jitMaxErrs {
 		j.errs = append(j.errs, err)
 	}
@@ -265,7 +266,7 @@ func (p *jitProc) open(f *jitFile) (*os.File, os.FileInfo, error) {
 }
 
 // readFile reads what is new in f and reports it.
-func (j *jitTracker) readFile(p *jitProc, f *jitFile) {
+func (j *Tracker) readFile(p *jitProc, f *jitFile) {
 	if f.dead {
 		return
 	}
@@ -292,7 +293,7 @@ func (j *jitTracker) readFile(p *jitProc, f *jitFile) {
 		}
 	}
 	if f.f == nil {
-		if j.onDemand && !f.dump {
+		if j.OnDemand && !f.dump {
 			// A whole host has hundreds of processes without perf maps:
 			// look for one less and less often (entries read late still
 			// name earlier samples; the symbolizer matches them at the end).
@@ -358,7 +359,7 @@ func (f *jitFile) sameHead() bool {
 }
 
 // consume parses new bytes b of f (read at f.off), after f.pending.
-func (j *jitTracker) consume(p *jitProc, f *jitFile, b []byte) {
+func (j *Tracker) consume(p *jitProc, f *jitFile, b []byte) {
 	start := f.off - int64(len(f.pending))
 	f.off += int64(len(b))
 	data := b
@@ -402,10 +403,10 @@ func (j *jitTracker) consume(p *jitProc, f *jitFile, b []byte) {
 	f.pending = append(f.pending[:0], rest...)
 }
 
-func (j *jitTracker) perfMapLines(p *jitProc, f *jitFile, start int64, data []byte) (int, error) {
+func (j *Tracker) perfMapLines(p *jitProc, f *jitFile, start int64, data []byte) (int, error) {
 	now := sys.Monotonic()
 	return jitfile.ParsePerfMap(f.rel, start, data, func(e *jitfile.PerfMapEntry) {
-		if e.Size == 0 || j.fileBacked != nil && j.fileBacked(p.pid, e.Addr) {
+		if e.Size == 0 || j.FileBacked != nil && j.FileBacked(p.pid, e.Addr) {
 			return
 		}
 		k := perfKey{e.Addr, e.Size, string(e.Name)}
@@ -421,7 +422,7 @@ func (j *jitTracker) perfMapLines(p *jitProc, f *jitFile, start int64, data []by
 	})
 }
 
-func (j *jitTracker) jitdumpRecords(p *jitProc, f *jitFile, start int64, data []byte) (int, error) {
+func (j *Tracker) jitdumpRecords(p *jitProc, f *jitFile, start int64, data []byte) (int, error) {
 	now := sys.Monotonic()
 	return jitfile.ParseJitdump(f.rel, start, data, func(r *jitfile.JitdumpRecord) {
 		t := int64(r.Timestamp)
@@ -442,7 +443,7 @@ func (j *jitTracker) jitdumpRecords(p *jitProc, f *jitFile, start int64, data []
 				p.debugLines = append(p.debugLines, platform.JITLine{Offset: off, Line: e.Line, Column: e.Discrim, File: string(e.File)})
 			}
 		case jitfile.RecCodeLoad:
-			if r.CodeSize == 0 || j.fileBacked != nil && j.fileBacked(p.pid, r.CodeAddr) {
+			if r.CodeSize == 0 || j.FileBacked != nil && j.FileBacked(p.pid, r.CodeAddr) {
 				p.debugLines = p.debugLines[:0]
 				return
 			}
@@ -481,7 +482,7 @@ func (j *jitTracker) jitdumpRecords(p *jitProc, f *jitFile, start int64, data []
 // it (the NSpid line of /proc/PID/status): a runtime in a container names
 // its map after that number.
 func innermostNSPid(dir string, pid uint32) uint32 {
-	b, err := readSmall(dir+"/status", 16<<10)
+	b, err := procfs.ReadSmall(dir+"/status", 16<<10)
 	if err != nil {
 		return pid
 	}
@@ -501,7 +502,7 @@ func innermostNSPid(dir string, pid uint32) uint32 {
 // procStartTime returns when pid started (wall clock, to the clock tick),
 // or the zero time.
 func procStartTime(pid int) time.Time {
-	b, err := readSmall(procDir(pid)+"/stat", 4096)
+	b, err := procfs.ReadSmall(procfs.Dir(pid)+"/stat", 4096)
 	if err != nil {
 		return time.Time{}
 	}
@@ -527,7 +528,7 @@ func procStartTime(pid int) time.Time {
 
 // bootTime returns the host's boot time (btime of /proc/stat), read once.
 var bootTime = sync.OnceValue(func() time.Time {
-	st, err := readSmall("/proc/stat", 64<<10)
+	st, err := procfs.ReadSmall("/proc/stat", 64<<10)
 	if err != nil {
 		return time.Time{}
 	}
@@ -543,27 +544,12 @@ var bootTime = sync.OnceValue(func() time.Time {
 	return time.Time{}
 })
 
-// JITErrors returns the first problems met reading perf maps and jitdump
+// Errors returns the first problems met reading perf maps and jitdump
 // files (malformed lines or records, each naming the file, offset and
 // pid); reading went on past each.
-func (s *Session) JITErrors() []error {
-	if s.jit == nil {
+func (j *Tracker) Errors() []error {
+	if j == nil {
 		return nil
 	}
-	return s.jit.errs
-}
-
-// fileBacked reports whether addr of pid lies in a module mapped from a
-// file (ELF, vDSO): its code is named from the file.
-func (s *Session) fileBacked(pid uint32, addr uint64) bool {
-	ps := s.procs[pid]
-	if ps == nil {
-		return false
-	}
-	for _, m := range ps.modules {
-		if addr >= m.start && addr < m.end && m.ml != nil && m.ml.Kind != format.ModuleAnon && m.ml.Kind != format.ModuleJIT {
-			return true
-		}
-	}
-	return false
+	return j.errs
 }
