@@ -1,23 +1,28 @@
 //go:build linux && amd64
 
-package linux
+package ebpf
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
-// Record layout written by the BPF programs (ebpf/bpf/rawstack.bpf.c).
+// Record layout written by the BPF programs (bpf/rawstack.bpf.c).
 const (
 	bpfHdrSize   = 48
 	bpfNRegs     = 17
@@ -37,9 +42,19 @@ const (
 	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
 )
 
-// bpfState is what the eBPF back end adds to a Session.
+// Session samples with the BPF programs: one target and its
+// descendants, or every process of the host (Config.System). Its
+// [tracking.Tracker] follows processes, threads and modules from the
+// side-band records of the same perf events' rings and unwinds samples
+// as the perf back end's does.
+type Session struct {
+	*tracking.Tracker
+	bpf *bpfState
+}
+
+// bpfState is what the eBPF back end reads besides the perf rings.
 type bpfState struct {
-	progs BPFPrograms
+	progs *programs
 	rec   []byte // the record Next returned, until reported
 
 	pending     bool   // rec holds a record not yet reported
@@ -74,20 +89,17 @@ var (
 	bpfProbeErr  error
 )
 
-// ProbeBPF reports whether the eBPF back end can run here: the kernel
+// Probe reports whether the eBPF back end can run here: the kernel
 // features it uses (BTF, ring buffers, perf-event and tracing programs)
 // and the capabilities it needs. The error wraps platform.ErrNotSupported
 // for a missing kernel feature, and is a *platform.PermissionError naming
 // the capabilities for missing privileges.
-func ProbeBPF() error {
+func Probe() error {
 	bpfProbeOnce.Do(func() { bpfProbeErr = probeBPF() })
 	return bpfProbeErr
 }
 
 func probeBPF() error {
-	if bpfLoadFn == nil {
-		return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "not linked into this program: import github.com/rawstack/rawstack/platform/linux/ebpf (the rawstack command runs rawstack-ebpf for it)"}
-	}
 	caps, err := sys.CapEff()
 	if err == nil {
 		has := func(c uint) bool { return caps&(1<<c) != 0 }
@@ -105,44 +117,98 @@ func probeBPF() error {
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "the kernel has no BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF=y is needed for CO-RE)"}
 	}
-	return bpfProbeFn()
+	return probeFeatures()
 }
 
-// attachBPF loads the BPF programs, opens one cpu-clock perf event per CPU
+// Open starts sampling the running process cfg.Pid (0: the caller), or
+// every process of the host with cfg.System.
+func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := newSession(cfg, h)
+	if cfg.System {
+		s.WholeHost()
+	} else if cfg.Pid == 0 {
+		s.Target, s.Self = os.Getpid(), true
+	} else {
+		s.Target = cfg.Pid
+		if !sys.ProcessAlive(s.Target) {
+			return nil, fmt.Errorf("pid %d: no such process", s.Target)
+		}
+		if procinfo.KernelThread(s.Target) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.Target, procinfo.Comm(s.Target), platform.ErrKernelThread)
+		}
+	}
+	if err := s.attach(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Launch starts cmd (not yet started) stopped at its first instruction,
+// attaches to it and lets it run. The caller must not call cmd.Wait: the
+// session reaps the command; [tracking.Tracker.ExitErr] reports how it
+// ended.
+func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := newSession(cfg, h)
+	if err := s.Launch(cmd, s.attach, s.Close); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSession(cfg platform.Config, h platform.Handler) *Session {
+	s := &Session{Tracker: tracking.New(cfg, h), bpf: &bpfState{}}
+	// The BPF programs wake the reader only when their ring fills
+	// (a quarter of it): reads come from this timeout, in batches.
+	s.PollInterval = bpfReadInterval
+	return s
+}
+
+// bpfReadInterval is how often an eBPF session reads its rings. Every
+// wakeup of a Go program costs a round of its scheduler and a millisecond
+// of sysmon polling; samples need no lower latency than this.
+const bpfReadInterval = 100 * time.Millisecond
+
+// Run reads the rings and reports events until ctx is done or the target
+// is gone, then reads what is left and returns.
+func (s *Session) Run(ctx context.Context) error { return s.Tracker.Run(ctx, s.ReadAll) }
+
+// Close stops sampling and releases the programs, events and rings.
+func (s *Session) Close() error {
+	s.bpf.close()
+	return s.Tracker.Close()
+}
+
+// attach loads the BPF programs, opens one cpu-clock perf event per CPU
 // for them (whose rings carry the mmap, comm, fork and exit records the
 // perf back end reads too), reports the current state and starts sampling.
-func (s *Session) attachBPF() (err error) {
-	if err := ProbeBPF(); err != nil {
+func (s *Session) attach() (err error) {
+	if err := tracking.ProbePerf(); err != nil {
 		return err
 	}
-	if s.cfg.KeepRaw {
+	if err := Probe(); err != nil {
+		return err
+	}
+	if s.Cfg.KeepRaw {
 		return errors.New("the eBPF back end unwinds on the host: --keep-raw is not supported with it")
 	}
-	if s.cfg.Unwind != platform.UnwindFP && s.cfg.StackSize > bpfMaxStack {
-		return fmt.Errorf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", bpfMaxStack, s.cfg.StackSize)
+	if s.Cfg.Unwind != platform.UnwindFP && s.Cfg.StackSize > bpfMaxStack {
+		return fmt.Errorf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", bpfMaxStack, s.Cfg.StackSize)
 	}
-	s.kernel = !s.cfg.NoKernel
-	s.event = "cpu-clock"
-	if s.uw != nil && s.system {
-		s.uw.lazyLag = maxBuildLag
-	}
-	if s.jit != nil && s.system {
-		s.jit.OnDemand = true
-	}
-	b := &bpfState{}
-	s.bpf = b
+	s.Kernel = !s.Cfg.NoKernel
+	s.EventName = "cpu-clock"
+	b := s.bpf
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
 
-	spec := BPFSpec{All: s.system, CopyStack: s.uw != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.cfg.OffCPU}
-	if s.uw != nil {
-		spec.StackBytes = s.uw.size
+	spec := bpfSpec{All: s.System, CopyStack: s.UW != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.Cfg.OffCPU}
+	if s.UW != nil {
+		spec.StackBytes = s.UW.StackBytes()
 	}
-	if s.cfg.RingPages > 0 {
-		spec.RingBytes = s.cfg.RingPages * sys.PageSize
+	if s.Cfg.RingPages > 0 {
+		spec.RingBytes = s.Cfg.RingPages * sys.PageSize
 		for spec.RingBytes&(spec.RingBytes-1) != 0 {
 			spec.RingBytes &= spec.RingBytes - 1
 		}
@@ -151,12 +217,12 @@ func (s *Session) attachBPF() (err error) {
 	// or when a quarter of the ring is used (a wakeup per sample cost the
 	// recorder a third of its CPU time).
 	spec.WakeupBytes = spec.RingBytes / 4
-	b.progs, err = bpfLoadFn(spec)
+	b.progs, err = load(spec)
 	if err != nil {
 		return err
 	}
-	if !s.system {
-		if err := b.progs.Select(uint32(s.pid)); err != nil {
+	if !s.System {
+		if err := b.progs.Select(uint32(s.Target)); err != nil {
 			return err
 		}
 	}
@@ -165,19 +231,19 @@ func (s *Session) attachBPF() (err error) {
 	attr := sys.PerfEventAttr{
 		Type:        sys.PerfTypeSoftware,
 		Config:      sys.PerfCountSWCPUClock,
-		Sample:      uint64(s.cfg.Frequency),
+		Sample:      uint64(s.Cfg.Frequency),
 		Sample_type: sys.PerfSampleTID | sys.PerfSampleTime | sys.PerfSampleCPU,
 		Bits: sys.PerfBitDisabled | sys.PerfBitFreq | sys.PerfBitMmap | sys.PerfBitMmap2 | sys.PerfBitComm |
 			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
 		Clockid: sys.ClockMonotonic,
 	}
-	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.cfg.Frequency > max {
+	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.Cfg.Frequency > max {
 		attr.Sample = uint64(max)
-		s.cfg.Frequency = max
+		s.Cfg.Frequency = max
 	}
 	prog := b.progs.PerfProgramFD()
 	cpus := procfs.OnlineCPUs()
-	s.rings = make([]*ring, len(cpus))
+	s.Rings = make([]*tracking.Ring, len(cpus))
 	for i, cpu := range cpus {
 		fd, err := sys.PerfEventOpen(&attr, -1, cpu, -1)
 		if err != nil {
@@ -186,35 +252,35 @@ func (s *Session) attachBPF() (err error) {
 			}
 			return fmt.Errorf("perf_event_open on cpu %d: %w", cpu, err)
 		}
-		s.fds = append(s.fds, fd)
-		r, err := mapRing(fd, sidePages)
+		s.FDs = append(s.FDs, fd)
+		r, err := tracking.MapRing(fd, sidePages)
 		if err != nil {
 			return fmt.Errorf("mmap of the perf ring buffer of cpu %d: %w", cpu, err)
 		}
-		s.rings[i] = r
-		s.polls = append(s.polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
+		s.Rings[i] = r
+		s.Polls = append(s.Polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
 		if err := sys.PerfSetBPF(fd, prog); err != nil {
 			return fmt.Errorf("attaching the BPF program to the perf event of cpu %d: %w", cpu, err)
 		}
 	}
-	s.polls = append(s.polls, sys.PollFd{Fd: int32(b.progs.RingFD()), Events: sys.POLLIN})
+	s.Polls = append(s.Polls, sys.PollFd{Fd: int32(b.progs.RingFD()), Events: sys.POLLIN})
 
 	// Side-band records from now on; then what exists already.
-	for _, fd := range s.fds {
+	for _, fd := range s.FDs {
 		if err := sys.PerfEnable(fd); err != nil {
 			return fmt.Errorf("enabling perf event: %w", err)
 		}
 	}
-	if s.system {
+	if s.System {
 		s.reportAll()
 	} else {
-		tids, err := procfs.Tasks(s.pid)
+		tids, err := procfs.Tasks(s.Target)
 		if err != nil {
-			return fmt.Errorf("pid %d: listing threads: %w", s.pid, err)
+			return fmt.Errorf("pid %d: listing threads: %w", s.Target, err)
 		}
-		s.reportInitial(tids)
+		s.ReportInitial(tids)
 	}
-	if s.cfg.OffCPU {
+	if s.Cfg.OffCPU {
 		b.offPending = map[uint32]*offStack{}
 	}
 	return b.progs.Start()
@@ -236,28 +302,28 @@ func (s *Session) reportAll() {
 		if err != nil {
 			continue // exited meanwhile
 		}
-		s.reportProcess(pid, tids, now)
+		s.ReportProcess(pid, tids, now)
 	}
 }
 
-// readAllBPF is ReadAll for the eBPF back end: the perf rings' side-band
-// records and the BPF ring buffer's samples, merged by time. Samples
-// stamped after the rings were looked at wait for the next call: the
-// mapping a sample needs may be in a ring record written meanwhile.
-func (s *Session) readAllBPF() {
+// ReadAll reads and reports the perf rings' side-band records and the BPF
+// ring buffer's samples, merged by time. Samples stamped after the rings
+// were looked at wait for the next call: the mapping a sample needs may
+// be in a ring record written meanwhile.
+func (s *Session) ReadAll() {
 	b := s.bpf
 	until := uint64(sys.Monotonic())
-	live := s.live[:0]
-	for _, r := range s.rings {
+	live := s.Live[:0]
+	for _, r := range s.Rings {
 		if r == nil {
 			continue
 		}
-		r.begin()
-		if r.pending = r.next(); r.pending != nil {
-			r.pendingTime = recordTime(r.pending)
+		r.Begin()
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = tracking.RecordTime(r.Pending)
 			live = append(live, r)
 		} else {
-			s.bytes.Add(r.commit())
+			s.Bytes.Add(r.Commit())
 		}
 	}
 	if b.progs == nil {
@@ -269,26 +335,26 @@ func (s *Session) readAllBPF() {
 	for len(live) > 0 || (b.pending && b.pendingTime < until) {
 		best := -1
 		for i := range live {
-			if best < 0 || live[i].pendingTime < live[best].pendingTime {
+			if best < 0 || live[i].PendingTime < live[best].PendingTime {
 				best = i
 			}
 		}
-		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].pendingTime) {
+		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].PendingTime) {
 			s.handleBPF(b.rec)
 			b.next()
 			continue
 		}
 		r := live[best]
-		s.handleSide(r.pending)
-		if r.pending = r.next(); r.pending != nil {
-			r.pendingTime = recordTime(r.pending)
+		s.handleSide(r.Pending)
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = tracking.RecordTime(r.Pending)
 			continue
 		}
-		s.bytes.Add(r.commit())
+		s.Bytes.Add(r.Commit())
 		live[best] = live[len(live)-1]
 		live = live[:len(live)-1]
 	}
-	s.live = live
+	s.Live = live
 	// Once per read (reads come in batches, at most every few tens of
 	// milliseconds), so that the last read of a session reports them too.
 	s.reportBPFLost()
@@ -324,14 +390,14 @@ func (s *Session) reportBPFLost() {
 	b := s.bpf
 	ring, off := b.progs.Lost()
 	if ring > b.lost {
-		s.lost.Add(ring - b.lost)
-		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
+		s.Lost.Add(ring - b.lost)
+		s.H.Lost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
 		b.lost = ring
 	}
 	if off > b.lostOff {
 		// Threads off CPU whose start the map had no room for.
-		s.lost.Add(off - b.lostOff)
-		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
+		s.Lost.Add(off - b.lostOff)
+		s.H.Lost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
 		b.lostOff = off
 	}
 }
@@ -339,27 +405,27 @@ func (s *Session) reportBPFLost() {
 // handleSide reports a side-band perf record, in single-process mode only
 // those of the target and its descendants.
 func (s *Session) handleSide(rec []byte) {
-	r := &s.rec
-	if err := decodeRecord(rec, r); err != nil {
+	r := &s.Rec
+	if err := tracking.DecodeRecord(rec, r); err != nil {
 		return
 	}
-	if r.Type == recExit && s.bpf.offPending != nil {
+	if r.Type == tracking.RecExit && s.bpf.offPending != nil {
 		if o := s.bpf.offPending[r.Tid]; o != nil {
 			delete(s.bpf.offPending, r.Tid)
 			s.bpf.offFree = append(s.bpf.offFree, o)
 		}
 	}
-	if !s.system {
+	if !s.System {
 		switch {
-		case r.Type == recFork && r.Pid != r.Ppid:
-			if s.procs[r.Ppid] == nil {
+		case r.Type == tracking.RecFork && r.Pid != r.Ppid:
+			if !s.Known(r.Ppid) {
 				return
 			}
-		case s.procs[r.Pid] == nil:
+		case !s.Known(r.Pid):
 			return
 		}
 	}
-	s.dispatch(r)
+	s.Dispatch(r)
 }
 
 // errBPFRecord is wrapped by the errors of decodeBPF.
@@ -368,13 +434,13 @@ var errBPFRecord = errors.New("malformed BPF sample record")
 // decodeBPF decodes a BPF sample record into r (as decodeRecord does a
 // perf sample) and returns its kind. nRegs is how many user registers
 // the session's unwinder takes (0: none).
-func decodeBPF(b []byte, r *record) (kind uint32, err error) {
+func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	le := binary.LittleEndian
 	if len(b) < bpfKernelOff {
 		return 0, fmt.Errorf("%w: %d bytes", errBPFRecord, len(b))
 	}
 	kind = le.Uint32(b)
-	r.Type = recSample
+	r.Type = tracking.RecSample
 	r.Pid, r.Tid, r.CPU = le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:])
 	r.Time, r.Period = le.Uint64(b[16:]), le.Uint64(b[24:])
 	nk, nu, flags := int(le.Uint16(b[32:])), int(le.Uint16(b[34:])), le.Uint16(b[36:])
@@ -389,7 +455,7 @@ func decodeBPF(b []byte, r *record) (kind uint32, err error) {
 	r.PCs = pcs
 	r.Kernel = nk > 0
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
-	if flags&bpfFlagRegs != 0 && r.nUserRegs == bpfNRegs {
+	if flags&bpfFlagRegs != 0 && r.NUserRegs == bpfNRegs {
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
 		for i := 0; i < bpfNRegs; i++ {
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
@@ -402,42 +468,33 @@ func decodeBPF(b []byte, r *record) (kind uint32, err error) {
 
 // handleBPF reports one BPF sample record.
 func (s *Session) handleBPF(b []byte) {
-	s.bytes.Add(uint64(len(b)))
+	s.Bytes.Add(uint64(len(b)))
 	s.bpf.ringBytes += uint64(len(b))
 	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
 		s.onCPU(b)
 		return
 	}
-	r := &s.rec
+	r := &s.Rec
 	kind, err := decodeBPF(b, r)
 	if err != nil {
 		// Not a layout the programs write: a mismatch between the
 		// embedded object and this decoder. Counted, not silent.
-		s.lost.Add(1)
-		s.h.Lost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
+		s.Lost.Add(1)
+		s.H.Lost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
 		return
 	}
-	s.records.Add(1)
-	if s.procs[r.Pid] == nil && r.Pid != 0 {
-		// A process that was not reported yet (it started before its
-		// FORK record was read, or in a pid namespace race): report it
-		// from /proc now so that its addresses have modules.
-		if tids, err := procfs.Tasks(int(r.Pid)); err == nil {
-			s.reportProcess(int(r.Pid), tids, int64(r.Time))
-		} else {
-			s.procs[r.Pid] = &procState{} // gone: do not look again
-		}
+	s.Records.Add(1)
+	s.EnsureProcess(r.Pid, int64(r.Time))
+	if s.JIT != nil && s.JIT.OnDemand && r.Pid != 0 {
+		s.JIT.Track(r.Pid)
 	}
-	if s.jit != nil && s.jit.OnDemand && r.Pid != 0 {
-		s.jit.Track(r.Pid)
-	}
-	if !s.kernel && r.Kernel {
+	if !s.Kernel && r.Kernel {
 		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]
 		r.Kernel = false
 	}
 	switch kind {
 	case bpfKindCPU:
-		s.reportSample(r, 0)
+		s.ReportSample(r, 0)
 	case bpfKindOffCPU:
 		s.offCPU(r)
 	}
@@ -445,9 +502,9 @@ func (s *Session) handleBPF(b []byte) {
 
 // offCPU unwinds the stack of a thread that left the CPU and holds it
 // until the thread comes back.
-func (s *Session) offCPU(r *record) {
+func (s *Session) offCPU(r *tracking.Record) {
 	b := s.bpf
-	if b.offPending == nil || !s.prepareSample(r, format.SampleOffCPU) {
+	if b.offPending == nil || !s.PrepareSample(r, format.SampleOffCPU) {
 		return
 	}
 	o := b.offPending[r.Tid]
@@ -456,13 +513,13 @@ func (s *Session) offCPU(r *record) {
 		// but no record said when: that interval's weight is unknown.
 		// Counted, not dropped silently (TestEBPFOffCPU has seen this,
 		// rarely, on a loaded host).
-		s.lost.Add(1)
-		s.h.Lost(&format.Lost{Time: int64(o.time), Pid: o.pid, Count: 1, Reason: format.LostUnknown})
+		s.Lost.Add(1)
+		s.H.Lost(&format.Lost{Time: int64(o.time), Pid: o.pid, Count: 1, Reason: format.LostUnknown})
 	}
 	if o == nil {
 		if len(b.offPending) >= maxOffPending {
-			s.lost.Add(1)
-			s.h.Lost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
+			s.Lost.Add(1)
+			s.H.Lost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
 			return
 		}
 		if n := len(b.offFree); n > 0 {
@@ -472,7 +529,7 @@ func (s *Session) offCPU(r *record) {
 		}
 		b.offPending[r.Tid] = o
 	}
-	sm := &s.sample
+	sm := &s.Sample
 	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
 	o.pcs = append(o.pcs[:0], sm.PCs...)
 }
@@ -492,8 +549,8 @@ func (s *Session) onCPU(h []byte) {
 	if o.time != start {
 		return // a stack from another switch: its record was lost
 	}
-	sm := &s.sample
+	sm := &s.Sample
 	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
-	s.samples.Add(1)
-	s.h.Sample(sm)
+	s.Samples.Add(1)
+	s.H.Sample(sm)
 }

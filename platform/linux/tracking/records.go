@@ -1,4 +1,4 @@
-package linux
+package tracking
 
 import (
 	"encoding/binary"
@@ -11,11 +11,11 @@ const (
 	recMmap        = 1
 	recLost        = 2
 	recComm        = 3
-	recExit        = 4
+	RecExit        = 4
 	recThrottle    = 5
 	recUnthrottle  = 6
-	recFork        = 7
-	recSample      = 9
+	RecFork        = 7
+	RecSample      = 9
 	recMmap2       = 10
 	recLostSamples = 13
 )
@@ -41,9 +41,9 @@ const sampleIDSize = 24
 // errRecord is wrapped by every record decoding error.
 var errRecord = errors.New("malformed perf record")
 
-// record is one decoded kernel record. Byte slices alias the record bytes
+// Record is one decoded kernel record. Byte slices alias the record bytes
 // and PCs alias the decoder's buffer: valid until the next decode.
-type record struct {
+type Record struct {
 	Type uint32
 	Misc uint16
 
@@ -81,10 +81,10 @@ type record struct {
 	userStack // PERF_SAMPLE_REGS_USER and STACK_USER, when asked for
 }
 
-// decodeRecord decodes rec (one whole record, header included) into r,
+// DecodeRecord decodes rec (one whole record, header included) into r,
 // reusing r.PCs' storage. Records of types it does not know are returned
 // with only Type and Misc set.
-func decodeRecord(rec []byte, r *record) error {
+func DecodeRecord(rec []byte, r *Record) error {
 	if len(rec) < 8 {
 		return fmt.Errorf("%w: %d bytes", errRecord, len(rec))
 	}
@@ -97,9 +97,9 @@ func decodeRecord(rec []byte, r *record) error {
 	}
 	b := rec[8:size]
 	switch r.Type {
-	case recSample:
+	case RecSample:
 		return decodeSample(b, r)
-	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples, recThrottle, recUnthrottle:
+	case recMmap2, recComm, RecExit, RecFork, recLost, recLostSamples, recThrottle, recUnthrottle:
 	default:
 		return nil
 	}
@@ -140,7 +140,7 @@ func decodeRecord(rec []byte, r *record) error {
 		}
 		r.Pid, r.Tid = le.Uint32(b), le.Uint32(b[4:])
 		r.Comm = cstring(b[8:], 16)
-	case recFork, recExit:
+	case RecFork, RecExit:
 		if len(b) < 24 {
 			return fmt.Errorf("%w: fork/exit: %d bytes", errRecord, len(b))
 		}
@@ -167,7 +167,7 @@ func decodeRecord(rec []byte, r *record) error {
 
 // decodeSample decodes a PERF_RECORD_SAMPLE body for sample_type
 // IP|TID|TIME|CPU|PERIOD|CALLCHAIN.
-func decodeSample(b []byte, r *record) error {
+func decodeSample(b []byte, r *Record) error {
 	le := binary.LittleEndian
 	if len(b) < 48 {
 		return fmt.Errorf("%w: sample: %d bytes", errRecord, len(b))
@@ -205,7 +205,7 @@ func decodeSample(b []byte, r *record) error {
 		pcs = append(pcs, r.IP)
 	}
 	r.PCs = pcs
-	if r.nUserRegs > 0 {
+	if r.NUserRegs > 0 {
 		return decodeUserStack(rest, r)
 	}
 	return nil
@@ -224,9 +224,9 @@ func cstring(b []byte, max int) []byte {
 	return b
 }
 
-// recordTime returns the time stamp of a record (header included) for
+// RecordTime returns the time stamp of a record (header included) for
 // ordering, or 0 when it has none we know of.
-func recordTime(rec []byte) uint64 {
+func RecordTime(rec []byte) uint64 {
 	if len(rec) < 8 {
 		return 0
 	}
@@ -235,11 +235,11 @@ func recordTime(rec []byte) uint64 {
 		return 0
 	}
 	switch binary.LittleEndian.Uint32(rec) {
-	case recSample:
+	case RecSample:
 		if size >= 8+24 {
 			return binary.LittleEndian.Uint64(rec[8+16:])
 		}
-	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples, recThrottle, recUnthrottle:
+	case recMmap2, recComm, RecExit, RecFork, recLost, recLostSamples, recThrottle, recUnthrottle:
 		if size >= 8+sampleIDSize {
 			return binary.LittleEndian.Uint64(rec[size-sampleIDSize+8:])
 		}

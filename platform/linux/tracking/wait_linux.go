@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package tracking
 
 import (
 	"time"
@@ -12,18 +12,13 @@ import (
 // parks in Go's network poller (see [sys.Waiter]) rather than in poll(2);
 // where no epoll instance can be had, and when profiling itself, it uses
 // poll(2).
-func (s *Session) wait(timeout time.Duration) error {
-	if s.bpf != nil {
-		// The BPF programs wake the reader only when their ring fills
-		// (bpfRingBytes/4): reads come from this timeout, in batches.
-		timeout = bpfReadInterval
-	}
+func (s *Tracker) wait(timeout time.Duration) error {
 	// A session profiling this process waits in poll(2): the program's
 	// own goroutines may hold every P, and a reader parked in the poller
 	// would run only when one is preempted (tens of milliseconds late),
 	// by when the goroutine a sample names may have ended and its labels
 	// with it. A thread blocked in poll(2) is woken by the kernel at once.
-	if s.waiter == nil && !s.noWaiter && !s.self {
+	if s.waiter == nil && !s.noWaiter && !s.Self {
 		w, err := sys.NewWaiter()
 		if err != nil {
 			s.noWaiter = true
@@ -32,24 +27,19 @@ func (s *Session) wait(timeout time.Duration) error {
 		}
 	}
 	if s.waiter == nil {
-		_, err := sys.PollIn(s.polls, int(timeout/time.Millisecond))
+		_, err := sys.PollIn(s.Polls, int(timeout/time.Millisecond))
 		return err
 	}
-	for ; s.nWaited < len(s.polls); s.nWaited++ {
-		if err := s.waiter.Add(int(s.polls[s.nWaited].Fd)); err != nil {
+	for ; s.nWaited < len(s.Polls); s.nWaited++ {
+		if err := s.waiter.Add(int(s.Polls[s.nWaited].Fd)); err != nil {
 			return err
 		}
 	}
 	return s.waiter.Wait(timeout)
 }
 
-// bpfReadInterval is how often an eBPF session reads its rings. Every
-// wakeup of a Go program costs a round of its scheduler and a millisecond
-// of sysmon polling; samples need no lower latency than this.
-const bpfReadInterval = 100 * time.Millisecond
-
 // closeWaiter releases the epoll instance of wait.
-func (s *Session) closeWaiter() {
+func (s *Tracker) closeWaiter() {
 	if s.waiter != nil {
 		s.waiter.Close()
 		s.waiter = nil

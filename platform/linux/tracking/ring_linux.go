@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package tracking
 
 import (
 	"encoding/binary"
@@ -8,9 +8,9 @@ import (
 	sys "github.com/rawstack/rawstack/internal/unix"
 )
 
-// ring is one mmap'd perf ring buffer: a control page followed by a data
+// Ring is one mmap'd perf ring buffer: a control page followed by a data
 // area of a power-of-two size that the kernel writes and we read in place.
-type ring struct {
+type Ring struct {
 	fd   int
 	mem  []byte
 	meta []byte
@@ -20,18 +20,18 @@ type ring struct {
 
 	head, start uint64 // snapshot of data_head, and tail at begin
 	scratch     []byte // a record that wraps, reassembled
-	pending     []byte // record returned by next but not yet handled
-	pendingTime uint64
+	Pending     []byte // record returned by Next but not yet handled
+	PendingTime uint64 // its time, for merging rings
 }
 
-// mapRing maps 1+pages pages of fd. pages must be a power of two.
-func mapRing(fd, pages int) (*ring, error) {
+// MapRing maps 1+pages pages of fd. pages must be a power of two.
+func MapRing(fd, pages int) (*Ring, error) {
 	ps := sys.PageSize
 	mem, err := sys.MmapShared(fd, (1+pages)*ps)
 	if err != nil {
 		return nil, err
 	}
-	r := &ring{fd: fd, mem: mem, meta: mem[:ps], data: mem[ps:]}
+	r := &Ring{fd: fd, mem: mem, meta: mem[:ps], data: mem[ps:]}
 	if off, size := sys.RingDataOffset(r.meta); size != 0 && off+size <= uint64(len(mem)) {
 		r.data = mem[off : off+size]
 	}
@@ -46,13 +46,13 @@ func mapRing(fd, pages int) (*ring, error) {
 // was consumed.
 
 // begin snapshots the kernel's write position.
-func (r *ring) begin() {
+func (r *Ring) Begin() {
 	r.head = sys.RingHead(r.meta)
 	r.start = r.tail
 }
 
 // next returns the next complete record, or nil when there is none.
-func (r *ring) next() []byte {
+func (r *Ring) Next() []byte {
 	for r.tail < r.head {
 		off := r.tail & r.mask
 		// Headers are 8-byte aligned and never wrap.
@@ -77,16 +77,19 @@ func (r *ring) next() []byte {
 }
 
 // commit frees the consumed records and returns their size in bytes.
-func (r *ring) commit() uint64 {
+func (r *Ring) Commit() uint64 {
 	sys.RingSetTail(r.meta, r.tail)
 	return r.tail - r.start
 }
 
 // read hands every record now in the ring to fn and frees them.
-func (r *ring) read(fn func([]byte)) uint64 {
-	r.begin()
-	for b := r.next(); b != nil; b = r.next() {
+func (r *Ring) read(fn func([]byte)) uint64 {
+	r.Begin()
+	for b := r.Next(); b != nil; b = r.Next() {
 		fn(b)
 	}
-	return r.commit()
+	return r.Commit()
 }
+
+// FD is the perf event whose ring this is.
+func (r *Ring) FD() int { return r.fd }

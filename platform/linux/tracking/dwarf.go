@@ -1,4 +1,4 @@
-package linux
+package tracking
 
 import (
 	"encoding/binary"
@@ -16,7 +16,7 @@ import (
 //	char data[size];
 //	u64 dyn_size;                   how many bytes of data are valid (absent if size is 0)
 type userStack struct {
-	nUserRegs int  // weight of sample_regs_user; 0: the session samples no user stacks
+	NUserRegs int  // weight of sample_regs_user; 0: the session samples no user stacks
 	regsOnly  bool // REGS_USER without STACK_USER (goroutines in frame-pointer mode)
 
 	UserABI   uint64
@@ -25,7 +25,7 @@ type userStack struct {
 }
 
 // decodeUserStack decodes the REGS_USER and STACK_USER fields at b.
-func decodeUserStack(b []byte, r *record) error {
+func decodeUserStack(b []byte, r *Record) error {
 	le := binary.LittleEndian
 	r.UserRegs, r.UserStack = r.UserRegs[:0], nil
 	if len(b) < 8 {
@@ -34,13 +34,13 @@ func decodeUserStack(b []byte, r *record) error {
 	r.UserABI = le.Uint64(b)
 	b = b[8:]
 	if r.UserABI != 0 {
-		if len(b) < 8*r.nUserRegs {
-			return fmt.Errorf("%w: sample: %d user registers in %d bytes", errRecord, r.nUserRegs, len(b))
+		if len(b) < 8*r.NUserRegs {
+			return fmt.Errorf("%w: sample: %d user registers in %d bytes", errRecord, r.NUserRegs, len(b))
 		}
-		for i := 0; i < r.nUserRegs; i++ {
+		for i := 0; i < r.NUserRegs; i++ {
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[8*i:]))
 		}
-		b = b[8*r.nUserRegs:]
+		b = b[8*r.NUserRegs:]
 	}
 	if r.regsOnly {
 		return nil

@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package tracking
 
 import (
 	"debug/elf"
@@ -17,7 +17,7 @@ import (
 // of DWARF mode's 8 KiB.
 const leafWindow = 512
 
-// chooseAuto decides, once the target's executable is known, how
+// ChooseAuto decides, once the target's executable is known, how
 // --unwind auto samples it. A program that keeps frame pointers (Go,
 // -fno-omit-frame-pointer builds) gets the kernel's frame-pointer chain
 // plus its user registers and a small stack window, from which the CFI
@@ -25,7 +25,7 @@ const leafWindow = 512
 // (repairLeaf). A program without them (Debian's python3, most -O2 C)
 // gets what --unwind dwarf does: registers and 8 KiB of stack, unwound
 // with CFI, frame pointers where modules keep them.
-func (uw *unwinder) chooseAuto(pid int) {
+func (uw *Unwinder) ChooseAuto(pid int) {
 	if uw == nil || !uw.auto || uw.keepRaw {
 		return
 	}
@@ -57,7 +57,7 @@ func (uw *unwinder) chooseAuto(pid int) {
 // repairLeaf completes a --unwind auto sample of a frame-pointer program:
 // the kernel's callchain (user part included) joined with the caller of
 // the sampled function when that function had not linked its frame.
-func (uw *unwinder) repairLeaf(s *Session, r *record, sm *platform.Sample) bool {
+func (uw *Unwinder) repairLeaf(s *Tracker, r *Record, sm *platform.Sample) bool {
 	if r.UserABI == 0 || len(r.UserRegs) == 0 || uw.regs.SetPerf(uw.arch, uw.mask, r.UserRegs) != nil {
 		return true // a kernel thread: the callchain as it is
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package tracking
 
 import (
 	"encoding/binary"
@@ -13,6 +13,7 @@ import (
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/internal/linuxtest"
 )
 
 // TestKeepsFramePointers checks --unwind auto's heuristic on one program
@@ -67,20 +68,6 @@ func TestKeepsFramePointers(t *testing.T) {
 	}
 }
 
-// rawHandler keeps the last sample and the lost events.
-type rawHandler struct {
-	countHandler
-	last    platform.Sample
-	reasons []format.LostReason
-}
-
-func (h *rawHandler) Sample(s *platform.Sample) {
-	h.samples++
-	h.last = *s
-	h.last.PCs = append([]uint64(nil), s.PCs...)
-}
-func (h *rawHandler) Lost(e *format.Lost) { h.lost += e.Count; h.reasons = append(h.reasons, e.Reason) }
-
 // TestDWARFReplay runs DWARF-mode records through a session without
 // kernel events: a sample the reader reaches too late is reported lost
 // (LostUnwind), a fresh one is unwound, and KeepRaw passes registers and
@@ -99,25 +86,25 @@ func TestDWARFReplay(t *testing.T) {
 		return b
 	}
 	for _, keep := range []bool{false, true} {
-		h := &rawHandler{}
-		s := newSession(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF, KeepRaw: keep}, h)
-		s.pid = 7
+		h := &linuxtest.RawHandler{}
+		s := New(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF, KeepRaw: keep}, h)
+		s.Target = 7
 		s.Replay(mk(1)) // at boot: far behind
 		if keep {
-			if h.samples != 1 || h.lost != 0 {
-				t.Fatalf("keep-raw: an old sample gave %d samples, %d lost; raw samples are never late", h.samples, h.lost)
+			if h.Samples != 1 || h.NLost != 0 {
+				t.Fatalf("keep-raw: an old sample gave %d samples, %d lost; raw samples are never late", h.Samples, h.NLost)
 			}
-			if h.last.RegMask&(1<<arch.AMD64RSP) == 0 || h.last.StackAddr != 0x7ffe0000 || len(h.last.Stack) != 64 || len(h.last.PCs) != 1 || h.last.PCs[0] != 0xffffffff81000010 {
-				t.Errorf("keep-raw sample: mask %#x stack at %#x, %d bytes, pcs %x", h.last.RegMask, h.last.StackAddr, len(h.last.Stack), h.last.PCs)
+			if h.Last.RegMask&(1<<arch.AMD64RSP) == 0 || h.Last.StackAddr != 0x7ffe0000 || len(h.Last.Stack) != 64 || len(h.Last.PCs) != 1 || h.Last.PCs[0] != 0xffffffff81000010 {
+				t.Errorf("keep-raw sample: mask %#x stack at %#x, %d bytes, pcs %x", h.Last.RegMask, h.Last.StackAddr, len(h.Last.Stack), h.Last.PCs)
 			}
 			continue
 		}
-		if h.samples != 0 || h.lost != 1 || len(h.reasons) != 1 || h.reasons[0] != format.LostUnwind {
-			t.Fatalf("a sample %v late gave %d samples, lost %d %v; want it lost (LostUnwind)", "seconds", h.samples, h.lost, h.reasons)
+		if h.Samples != 0 || h.NLost != 1 || len(h.Reasons) != 1 || h.Reasons[0] != format.LostUnwind {
+			t.Fatalf("a sample %v late gave %d samples, lost %d %v; want it lost (LostUnwind)", "seconds", h.Samples, h.NLost, h.Reasons)
 		}
 		s.Replay(mk(uint64(sys.Monotonic())))
-		if h.samples != 1 || len(h.last.PCs) < 2 || h.last.PCs[0] != 0xffffffff81000010 || h.last.PCs[1] != 0x401000 || h.last.Stack != nil {
-			t.Errorf("fresh sample: %d samples, pcs %x", h.samples, h.last.PCs)
+		if h.Samples != 1 || len(h.Last.PCs) < 2 || h.Last.PCs[0] != 0xffffffff81000010 || h.Last.PCs[1] != 0x401000 || h.Last.Stack != nil {
+			t.Errorf("fresh sample: %d samples, pcs %x", h.Samples, h.Last.PCs)
 		}
 		if st := s.Stats(); st.Lost != 1 || st.Samples != 1 {
 			t.Errorf("stats %+v, want 1 sample and 1 lost", st)
@@ -139,30 +126,30 @@ func TestDWARFSampleAllocs(t *testing.T) {
 	binary.LittleEndian.PutUint64(stack[0x18:], 0x402000)   // return address
 	rec := dwarfSampleRecord(nil, 2, regs, stack, 256, 256)
 	binary.LittleEndian.PutUint64(rec[8+16:], 1<<62) // never late
-	h := &countHandler{}
-	s := newSession(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
-	s.pid = 7
+	h := &linuxtest.CountHandler{}
+	s := New(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
+	s.Target = 7
 	s.Replay(rec)
 	if allocs := testing.AllocsPerRun(100, func() { s.Replay(rec) }); allocs != 0 {
 		t.Errorf("%.1f allocations per DWARF sample, want 0", allocs)
 	}
-	if h.samples != 102 {
-		t.Errorf("%d samples reported, want 102", h.samples)
+	if h.Samples != 102 {
+		t.Errorf("%d samples reported, want 102", h.Samples)
 	}
 }
 
 // TestDWARFNoUserStack: a sample without user registers keeps its kernel
 // frames, and one with neither is counted lost, not dropped silently.
 func TestDWARFNoUserStack(t *testing.T) {
-	h := &rawHandler{}
-	s := newSession(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
-	s.pid = 7
+	h := &linuxtest.RawHandler{}
+	s := New(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
+	s.Target = 7
 	s.Replay(dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 0, nil, nil, 0, 0))
-	if h.samples != 1 || len(h.last.PCs) != 1 || h.last.PCs[0] != 0xffffffff81000010 {
-		t.Errorf("kernel-only sample: %d samples, pcs %x", h.samples, h.last.PCs)
+	if h.Samples != 1 || len(h.Last.PCs) != 1 || h.Last.PCs[0] != 0xffffffff81000010 {
+		t.Errorf("kernel-only sample: %d samples, pcs %x", h.Samples, h.Last.PCs)
 	}
 	s.Replay(dwarfSampleRecord(nil, 0, nil, nil, 0, 0))
-	if h.samples != 1 || h.lost != 1 || len(h.reasons) != 1 || h.reasons[0] != format.LostUnwind {
-		t.Errorf("empty sample: %d samples, %d lost %v; want it lost (LostUnwind)", h.samples, h.lost, h.reasons)
+	if h.Samples != 1 || h.NLost != 1 || len(h.Reasons) != 1 || h.Reasons[0] != format.LostUnwind {
+		t.Errorf("empty sample: %d samples, %d lost %v; want it lost (LostUnwind)", h.Samples, h.NLost, h.Reasons)
 	}
 }

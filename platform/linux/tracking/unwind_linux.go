@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package tracking
 
 import (
 	"bytes"
@@ -46,11 +46,11 @@ const maxBuildLag = 5e8 // ns
 // modules whose tables are not loaded yet.
 const maxUnwindPasses = 8
 
-// unwinder turns DWARF-mode samples (registers and a copy of the user
+// Unwinder turns DWARF-mode samples (registers and a copy of the user
 // stack) into user frames on the host, in the goroutine that drains the
 // rings. A module's unwind table is built from its file the first time a
 // walk passes through it, and cached per file.
-type unwinder struct {
+type Unwinder struct {
 	arch    arch.Arch
 	mask    uint64 // sample_regs_user
 	size    int    // sample_stack_user
@@ -117,7 +117,7 @@ type unwindFile struct {
 }
 
 // newUnwinder returns nil for frame-pointer mode.
-func newUnwinder(cfg platform.Config) *unwinder {
+func newUnwinder(cfg platform.Config) *Unwinder {
 	if cfg.Unwind == platform.UnwindFP {
 		return nil
 	}
@@ -133,7 +133,7 @@ func newUnwinder(cfg platform.Config) *unwinder {
 		size = maxStackUser
 	}
 	size &^= 7
-	return &unwinder{
+	return &Unwinder{
 		arch: a, mask: arch.PerfRegsMask(a), size: size, keepRaw: cfg.KeepRaw, auto: cfg.Unwind == platform.UnwindAuto,
 		sizeSet: cfg.StackSize > 0, lazyLag: maxUnwindLag,
 		procs: map[uint32]*unwindProc{}, files: map[string]*unwindFile{}, sweepAt: minSweep,
@@ -141,9 +141,9 @@ func newUnwinder(cfg platform.Config) *unwinder {
 	}
 }
 
-// setAttr asks the kernel for user registers and stack instead of the user
+// SetAttr asks the kernel for user registers and stack instead of the user
 // callchain (kernel frames still come in the callchain).
-func (uw *unwinder) setAttr(attr *sys.PerfEventAttr) {
+func (uw *Unwinder) SetAttr(attr *sys.PerfEventAttr) {
 	attr.Sample_type |= perfSampleRegsUser | perfSampleStackUser
 	attr.Sample_regs_user = uw.mask
 	attr.Sample_stack_user = uint32(uw.size)
@@ -152,12 +152,12 @@ func (uw *unwinder) setAttr(attr *sys.PerfEventAttr) {
 	}
 }
 
-func (uw *unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
+func (uw *Unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
 
 // sample completes sm from a DWARF-mode record: the kernel frames of the
 // callchain, then the user frames unwound here, or (keepRaw) the raw
 // registers and stack. It returns false when the sample was dropped.
-func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
+func (uw *Unwinder) sample(s *Tracker, r *Record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
 	if uw.leaf {
 		return uw.repairLeaf(s, r, sm)
@@ -208,14 +208,14 @@ func (uw *unwinder) sample(s *Session, r *record, sm *platform.Sample) bool {
 }
 
 // drop counts sm as lost (LostUnwind) and returns false.
-func (uw *unwinder) drop(s *Session, sm *platform.Sample) bool {
-	s.lost.Add(1)
-	s.h.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
+func (uw *Unwinder) drop(s *Tracker, sm *platform.Sample) bool {
+	s.Lost.Add(1)
+	s.H.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
 	return false
 }
 
 // proc returns pid's unwind state, rebuilt when its modules changed.
-func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
+func (uw *Unwinder) proc(s *Tracker, pid uint32) *unwindProc {
 	ps := s.procs[pid]
 	var n int
 	var sum uint64
@@ -266,7 +266,7 @@ func (uw *unwinder) proc(s *Session, pid uint32) *unwindProc {
 }
 
 // add enters a module whose file is loaded (or failed to load) into p.
-func (uw *unwinder) add(p *unwindProc, f *unwindFile, start, end, off uint64) {
+func (uw *Unwinder) add(p *unwindProc, f *unwindFile, start, end, off uint64) {
 	if f.f == nil {
 		return // unreadable: frame pointers there
 	}
@@ -284,7 +284,7 @@ func (uw *unwinder) add(p *unwindProc, f *unwindFile, start, end, off uint64) {
 
 // loadFor loads the tables of the not yet loaded modules that pcs (a
 // walk's user frames) pass through and reports whether it loaded any.
-func (uw *unwinder) loadFor(s *Session, p *unwindProc, pid uint32, pcs []uint64) bool {
+func (uw *Unwinder) loadFor(s *Tracker, p *unwindProc, pid uint32, pcs []uint64) bool {
 	loaded := false
 	for i, pc := range pcs {
 		if i > 0 {
@@ -313,7 +313,7 @@ func (uw *unwinder) loadFor(s *Session, p *unwindProc, pid uint32, pcs []uint64)
 // openFile builds the unwind table of a module's file as process pid sees
 // it: through /proc/PID/root, then the path as is, then (for a file
 // deleted or replaced since it was mapped) /proc/PID/map_files.
-func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
+func (uw *Unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 	path := strings.TrimSuffix(lm.path, " (deleted)")
 	if uw.exeFile != nil && path == uw.exePath {
 		uf := uw.exeFile
@@ -345,7 +345,7 @@ func (uw *unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 // vdsoFile returns the vDSO's unwind table. The kernel maps one vDSO
 // image into every process of an ABI, so it is read once from this
 // process's memory; its rules are link-time addresses like a file's.
-func (uw *unwinder) vdsoFile() *unwindFile {
+func (uw *Unwinder) vdsoFile() *unwindFile {
 	if uw.vdso != nil {
 		return uw.vdso
 	}
@@ -393,7 +393,7 @@ const minSweep = 64
 // that kept every table it built would grow without bound. It runs when
 // the cache has doubled since the last sweep, so its cost (a pass over
 // every process's modules) is amortized over the tables built meanwhile.
-func (uw *unwinder) sweep(s *Session) {
+func (uw *Unwinder) sweep(s *Tracker) {
 	live := make(map[string]bool, len(uw.files))
 	for _, ps := range s.procs {
 		for _, m := range ps.modules {
@@ -420,3 +420,19 @@ func unwindKey(ml *format.ModuleLoad) string {
 	}
 	return ml.Path
 }
+
+// SetUserAttr asks, in attr, for what the unwinder and the goroutine
+// reader take from each sample: the user registers and a copy of the
+// user stack (DWARF and auto modes), or, in frame-pointer mode with
+// goroutines, only the two registers the goroutine reader needs.
+func (s *Tracker) SetUserAttr(attr *sys.PerfEventAttr) {
+	if s.UW != nil {
+		s.UW.SetAttr(attr)
+	} else if s.Gos != nil {
+		attr.Sample_type |= perfSampleRegsUser
+		attr.Sample_regs_user = s.Gos.Mask
+	}
+}
+
+// StackBytes is how many bytes of user stack each sample copies.
+func (uw *Unwinder) StackBytes() int { return uw.size }

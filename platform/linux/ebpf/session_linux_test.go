@@ -1,6 +1,6 @@
 //go:build linux && amd64
 
-package linux
+package ebpf
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/internal/linuxtest"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
 // bpfRecord lays out a BPF sample record as bpf/rawstack.bpf.c writes it.
@@ -43,9 +45,9 @@ func bpfRecord(kind uint32, pid, tid uint32, t, weight uint64, kernel, user []ui
 // behind it, as the eBPF back end's reader would hand them over.
 func replayBPF(h platform.Handler, unwind platform.UnwindMode, pid uint32) *Session {
 	s := newSession(platform.Config{Unwind: unwind, Backend: platform.BackendEBPF, OffCPU: true}, h)
-	s.bpf = &bpfState{offPending: map[uint32]*offStack{}}
-	s.kernel = true
-	s.procs[pid] = &procState{comm: "x"}
+	s.bpf.offPending = map[uint32]*offStack{}
+	s.Kernel = true
+	s.AddProcess(pid, "x")
 	return s
 }
 
@@ -54,15 +56,15 @@ func replayBPF(h platform.Handler, unwind platform.UnwindMode, pid uint32) *Sess
 // then reported with the time it left and the nanoseconds it was away; a
 // return record with no stack (lost) reports nothing.
 func TestBPFRecordPath(t *testing.T) {
-	h := &rawHandler{}
+	h := &linuxtest.RawHandler{}
 	s := replayBPF(h, platform.UnwindFP, 7)
 	now := uint64(sys.Monotonic())
 	s.handleBPF(bpfRecord(bpfKindCPU, 7, 8, now, 1e6, []uint64{0xffffffff81000010}, []uint64{0x401000, 0x401100}, nil, nil))
-	if h.samples != 1 || h.last.Flags&format.SampleKernel == 0 || len(h.last.PCs) != 3 || h.last.Weight != 1e6 || h.last.Tid != 8 {
-		t.Fatalf("on-CPU sample %+v (%d samples)", h.last, h.samples)
+	if h.Samples != 1 || h.Last.Flags&format.SampleKernel == 0 || len(h.Last.PCs) != 3 || h.Last.Weight != 1e6 || h.Last.Tid != 8 {
+		t.Fatalf("on-CPU sample %+v (%d samples)", h.Last, h.Samples)
 	}
 	s.handleBPF(bpfRecord(bpfKindOffCPU, 7, 8, now+10, 0, []uint64{0xffffffff81000020}, []uint64{0x401200}, nil, nil))
-	if h.samples != 1 {
+	if h.Samples != 1 {
 		t.Fatal("an off-CPU stack was reported before its thread came back")
 	}
 	on := make([]byte, bpfHdrSize)
@@ -72,17 +74,17 @@ func TestBPFRecordPath(t *testing.T) {
 	binary.LittleEndian.PutUint64(on[16:], now+10)
 	binary.LittleEndian.PutUint64(on[24:], 5e8)
 	s.handleBPF(on)
-	if h.samples != 2 || h.last.Flags&format.SampleOffCPU == 0 || h.last.Weight != 5e8 || h.last.Time != int64(now+10) || len(h.last.PCs) != 2 {
-		t.Fatalf("off-CPU sample %+v", h.last)
+	if h.Samples != 2 || h.Last.Flags&format.SampleOffCPU == 0 || h.Last.Weight != 5e8 || h.Last.Time != int64(now+10) || len(h.Last.PCs) != 2 {
+		t.Fatalf("off-CPU sample %+v", h.Last)
 	}
 	s.handleBPF(on) // no stack pending now
-	if h.samples != 2 {
+	if h.Samples != 2 {
 		t.Fatal("a return record without its stack made a sample")
 	}
 	bad := bpfRecord(bpfKindCPU, 7, 8, now+20, 1e6, nil, []uint64{0x401000}, nil, nil)
 	s.handleBPF(bad[:len(bad)-4]) // its frame counts do not match its size
-	if h.samples != 2 || h.lost != 1 || len(h.reasons) != 1 {
-		t.Fatalf("a malformed record: %d samples, %d lost (%v)", h.samples, h.lost, h.reasons)
+	if h.Samples != 2 || h.NLost != 1 || len(h.Reasons) != 1 {
+		t.Fatalf("a malformed record: %d samples, %d lost (%v)", h.Samples, h.NLost, h.Reasons)
 	}
 }
 
@@ -90,7 +92,7 @@ func TestBPFRecordPath(t *testing.T) {
 // mode, stack copy) and reporting an on-CPU record, and pairing an
 // off-CPU stack with its return, allocate nothing once warm.
 func TestBPFRecordAllocs(t *testing.T) {
-	h := &countHandler{}
+	h := &linuxtest.CountHandler{}
 	s := replayBPF(h, platform.UnwindDWARF, 7)
 	regs := make([]uint64, bpfNRegs)
 	regs[7], regs[8] = 0x7ffe0000, 0x401000 // sp, ip
@@ -117,8 +119,8 @@ func TestBPFRecordAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%.1f allocations per on-CPU + off-CPU record pair, want 0", allocs)
 	}
-	if h.samples < 400 {
-		t.Errorf("%d samples reported", h.samples)
+	if h.Samples < 400 {
+		t.Errorf("%d samples reported", h.Samples)
 	}
 }
 
@@ -131,9 +133,9 @@ func FuzzDecodeBPF(f *testing.F) {
 	f.Add(bpfRecord(bpfKindOffCPU, 1, 1, 5, 1, []uint64{1, 2}, nil, regs, make([]byte, 16)))
 	f.Add(make([]byte, bpfHdrSize))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var r record
-		r.PCs = make([]uint64, 0, maxCallchain)
-		r.nUserRegs = bpfNRegs
+		var r tracking.Record
+		r.PCs = make([]uint64, 0, 1024)
+		r.NUserRegs = bpfNRegs
 		if _, err := decodeBPF(b, &r); err == nil {
 			if len(r.PCs) > 254 || len(r.UserStack) > bpfMaxStack {
 				t.Fatalf("decoded %d frames and %d stack bytes", len(r.PCs), len(r.UserStack))
@@ -141,7 +143,7 @@ func FuzzDecodeBPF(f *testing.F) {
 		} else if !errors.Is(err, errBPFRecord) {
 			t.Fatalf("error %v does not wrap errBPFRecord", err)
 		}
-		s := replayBPF(&countHandler{}, platform.UnwindDWARF, 1)
+		s := replayBPF(&linuxtest.CountHandler{}, platform.UnwindDWARF, 1)
 		s.handleBPF(b)
 	})
 }

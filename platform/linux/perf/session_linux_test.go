@@ -1,63 +1,20 @@
 //go:build linux
 
-package linux
+package perf
 
 import (
 	"context"
 	"errors"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/internal/linuxtest"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
-
-// countHandler counts what a session reports.
-type countHandler struct {
-	strict  bool // panic on a kernel-flagged sample whose leaf is a user address
-	mu      sync.Mutex
-	samples int
-	kernel  int
-	lost    uint64
-	modules int
-	threads int
-}
-
-func (h *countHandler) Process(*format.Process)           {}
-func (h *countHandler) ProcessEnd(*format.ProcessEnd)     {}
-func (h *countHandler) ThreadName(*format.ThreadName)     {}
-func (h *countHandler) ThreadEnd(*format.ThreadEnd)       {}
-func (h *countHandler) ModuleUnload(*format.ModuleUnload) {}
-func (h *countHandler) ThreadStart(*format.ThreadStart) {
-	h.mu.Lock()
-	h.threads++
-	h.mu.Unlock()
-}
-func (h *countHandler) ModuleLoad(*format.ModuleLoad) {
-	h.mu.Lock()
-	h.modules++
-	h.mu.Unlock()
-}
-func (h *countHandler) Sample(s *platform.Sample) {
-	h.mu.Lock()
-	h.samples++
-	if s.Flags&format.SampleKernel != 0 {
-		h.kernel++
-		if h.strict && s.PCs[0] < 0xffff800000000000 {
-			panic("kernel sample with a user leaf")
-		}
-	}
-	h.mu.Unlock()
-}
-func (h *countHandler) Lost(e *format.Lost) {
-	h.mu.Lock()
-	h.lost += e.Count
-	h.mu.Unlock()
-}
 
 func needPerf(t *testing.T) {
 	t.Helper()
@@ -85,7 +42,7 @@ func burn(d time.Duration) uint64 {
 // expects the overflow to come back as Lost counts, not silence.
 func TestRingOverflowIsLost(t *testing.T) {
 	needPerf(t)
-	h := &countHandler{}
+	h := &linuxtest.CountHandler{}
 	s, err := Open(platform.Config{Frequency: 4000, RingPages: 1}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +52,12 @@ func TestRingOverflowIsLost(t *testing.T) {
 	s.ReadAll()
 	burn(50 * time.Millisecond) // the kernel reports the loss once there is room again
 	s.ReadAll()
-	t.Logf("%d samples, %d lost, stats %+v", h.samples, h.lost, s.Stats())
-	if h.lost == 0 {
-		t.Errorf("no Lost count after overflowing a one-page ring (%d samples read)", h.samples)
+	t.Logf("%d samples, %d lost, stats %+v", h.Samples, h.NLost, s.Stats())
+	if h.NLost == 0 {
+		t.Errorf("no Lost count after overflowing a one-page ring (%d samples read)", h.Samples)
 	}
-	if st := s.Stats(); st.Lost != h.lost || st.Samples != uint64(h.samples) {
-		t.Errorf("stats %+v disagree with the handler (%d samples, %d lost)", st, h.samples, h.lost)
+	if st := s.Stats(); st.Lost != h.NLost || st.Samples != uint64(h.Samples) {
+		t.Errorf("stats %+v disagree with the handler (%d samples, %d lost)", st, h.Samples, h.NLost)
 	}
 }
 
@@ -108,7 +65,7 @@ func TestRingOverflowIsLost(t *testing.T) {
 // taken in the kernel carry them, leaf first, with the SampleKernel flag.
 func TestKernelFrames(t *testing.T) {
 	needPerf(t)
-	h := &countHandler{strict: true}
+	h := &linuxtest.CountHandler{Strict: true}
 	s, err := Open(platform.Config{Frequency: 999}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -132,18 +89,18 @@ func TestKernelFrames(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d samples, %d in the kernel", h.samples, h.kernel)
-	if h.kernel == 0 {
+	t.Logf("%d samples, %d in the kernel", h.Samples, h.Kernel)
+	if h.Kernel == 0 {
 		t.Error("no kernel samples while looping on gettid")
 	}
 }
 
 func TestOpenErrors(t *testing.T) {
 	needPerf(t)
-	if _, err := Open(platform.Config{Pid: 1 << 30}, &countHandler{}); err == nil || !strings.Contains(err.Error(), "no such process") {
+	if _, err := Open(platform.Config{Pid: 1 << 30}, &linuxtest.CountHandler{}); err == nil || !strings.Contains(err.Error(), "no such process") {
 		t.Errorf("Open of a missing pid: %v", err)
 	}
-	s := &Session{pid: 4242}
+	s := &Session{Tracker: &tracking.Tracker{Target: 4242}}
 	err := s.openError(sys.EACCES, 4243, 3, false)
 	var pe *platform.PermissionError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "perf_event_paranoid<=2 (it is 3)") || !strings.Contains(err.Error(), "pid 4242") {

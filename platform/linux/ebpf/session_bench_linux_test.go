@@ -1,11 +1,15 @@
 //go:build linux && amd64
 
-package linux
+package ebpf
 
 import (
+	"os/exec"
 	"testing"
 
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/internal/linuxtest"
+	"github.com/rawstack/rawstack/platform/linux/perf"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
 // BenchmarkBPFRecord measures the eBPF back end's host work per sample:
@@ -14,9 +18,9 @@ import (
 // session's lazy tables once warm, and reporting it. The first touch of a
 // module's table is BenchmarkLazyTableELF's (package arch).
 func BenchmarkBPFRecord(b *testing.B) {
-	h, pid, perfRegs := captureRaw(b)
+	h, pid, perfRegs := linuxtest.CaptureRaw(b, tracking.ProbePerf, launchPerf, linuxtest.BuildC(b, "../tracking/testdata/fpchain.c", "-O2", "-fomit-frame-pointer"))
 	var recs [][]byte
-	for i, r := range h.raws {
+	for i, r := range h.Raws {
 		stack := r.Stack
 		if len(stack) > bpfMaxStack {
 			stack = stack[:bpfMaxStack]
@@ -24,16 +28,16 @@ func BenchmarkBPFRecord(b *testing.B) {
 		rec := bpfRecord(bpfKindCPU, r.Pid, r.Tid, 1<<62, 1e6, nil, nil, perfRegs[i], stack)
 		recs = append(recs, rec)
 	}
-	s := replayBPF(&countHandler{}, platform.UnwindDWARF, uint32(pid))
-	for i := range h.mods {
-		m := &h.mods[i]
-		s.loadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
+	s := replayBPF(&linuxtest.CountHandler{}, platform.UnwindDWARF, uint32(pid))
+	for i := range h.Mods {
+		m := &h.Mods[i]
+		s.LoadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
 	}
 	for _, rec := range recs { // warm: tables built
 		s.handleBPF(rec)
 	}
 	frames := 0
-	s.h = &frameCounter{n: &frames}
+	s.H = &linuxtest.FrameCounter{N: &frames}
 	bytes := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -43,4 +47,14 @@ func BenchmarkBPFRecord(b *testing.B) {
 	}
 	b.ReportMetric(float64(frames)/float64(b.N), "frames/sample")
 	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/sample")
+}
+
+// launchPerf is perf.Launch for linuxtest.CaptureRaw: the records are
+// captured with the perf back end and replayed as BPF records.
+func launchPerf(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (linuxtest.Session, error) {
+	s, err := perf.Launch(cmd, cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package linux
+package tracking_test
 
 import (
 	"context"
@@ -16,12 +16,15 @@ import (
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/internal/linuxtest"
+	"github.com/rawstack/rawstack/platform/linux/perf"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
 // encodeHandler encodes samples as a recorder does: each stack interned
 // once (a Stack event), then a Sample event naming it, into a Writer.
 type encodeHandler struct {
-	countHandler
+	linuxtest.CountHandler
 	w      *format.Writer
 	ids    map[string]uint64
 	key    []byte
@@ -37,7 +40,7 @@ func newEncodeHandler(tb testing.TB) *encodeHandler {
 }
 
 func (h *encodeHandler) Sample(s *platform.Sample) {
-	h.samples++
+	h.Samples++
 	h.frames += len(s.PCs)
 	h.key = h.key[:0]
 	for _, pc := range s.PCs {
@@ -56,22 +59,22 @@ func (h *encodeHandler) Sample(s *platform.Sample) {
 // frame pointers; c's hot loop runs before it links its frame) and returns
 // its pid, modules and, per sample, the two records the kernel would have
 // written: --unwind fp's (the user frame-pointer chain) and --unwind
-// auto's (the same chain plus user registers and a leafWindow stack
+// auto's (the same chain plus user registers and a tracking.LeafWindow stack
 // copy). The chain is walked here over the sampled stack as the kernel
 // walks it.
 func leafRecords(tb testing.TB) (pid int, mods []format.ModuleLoad, fp, auto [][]byte) {
 	if runtime.GOARCH != "amd64" {
 		tb.Skip("the records carry amd64 registers")
 	}
-	if err := Probe(); err != nil {
+	if err := perf.Probe(); err != nil {
 		if errors.Is(err, platform.ErrNotSupported) {
 			tb.Skip(err)
 		}
 		tb.Fatal(err)
 	}
-	bin := buildFixture(tb, "../../../tracer/testdata/shrinkwrap.c", "-O2", "-fno-omit-frame-pointer")
-	h := &rawCapture{}
-	s, err := Launch(exec.Command(bin, "0.3"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)
+	bin := linuxtest.BuildC(tb, "../../../tracer/testdata/shrinkwrap.c", "-O2", "-fno-omit-frame-pointer")
+	h := &linuxtest.RawCapture{}
+	s, err := perf.Launch(exec.Command(bin, "0.3"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -79,17 +82,17 @@ func leafRecords(tb testing.TB) (pid int, mods []format.ModuleLoad, fp, auto [][
 	s.Run(ctx)
 	cancel()
 	s.Close()
-	if len(h.raws) < 50 {
-		tb.Fatalf("only %d raw samples captured", len(h.raws))
+	if len(h.Raws) < 50 {
+		tb.Fatalf("only %d raw samples captured", len(h.Raws))
 	}
 	le := binary.LittleEndian
-	for _, r := range h.raws {
+	for _, r := range h.Raws {
 		var regs arch.Regs
 		if err := regs.SetMasked(arch.AMD64, r.RegMask, r.Regs); err != nil {
 			tb.Fatal(err)
 		}
 		sp := regs.SP()
-		chain := []uint64{perfContextUser, regs.PC()}
+		chain := []uint64{tracking.PerfContextUser, regs.PC()}
 		for fp := regs.FP(); fp >= sp && fp-sp+16 <= uint64(len(r.Stack)) && len(chain) < 64; {
 			next, ra := le.Uint64(r.Stack[fp-sp:]), le.Uint64(r.Stack[fp-sp+8:])
 			if ra == 0 {
@@ -107,9 +110,9 @@ func leafRecords(tb testing.TB) (pid int, mods []format.ModuleLoad, fp, auto [][
 				vals = append(vals, regs.R[arch.PerfToDWARF(arch.AMD64, p)])
 			}
 		}
-		window := r.Stack[:min(len(r.Stack), leafWindow)]
-		a := dwarfSampleRecord(chain, 2, vals, window, leafWindow, uint64(len(window)))
-		f := sampleRecord(r.Pid, r.Tid, chain...)
+		window := r.Stack[:min(len(r.Stack), tracking.LeafWindow)]
+		a := tracking.DwarfSampleRecord(chain, 2, vals, window, tracking.LeafWindow, uint64(len(window)))
+		f := tracking.SampleRecord(r.Pid, r.Tid, chain...)
 		for _, rec := range [][]byte{a, f} {
 			le.PutUint32(rec[8+8:], r.Pid)
 			le.PutUint32(rec[8+12:], r.Tid)
@@ -117,21 +120,21 @@ func leafRecords(tb testing.TB) (pid int, mods []format.ModuleLoad, fp, auto [][
 		}
 		auto, fp = append(auto, a), append(fp, f)
 	}
-	return s.Pid(), h.mods, fp, auto
+	return s.Pid(), h.Mods, fp, auto
 }
 
 // leafSessions returns replay sessions of --unwind fp and of --unwind
 // auto on a frame-pointer program (the kernel chain plus repairLeaf),
 // with mods loaded, and their handlers.
-func leafSessions(pid int, mods []format.ModuleLoad, fpH, autoH platform.Handler) (fp, auto *Session) {
-	fp = newSession(platform.Config{Pid: pid, Unwind: platform.UnwindFP}, fpH)
-	auto = newSession(platform.Config{Pid: pid, Unwind: platform.UnwindAuto}, autoH)
-	auto.uw.leaf, auto.uw.size = true, leafWindow // what chooseAuto decides for this program
-	for _, s := range []*Session{fp, auto} {
-		s.pid = pid
+func leafSessions(pid int, mods []format.ModuleLoad, fpH, autoH platform.Handler) (fp, auto *tracking.Tracker) {
+	fp = tracking.New(platform.Config{Pid: pid, Unwind: platform.UnwindFP}, fpH)
+	auto = tracking.New(platform.Config{Pid: pid, Unwind: platform.UnwindAuto}, autoH)
+	tracking.SetLeafRepair(auto) // what ChooseAuto decides for this program
+	for _, s := range []*tracking.Tracker{fp, auto} {
+		s.Target = pid
 		for i := range mods {
 			m := &mods[i]
-			s.loadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
+			s.LoadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
 		}
 	}
 	return fp, auto
@@ -179,7 +182,7 @@ func BenchmarkLeafRepair(b *testing.B) {
 	b.ReportMetric(float64(fpT.Nanoseconds())/float64(n), "fp-ns/sample")
 	b.ReportMetric(float64(autoT.Nanoseconds())/float64(n), "auto-ns/sample")
 	b.ReportMetric(ratios[len(ratios)/2], "auto/fp")
-	b.ReportMetric(float64(autoH.frames)/float64(autoH.samples)-float64(fpH.frames)/float64(fpH.samples), "frames-added/sample")
+	b.ReportMetric(float64(autoH.frames)/float64(autoH.Samples)-float64(fpH.frames)/float64(fpH.Samples), "frames-added/sample")
 }
 
 // TestLeafRepairAllocs pins --unwind auto's per-sample path (decode, leaf
@@ -187,16 +190,16 @@ func BenchmarkLeafRepair(b *testing.B) {
 // checks that the repair adds the frame frame pointers miss.
 func TestLeafRepairAllocs(t *testing.T) {
 	pid, mods, fpRecs, autoRecs := leafRecords(t)
-	fpH, autoH := &frameCounter{n: new(int)}, &frameCounter{n: new(int)}
+	fpH, autoH := &linuxtest.FrameCounter{N: new(int)}, &linuxtest.FrameCounter{N: new(int)}
 	fp, auto := leafSessions(pid, mods, fpH, autoH)
 	for i := range autoRecs {
 		fp.Replay(fpRecs[i])
 		auto.Replay(autoRecs[i])
 	}
-	if *autoH.n <= *fpH.n {
-		t.Errorf("auto reported %d frames over %d samples, fp %d: no leaf repaired", *autoH.n, len(autoRecs), *fpH.n)
+	if *autoH.N <= *fpH.N {
+		t.Errorf("auto reported %d frames over %d samples, fp %d: no leaf repaired", *autoH.N, len(autoRecs), *fpH.N)
 	}
-	t.Logf("%d samples: fp %d frames, auto %d", len(autoRecs), *fpH.n, *autoH.n)
+	t.Logf("%d samples: fp %d frames, auto %d", len(autoRecs), *fpH.N, *autoH.N)
 	i := 0
 	if allocs := testing.AllocsPerRun(200, func() { auto.Replay(autoRecs[i%len(autoRecs)]); i++ }); allocs != 0 {
 		t.Errorf("%.2f allocations per auto sample, want 0", allocs)

@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -14,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/rawstack/rawstack/platform"
-	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
 //go:generate sh bpf/build.sh
@@ -24,11 +25,29 @@ import (
 //go:embed bpf/rawstack_x86_bpfel.o
 var object []byte
 
-func init() { linux.RegisterBPF(probe, load) }
+func init() {
+	tracking.RegisterEBPF(tracking.Backend{
+		Probe: Probe,
+		Open: func(cfg platform.Config, h platform.Handler) (tracking.Session, error) {
+			s, err := Open(cfg, h)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		},
+		Launch: func(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (tracking.Session, error) {
+			s, err := Launch(cmd, cfg, h)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		},
+	})
+}
 
-// probe checks the kernel features the programs need, as cilium/ebpf's
-// feature probes see them.
-func probe() error {
+// probeFeatures checks the kernel features the programs need, as
+// cilium/ebpf's feature probes see them.
+func probeFeatures() error {
 	for _, f := range []struct {
 		name string
 		err  func() error
@@ -49,16 +68,18 @@ func probe() error {
 	return nil
 }
 
-// programs is the loaded collection: it implements linux.BPFPrograms.
+// programs is the kernel side of the eBPF back end: the loaded
+// collection (programs and maps), its links and the ring buffer the
+// session reads. Its methods are called from one goroutine.
 type programs struct {
-	spec  linux.BPFSpec
+	spec  bpfSpec
 	coll  *ebpf.Collection
 	links []link.Link
 	rb    *ringReader
 	lost  []uint64
 }
 
-func load(spec linux.BPFSpec) (linux.BPFPrograms, error) {
+func load(spec bpfSpec) (*programs, error) {
 	cs, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(object))
 	if err != nil {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
