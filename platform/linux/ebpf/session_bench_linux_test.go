@@ -37,7 +37,7 @@ func BenchmarkBPFRecord(b *testing.B) {
 		s.handleBPF(rec)
 	}
 	frames := 0
-	s.H = &linuxtest.FrameCounter{N: &frames}
+	s.SetHandler(&linuxtest.FrameCounter{N: &frames})
 	bytes := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -127,14 +127,14 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 	if cfg.System {
 		s.WholeHost()
 	} else if cfg.Pid == 0 {
-		s.Target, s.Self = os.Getpid(), true
+		s.SetTarget(os.Getpid(), true)
 	} else {
-		s.Target = cfg.Pid
-		if !sys.ProcessAlive(s.Target) {
-			return nil, fmt.Errorf("pid %d: no such process", s.Target)
+		s.SetTarget(cfg.Pid, false)
+		if !sys.ProcessAlive(s.Pid()) {
+			return nil, fmt.Errorf("pid %d: no such process", s.Pid())
 		}
-		if procinfo.KernelThread(s.Target) {
-			return nil, fmt.Errorf("pid %d (%s): %w", s.Target, procinfo.Comm(s.Target), platform.ErrKernelThread)
+		if procinfo.KernelThread(s.Pid()) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.Pid(), procinfo.Comm(s.Pid()), platform.ErrKernelThread)
 		}
 	}
 	if err := s.attach(); err != nil {
@@ -188,14 +188,14 @@ func (s *Session) attach() (err error) {
 	if err := Probe(); err != nil {
 		return err
 	}
-	if s.Cfg.KeepRaw {
+	if s.Config().KeepRaw {
 		return errors.New("the eBPF back end unwinds on the host: --keep-raw is not supported with it")
 	}
-	if s.Cfg.Unwind != platform.UnwindFP && s.Cfg.StackSize > bpfMaxStack {
-		return fmt.Errorf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", bpfMaxStack, s.Cfg.StackSize)
+	if s.Config().Unwind != platform.UnwindFP && s.Config().StackSize > bpfMaxStack {
+		return fmt.Errorf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", bpfMaxStack, s.Config().StackSize)
 	}
-	s.Kernel = !s.Cfg.NoKernel
-	s.EventName = "cpu-clock"
+	s.SetKernel(!s.Config().NoKernel)
+	s.SetEvent("cpu-clock")
 	b := s.bpf
 	defer func() {
 		if err != nil {
@@ -203,12 +203,12 @@ func (s *Session) attach() (err error) {
 		}
 	}()
 
-	spec := bpfSpec{All: s.System, CopyStack: s.UW != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.Cfg.OffCPU}
-	if s.UW != nil {
-		spec.StackBytes = s.UW.StackBytes()
+	spec := bpfSpec{All: s.System(), CopyStack: s.Unwinder() != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.Config().OffCPU}
+	if s.Unwinder() != nil {
+		spec.StackBytes = s.Unwinder().StackBytes()
 	}
-	if s.Cfg.RingPages > 0 {
-		spec.RingBytes = s.Cfg.RingPages * sys.PageSize
+	if s.Config().RingPages > 0 {
+		spec.RingBytes = s.Config().RingPages * sys.PageSize
 		for spec.RingBytes&(spec.RingBytes-1) != 0 {
 			spec.RingBytes &= spec.RingBytes - 1
 		}
@@ -221,8 +221,8 @@ func (s *Session) attach() (err error) {
 	if err != nil {
 		return err
 	}
-	if !s.System {
-		if err := b.progs.Select(uint32(s.Target)); err != nil {
+	if !s.System() {
+		if err := b.progs.Select(uint32(s.Pid())); err != nil {
 			return err
 		}
 	}
@@ -231,15 +231,15 @@ func (s *Session) attach() (err error) {
 	attr := sys.PerfEventAttr{
 		Type:        sys.PerfTypeSoftware,
 		Config:      sys.PerfCountSWCPUClock,
-		Sample:      uint64(s.Cfg.Frequency),
+		Sample:      uint64(s.Config().Frequency),
 		Sample_type: sys.PerfSampleTID | sys.PerfSampleTime | sys.PerfSampleCPU,
 		Bits: sys.PerfBitDisabled | sys.PerfBitFreq | sys.PerfBitMmap | sys.PerfBitMmap2 | sys.PerfBitComm |
 			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
 		Clockid: sys.ClockMonotonic,
 	}
-	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.Cfg.Frequency > max {
+	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.Config().Frequency > max {
 		attr.Sample = uint64(max)
-		s.Cfg.Frequency = max
+		s.Config().Frequency = max
 	}
 	prog := b.progs.PerfProgramFD()
 	cpus := procfs.OnlineCPUs()
@@ -271,16 +271,16 @@ func (s *Session) attach() (err error) {
 			return fmt.Errorf("enabling perf event: %w", err)
 		}
 	}
-	if s.System {
+	if s.System() {
 		s.reportAll()
 	} else {
-		tids, err := procfs.Tasks(s.Target)
+		tids, err := procfs.Tasks(s.Pid())
 		if err != nil {
-			return fmt.Errorf("pid %d: listing threads: %w", s.Target, err)
+			return fmt.Errorf("pid %d: listing threads: %w", s.Pid(), err)
 		}
 		s.ReportInitial(tids)
 	}
-	if s.Cfg.OffCPU {
+	if s.Config().OffCPU {
 		b.offPending = map[uint32]*offStack{}
 	}
 	return b.progs.Start()
@@ -323,7 +323,7 @@ func (s *Session) ReadAll() {
 			r.PendingTime = tracking.RecordTime(r.Pending)
 			live = append(live, r)
 		} else {
-			s.Bytes.Add(r.Commit())
+			s.AddBytes(r.Commit())
 		}
 	}
 	if b.progs == nil {
@@ -350,7 +350,7 @@ func (s *Session) ReadAll() {
 			r.PendingTime = tracking.RecordTime(r.Pending)
 			continue
 		}
-		s.Bytes.Add(r.Commit())
+		s.AddBytes(r.Commit())
 		live[best] = live[len(live)-1]
 		live = live[:len(live)-1]
 	}
@@ -390,14 +390,12 @@ func (s *Session) reportBPFLost() {
 	b := s.bpf
 	ring, off := b.progs.Lost()
 	if ring > b.lost {
-		s.Lost.Add(ring - b.lost)
-		s.H.Lost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
 		b.lost = ring
 	}
 	if off > b.lostOff {
 		// Threads off CPU whose start the map had no room for.
-		s.Lost.Add(off - b.lostOff)
-		s.H.Lost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
 		b.lostOff = off
 	}
 }
@@ -405,7 +403,7 @@ func (s *Session) reportBPFLost() {
 // handleSide reports a side-band perf record, in single-process mode only
 // those of the target and its descendants.
 func (s *Session) handleSide(rec []byte) {
-	r := &s.Rec
+	r := s.Decoded()
 	if err := tracking.DecodeRecord(rec, r); err != nil {
 		return
 	}
@@ -415,7 +413,7 @@ func (s *Session) handleSide(rec []byte) {
 			s.bpf.offFree = append(s.bpf.offFree, o)
 		}
 	}
-	if !s.System {
+	if !s.System() {
 		switch {
 		case r.Type == tracking.RecFork && r.Pid != r.Ppid:
 			if !s.Known(r.Ppid) {
@@ -468,27 +466,26 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 
 // handleBPF reports one BPF sample record.
 func (s *Session) handleBPF(b []byte) {
-	s.Bytes.Add(uint64(len(b)))
+	s.AddBytes(uint64(len(b)))
 	s.bpf.ringBytes += uint64(len(b))
 	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
 		s.onCPU(b)
 		return
 	}
-	r := &s.Rec
+	r := s.Decoded()
 	kind, err := decodeBPF(b, r)
 	if err != nil {
 		// Not a layout the programs write: a mismatch between the
 		// embedded object and this decoder. Counted, not silent.
-		s.Lost.Add(1)
-		s.H.Lost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
 		return
 	}
-	s.Records.Add(1)
+	s.CountRecord()
 	s.EnsureProcess(r.Pid, int64(r.Time))
-	if s.JIT != nil && s.JIT.OnDemand && r.Pid != 0 {
-		s.JIT.Track(r.Pid)
+	if r.Pid != 0 {
+		s.TrackJIT(r.Pid)
 	}
-	if !s.Kernel && r.Kernel {
+	if !s.KernelFrames() && r.Kernel {
 		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]
 		r.Kernel = false
 	}
@@ -513,13 +510,11 @@ func (s *Session) offCPU(r *tracking.Record) {
 		// but no record said when: that interval's weight is unknown.
 		// Counted, not dropped silently (TestEBPFOffCPU has seen this,
 		// rarely, on a loaded host).
-		s.Lost.Add(1)
-		s.H.Lost(&format.Lost{Time: int64(o.time), Pid: o.pid, Count: 1, Reason: format.LostUnknown})
+		s.ReportLost(&format.Lost{Time: int64(o.time), Pid: o.pid, Count: 1, Reason: format.LostUnknown})
 	}
 	if o == nil {
 		if len(b.offPending) >= maxOffPending {
-			s.Lost.Add(1)
-			s.H.Lost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
+			s.ReportLost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
 			return
 		}
 		if n := len(b.offFree); n > 0 {
@@ -529,7 +524,7 @@ func (s *Session) offCPU(r *tracking.Record) {
 		}
 		b.offPending[r.Tid] = o
 	}
-	sm := &s.Sample
+	sm := s.SampleBuf()
 	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
 	o.pcs = append(o.pcs[:0], sm.PCs...)
 }
@@ -549,8 +544,7 @@ func (s *Session) onCPU(h []byte) {
 	if o.time != start {
 		return // a stack from another switch: its record was lost
 	}
-	sm := &s.Sample
+	sm := s.SampleBuf()
 	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
-	s.Samples.Add(1)
-	s.H.Sample(sm)
+	s.Report(sm)
 }

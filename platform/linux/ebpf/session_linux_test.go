@@ -46,7 +46,7 @@ func bpfRecord(kind uint32, pid, tid uint32, t, weight uint64, kernel, user []ui
 func replayBPF(h platform.Handler, unwind platform.UnwindMode, pid uint32) *Session {
 	s := newSession(platform.Config{Unwind: unwind, Backend: platform.BackendEBPF, OffCPU: true}, h)
 	s.bpf.offPending = map[uint32]*offStack{}
-	s.Kernel = true
+	s.SetKernel(true)
 	s.AddProcess(pid, "x")
 	return s
 }

@@ -34,14 +34,14 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 	}
 	s := &Session{tracking.New(cfg, h)}
 	if cfg.Pid == 0 {
-		s.Target, s.Self = os.Getpid(), true
+		s.SetTarget(os.Getpid(), true)
 	} else {
-		s.Target = cfg.Pid
-		if !sys.ProcessAlive(s.Target) {
-			return nil, fmt.Errorf("pid %d: no such process", s.Target)
+		s.SetTarget(cfg.Pid, false)
+		if !sys.ProcessAlive(s.Pid()) {
+			return nil, fmt.Errorf("pid %d: no such process", s.Pid())
 		}
-		if procinfo.KernelThread(s.Target) {
-			return nil, fmt.Errorf("pid %d (%s): %w", s.Target, procinfo.Comm(s.Target), platform.ErrKernelThread)
+		if procinfo.KernelThread(s.Pid()) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.Pid(), procinfo.Comm(s.Pid()), platform.ErrKernelThread)
 		}
 	}
 	if err := s.attach(); err != nil {
@@ -96,24 +96,24 @@ func (s *Session) attach() error {
 	}
 	privileged := procfs.PerfPrivileged()
 	paranoid := procfs.SysctlInt("kernel.perf_event_paranoid", 2)
-	s.Kernel = !s.Cfg.NoKernel && (privileged || paranoid <= 1)
-	freq := s.Cfg.Frequency
+	s.SetKernel(!s.Config().NoKernel && (privileged || paranoid <= 1))
+	freq := s.Config().Frequency
 	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && freq > max {
 		freq = max
 	}
-	s.Cfg.Frequency = freq
-	tids, err := procfs.Tasks(s.Target)
+	s.Config().Frequency = freq
+	tids, err := procfs.Tasks(s.Pid())
 	if err != nil {
-		return fmt.Errorf("pid %d: listing threads: %w", s.Target, err)
+		return fmt.Errorf("pid %d: listing threads: %w", s.Pid(), err)
 	}
 	cpus := procfs.OnlineCPUs()
-	pages := s.Cfg.RingPages
+	pages := s.Config().RingPages
 	for pages&(pages-1) != 0 {
 		pages &= pages - 1 // round down to a power of two
 	}
 	if pages <= 0 {
 		pages = 128
-		if s.UW != nil {
+		if s.Unwinder() != nil {
 			pages = 512 // DWARF samples carry a stack copy: give the unwinding reader slack
 		}
 		if !privileged {
@@ -126,19 +126,19 @@ func (s *Session) attach() error {
 		}
 	}
 	// Pick the event: hardware cycles where the PMU has them, else cpu-clock.
-	attr := tracking.BaseAttr(sys.PerfTypeHardware, sys.PerfCountHWCPUCycles, freq, s.Kernel)
-	s.EventName = "cycles"
+	attr := tracking.BaseAttr(sys.PerfTypeHardware, sys.PerfCountHWCPUCycles, freq, s.KernelFrames())
+	s.SetEvent("cycles")
 	if fd, err := sys.PerfEventOpen(&attr, tids[0], cpus[0], -1); err != nil {
-		attr = tracking.BaseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, freq, s.Kernel)
-		s.EventName = "cpu-clock"
+		attr = tracking.BaseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, freq, s.KernelFrames())
+		s.SetEvent("cpu-clock")
 	} else {
 		sys.Close(fd)
 	}
-	if s.UW != nil {
-		s.UW.ChooseAuto(s.Target)
+	if s.Unwinder() != nil {
+		s.Unwinder().ChooseAuto(s.Pid())
 	}
 	s.SetUserAttr(&attr)
-	if s.Gos != nil {
+	if s.Goroutines() {
 		// A sample's goroutine and labels are read from the target when
 		// the reader gets to it, and a goroutine that has ended has no
 		// labels left to read: wake the reader every few samples rather
@@ -191,16 +191,16 @@ func (s *Session) attach() error {
 	// none yet, inherited nothing. Threads created by a thread that had an
 	// event were reported by a FORK record. Open the others directly, until
 	// no such thread appears.
-	s.Forked = map[uint32]bool{}
+	s.BeginAttach()
 	for round := 0; round < 20; round++ {
 		s.ReadAll()
-		now, err := procfs.Tasks(s.Target)
+		now, err := procfs.Tasks(s.Pid())
 		if err != nil {
 			break // the target exited
 		}
 		var fresh []int
 		for _, tid := range now {
-			if !known[tid] && !s.Forked[uint32(tid)] {
+			if !known[tid] && !s.Forked(uint32(tid)) {
 				fresh = append(fresh, tid)
 			}
 		}
@@ -212,12 +212,12 @@ func (s *Session) attach() error {
 		t := sys.Monotonic()
 		for _, tid := range fresh {
 			known[tid] = true
-			if s.Forked[uint32(tid)] {
+			if s.Forked(uint32(tid)) {
 				continue
 			}
-			s.H.ThreadStart(&format.ThreadStart{Time: t, Pid: uint32(s.Target), Tid: uint32(tid)})
-			if name := procfs.Comm(procfs.Dir(s.Target) + "/task/" + strconv.Itoa(tid)); name != "" {
-				s.ThreadName(t, uint32(s.Target), uint32(tid), name)
+			s.Handler().ThreadStart(&format.ThreadStart{Time: t, Pid: uint32(s.Pid()), Tid: uint32(tid)})
+			if name := procfs.Comm(procfs.Dir(s.Pid()) + "/task/" + strconv.Itoa(tid)); name != "" {
+				s.ThreadName(t, uint32(s.Pid()), uint32(tid), name)
 			}
 			if err := openThread(tid); err != nil {
 				s.Close()
@@ -225,21 +225,21 @@ func (s *Session) attach() error {
 			}
 		}
 	}
-	s.Forked = nil
+	s.EndAttach()
 	return nil
 }
 
 func (s *Session) openError(err error, tid, paranoid int, privileged bool) error {
-	op := fmt.Sprintf("perf_event_open on pid %d (thread %d)", s.Target, tid)
+	op := fmt.Sprintf("perf_event_open on pid %d (thread %d)", s.Pid(), tid)
 	if err == sys.EACCES || err == sys.EPERM {
 		need := "CAP_PERFMON (or root)"
 		switch {
 		case paranoid > 2:
 			need = fmt.Sprintf("kernel.perf_event_paranoid<=2 (it is %d) or CAP_PERFMON", paranoid)
-		case !s.Self && !sameUser(s.Target):
-			need = fmt.Sprintf("ptrace access to pid %d: run as its owner (uid %d) or with CAP_SYS_PTRACE, e.g. as root", s.Target, ownerUID(s.Target))
-		case !s.Self:
-			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.Target, procfs.SysctlInt("kernel.yama.ptrace_scope", 0))
+		case !s.Self() && !sameUser(s.Pid()):
+			need = fmt.Sprintf("ptrace access to pid %d: run as its owner (uid %d) or with CAP_SYS_PTRACE, e.g. as root", s.Pid(), ownerUID(s.Pid()))
+		case !s.Self():
+			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.Pid(), procfs.SysctlInt("kernel.yama.ptrace_scope", 0))
 		}
 		return &platform.PermissionError{Op: op, Need: need, Err: err}
 	}
@@ -278,7 +278,7 @@ func (s *Session) ReadAll() {
 			r.PendingTime = tracking.RecordTime(r.Pending)
 			live = append(live, r)
 		} else {
-			s.Bytes.Add(r.Commit())
+			s.AddBytes(r.Commit())
 		}
 	}
 	for len(live) > 0 {
@@ -294,7 +294,7 @@ func (s *Session) ReadAll() {
 			r.PendingTime = tracking.RecordTime(r.Pending)
 			continue
 		}
-		s.Bytes.Add(r.Commit())
+		s.AddBytes(r.Commit())
 		live[best] = live[len(live)-1]
 		live = live[:len(live)-1]
 	}

@@ -100,7 +100,8 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := Open(platform.Config{Pid: 1 << 30}, &linuxtest.CountHandler{}); err == nil || !strings.Contains(err.Error(), "no such process") {
 		t.Errorf("Open of a missing pid: %v", err)
 	}
-	s := &Session{Tracker: &tracking.Tracker{Target: 4242}}
+	s := &Session{tracking.New(platform.Config{}, nil)}
+	s.SetTarget(4242, false)
 	err := s.openError(sys.EACCES, 4243, 3, false)
 	var pe *platform.PermissionError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "perf_event_paranoid<=2 (it is 3)") || !strings.Contains(err.Error(), "pid 4242") {

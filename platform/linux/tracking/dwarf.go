@@ -25,7 +25,7 @@ type userStack struct {
 }
 
 // decodeUserStack decodes the REGS_USER and STACK_USER fields at b.
-func decodeUserStack(b []byte, r *Record) error {
+func decodeUserStack(b []byte, r *record) error {
 	le := binary.LittleEndian
 	r.UserRegs, r.UserStack = r.UserRegs[:0], nil
 	if len(b) < 8 {

@@ -37,10 +37,10 @@ func TestDecodeUserStack(t *testing.T) {
 		regs[i] = uint64(100 + i)
 	}
 	stack := []byte("0123456789abcdef")
-	r := Record{PCs: make([]uint64, 0, 16)}
+	r := record{PCs: make([]uint64, 0, 16)}
 	r.NUserRegs = n
 	rec := dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 2, regs, stack, 64, 16)
-	if err := DecodeRecord(rec, &r); err != nil {
+	if err := decodeRecord(rec, &r); err != nil {
 		t.Fatal(err)
 	}
 	if !r.Kernel || len(r.PCs) != 1 || r.UserABI != 2 || len(r.UserRegs) != n || r.UserRegs[n-1] != uint64(100+n-1) || string(r.UserStack) != string(stack) {
@@ -56,7 +56,7 @@ func TestDecodeUserStack(t *testing.T) {
 	}
 
 	// A kernel thread: abi 0, no registers, no stack.
-	if err := DecodeRecord(dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 0, nil, nil, 0, 0), &r); err != nil {
+	if err := decodeRecord(dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 0, nil, nil, 0, 0), &r); err != nil {
 		t.Fatal(err)
 	}
 	if r.UserABI != 0 || len(r.UserRegs) != 0 || r.UserStack != nil {
@@ -64,15 +64,15 @@ func TestDecodeUserStack(t *testing.T) {
 	}
 
 	// dyn_size beyond size is capped; a size beyond the record is an error.
-	if err := DecodeRecord(dwarfSampleRecord(nil, 2, regs, stack, 16, 99), &r); err != nil || len(r.UserStack) != 16 {
+	if err := decodeRecord(dwarfSampleRecord(nil, 2, regs, stack, 16, 99), &r); err != nil || len(r.UserStack) != 16 {
 		t.Errorf("dyn_size > size: err %v, %d bytes", err, len(r.UserStack))
 	}
 	bad := dwarfSampleRecord(nil, 2, regs, stack, 16, 16)
 	binary.LittleEndian.PutUint64(bad[len(bad)-8-16-8:], 1<<20)
-	if err := DecodeRecord(bad, &r); err == nil {
+	if err := decodeRecord(bad, &r); err == nil {
 		t.Error("user stack larger than the record accepted")
 	}
-	if err := DecodeRecord(dwarfSampleRecord(nil, 2, regs[:3], nil, 0, 0), &r); err == nil {
+	if err := decodeRecord(dwarfSampleRecord(nil, 2, regs[:3], nil, 0, 0), &r); err == nil {
 		t.Error("short register block accepted")
 	}
 }
@@ -82,10 +82,10 @@ func FuzzDecodeUserStack(f *testing.F) {
 	regs := make([]uint64, n)
 	f.Add(dwarfSampleRecord([]uint64{0x401000}, 2, regs, []byte("stack"), 32, 8))
 	f.Add(dwarfSampleRecord(nil, 0, nil, nil, 0, 0))
-	r := Record{PCs: make([]uint64, 0, maxCallchain)}
+	r := record{PCs: make([]uint64, 0, maxCallchain)}
 	r.NUserRegs = n
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := DecodeRecord(b, &r); err != nil || r.Type != RecSample {
+		if err := decodeRecord(b, &r); err != nil || r.Type != recSample {
 			return // other records leave the user stack fields alone
 		}
 		if len(r.UserRegs) > n || len(r.UserStack) > len(b) {

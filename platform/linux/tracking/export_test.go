@@ -16,4 +16,4 @@ const (
 
 // SetLeafRepair makes s unwind as --unwind auto does on a frame-pointer
 // program (what ChooseAuto decides for one).
-func SetLeafRepair(s *Tracker) { s.UW.leaf, s.UW.size = true, leafWindow }
+func SetLeafRepair(s *Tracker) { s.uw.leaf, s.uw.size = true, leafWindow }

@@ -131,7 +131,7 @@ func leafSessions(pid int, mods []format.ModuleLoad, fpH, autoH platform.Handler
 	auto = tracking.New(platform.Config{Pid: pid, Unwind: platform.UnwindAuto}, autoH)
 	tracking.SetLeafRepair(auto) // what ChooseAuto decides for this program
 	for _, s := range []*tracking.Tracker{fp, auto} {
-		s.Target = pid
+		s.SetTarget(pid, false)
 		for i := range mods {
 			m := &mods[i]
 			s.LoadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)

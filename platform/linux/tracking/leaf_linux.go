@@ -57,7 +57,7 @@ func (uw *Unwinder) ChooseAuto(pid int) {
 // repairLeaf completes a --unwind auto sample of a frame-pointer program:
 // the kernel's callchain (user part included) joined with the caller of
 // the sampled function when that function had not linked its frame.
-func (uw *Unwinder) repairLeaf(s *Tracker, r *Record, sm *platform.Sample) bool {
+func (uw *Unwinder) repairLeaf(s *Tracker, r *record, sm *platform.Sample) bool {
 	if r.UserABI == 0 || len(r.UserRegs) == 0 || uw.regs.SetPerf(uw.arch, uw.mask, r.UserRegs) != nil {
 		return true // a kernel thread: the callchain as it is
 	}

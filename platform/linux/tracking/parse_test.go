@@ -133,7 +133,7 @@ func sampleRecord(pid, tid uint32, chain ...uint64) []byte {
 	le := binary.LittleEndian
 	n := 8 + 48 + 8*len(chain)
 	b := make([]byte, n)
-	le.PutUint32(b, RecSample)
+	le.PutUint32(b, recSample)
 	le.PutUint16(b[4:], 2)
 	le.PutUint16(b[6:], uint16(n))
 	p := b[8:]
@@ -153,29 +153,29 @@ func sampleRecord(pid, tid uint32, chain ...uint64) []byte {
 }
 
 func TestDecodeRecord(t *testing.T) {
-	r := Record{PCs: make([]uint64, 0, 16)}
-	if err := DecodeRecord(mmap2Record(7, 8, 0x1000, 0x2000, 0x3000, 5, "/lib/x.so"), &r); err != nil {
+	r := record{PCs: make([]uint64, 0, 16)}
+	if err := decodeRecord(mmap2Record(7, 8, 0x1000, 0x2000, 0x3000, 5, "/lib/x.so"), &r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Type != recMmap2 || r.Pid != 7 || r.Tid != 8 || r.Addr != 0x1000 || r.Len != 0x2000 || r.Pgoff != 0x3000 || r.Prot != 5 || string(r.Filename) != "/lib/x.so" || r.Ino != 77 || r.Time != 123456789 {
 		t.Errorf("mmap2 decoded as %+v", r)
 	}
-	err := DecodeRecord(sampleRecord(7, 9, perfContextKern, 0xffffffff81000010, 0xffffffff81000020, perfContextUser, 0x401000, 0x402000), &r)
+	err := decodeRecord(sampleRecord(7, 9, perfContextKern, 0xffffffff81000010, 0xffffffff81000020, perfContextUser, 0x401000, 0x402000), &r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r.Kernel || len(r.PCs) != 4 || r.PCs[0] != 0xffffffff81000010 || r.PCs[3] != 0x402000 || r.Period != 1000 || r.Tid != 9 {
 		t.Errorf("sample decoded as kernel=%v pcs=%x %+v", r.Kernel, r.PCs, r)
 	}
-	if got := RecordTime(sampleRecord(7, 9, 0x401000)); got != 42 {
+	if got := recordTime(sampleRecord(7, 9, 0x401000)); got != 42 {
 		t.Errorf("sample time %d, want 42", got)
 	}
-	if got := RecordTime(mmap2Record(7, 8, 0x1000, 0x2000, 0x3000, 5, "/lib/x.so")); got != 123456789 {
+	if got := recordTime(mmap2Record(7, 8, 0x1000, 0x2000, 0x3000, 5, "/lib/x.so")); got != 123456789 {
 		t.Errorf("mmap2 time %d, want 123456789", got)
 	}
 	bad := sampleRecord(1, 1, 0x401000)
 	binary.LittleEndian.PutUint64(bad[8+40:], 1<<40) // callchain longer than the record
-	if err := DecodeRecord(bad, &r); err == nil {
+	if err := decodeRecord(bad, &r); err == nil {
 		t.Error("oversized callchain accepted")
 	}
 }
@@ -184,10 +184,10 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(mmap2Record(7, 8, 0x1000, 0x2000, 0x3000, 5, "/lib/x.so"))
 	f.Add(sampleRecord(7, 9, perfContextKern, 0xffffffff81000010, perfContextUser, 0x401000, 0x402000))
 	f.Add(sampleRecord(7, 9))
-	r := Record{PCs: make([]uint64, 0, maxCallchain)}
+	r := record{PCs: make([]uint64, 0, maxCallchain)}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		RecordTime(b)
-		if err := DecodeRecord(b, &r); err != nil {
+		recordTime(b)
+		if err := decodeRecord(b, &r); err != nil {
 			return
 		}
 		if len(r.PCs) > maxCallchain+1 || len(r.Filename) > maxFilenameBytes {

@@ -11,11 +11,11 @@ const (
 	recMmap        = 1
 	recLost        = 2
 	recComm        = 3
-	RecExit        = 4
+	recExit        = 4
 	recThrottle    = 5
 	recUnthrottle  = 6
-	RecFork        = 7
-	RecSample      = 9
+	recFork        = 7
+	recSample      = 9
 	recMmap2       = 10
 	recLostSamples = 13
 )
@@ -40,6 +40,9 @@ const sampleIDSize = 24
 
 // errRecord is wrapped by every record decoding error.
 var errRecord = errors.New("malformed perf record")
+
+// record is the package's name for Record.
+type record = Record
 
 // Record is one decoded kernel record. Byte slices alias the record bytes
 // and PCs alias the decoder's buffer: valid until the next decode.
@@ -81,10 +84,10 @@ type Record struct {
 	userStack // PERF_SAMPLE_REGS_USER and STACK_USER, when asked for
 }
 
-// DecodeRecord decodes rec (one whole record, header included) into r,
+// decodeRecord decodes rec (one whole record, header included) into r,
 // reusing r.PCs' storage. Records of types it does not know are returned
 // with only Type and Misc set.
-func DecodeRecord(rec []byte, r *Record) error {
+func decodeRecord(rec []byte, r *record) error {
 	if len(rec) < 8 {
 		return fmt.Errorf("%w: %d bytes", errRecord, len(rec))
 	}
@@ -97,9 +100,9 @@ func DecodeRecord(rec []byte, r *Record) error {
 	}
 	b := rec[8:size]
 	switch r.Type {
-	case RecSample:
+	case recSample:
 		return decodeSample(b, r)
-	case recMmap2, recComm, RecExit, RecFork, recLost, recLostSamples, recThrottle, recUnthrottle:
+	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples, recThrottle, recUnthrottle:
 	default:
 		return nil
 	}
@@ -140,7 +143,7 @@ func DecodeRecord(rec []byte, r *Record) error {
 		}
 		r.Pid, r.Tid = le.Uint32(b), le.Uint32(b[4:])
 		r.Comm = cstring(b[8:], 16)
-	case RecFork, RecExit:
+	case recFork, recExit:
 		if len(b) < 24 {
 			return fmt.Errorf("%w: fork/exit: %d bytes", errRecord, len(b))
 		}
@@ -167,7 +170,7 @@ func DecodeRecord(rec []byte, r *Record) error {
 
 // decodeSample decodes a PERF_RECORD_SAMPLE body for sample_type
 // IP|TID|TIME|CPU|PERIOD|CALLCHAIN.
-func decodeSample(b []byte, r *Record) error {
+func decodeSample(b []byte, r *record) error {
 	le := binary.LittleEndian
 	if len(b) < 48 {
 		return fmt.Errorf("%w: sample: %d bytes", errRecord, len(b))
@@ -224,9 +227,9 @@ func cstring(b []byte, max int) []byte {
 	return b
 }
 
-// RecordTime returns the time stamp of a record (header included) for
+// recordTime returns the time stamp of a record (header included) for
 // ordering, or 0 when it has none we know of.
-func RecordTime(rec []byte) uint64 {
+func recordTime(rec []byte) uint64 {
 	if len(rec) < 8 {
 		return 0
 	}
@@ -235,11 +238,11 @@ func RecordTime(rec []byte) uint64 {
 		return 0
 	}
 	switch binary.LittleEndian.Uint32(rec) {
-	case RecSample:
+	case recSample:
 		if size >= 8+24 {
 			return binary.LittleEndian.Uint64(rec[8+16:])
 		}
-	case recMmap2, recComm, RecExit, RecFork, recLost, recLostSamples, recThrottle, recUnthrottle:
+	case recMmap2, recComm, recExit, recFork, recLost, recLostSamples, recThrottle, recUnthrottle:
 		if size >= 8+sampleIDSize {
 			return binary.LittleEndian.Uint64(rec[size-sampleIDSize+8:])
 		}

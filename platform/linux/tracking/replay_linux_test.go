@@ -48,12 +48,12 @@ func TestReplayTracking(t *testing.T) {
 	s := NewReplay(100, h)
 	var recs []byte
 	recs = append(recs, mmap2Record(100, 100, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out")...)
-	recs = append(recs, forkRecord(RecFork, 100, 100, 101, 100)...) // thread
-	recs = append(recs, forkRecord(RecFork, 200, 100, 200, 101)...) // process: inherits a.out
+	recs = append(recs, forkRecord(recFork, 100, 100, 101, 100)...) // thread
+	recs = append(recs, forkRecord(recFork, 200, 100, 200, 101)...) // process: inherits a.out
 	recs = append(recs, commRecord(200, 200, "child", true)...)     // exec: drops it
 	recs = append(recs, mmap2Record(200, 200, 0x500000, 0x1000, 0, 5, "/nonexistent/b.out")...)
 	recs = append(recs, sampleRecord(200, 200, perfContextUser, 0x500010)...)
-	recs = append(recs, forkRecord(RecExit, 200, 100, 200, 101)...)
+	recs = append(recs, forkRecord(recExit, 200, 100, 200, 101)...)
 	if n := s.Replay(recs); n != len(recs) {
 		t.Fatalf("replayed %d of %d bytes", n, len(recs))
 	}
@@ -75,15 +75,15 @@ func TestReplayGroupExit(t *testing.T) {
 	h := &linuxtest.CountHandler{}
 	s := NewReplay(1, h)
 	var recs []byte
-	recs = append(recs, forkRecord(RecFork, 300, 1, 300, 1)...) // process
+	recs = append(recs, forkRecord(recFork, 300, 1, 300, 1)...) // process
 	recs = append(recs, mmap2Record(300, 300, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out")...)
-	recs = append(recs, forkRecord(RecFork, 300, 300, 301, 300)...) // thread
-	recs = append(recs, forkRecord(RecExit, 300, 300, 300, 300)...) // leader first
+	recs = append(recs, forkRecord(recFork, 300, 300, 301, 300)...) // thread
+	recs = append(recs, forkRecord(recExit, 300, 300, 300, 300)...) // leader first
 	s.Replay(recs)
 	if ps := s.procs[300]; ps == nil || len(ps.modules) != 1 {
 		t.Fatalf("after the leader's EXIT, with thread 301 still running: %+v", ps)
 	}
-	recs = append(sampleRecord(300, 301, perfContextUser, 0x400010), forkRecord(RecExit, 300, 300, 301, 300)...)
+	recs = append(sampleRecord(300, 301, perfContextUser, 0x400010), forkRecord(recExit, 300, 300, 301, 300)...)
 	s.Replay(recs)
 	if h.Samples != 1 {
 		t.Errorf("%d samples, want 1", h.Samples)
@@ -107,7 +107,7 @@ func throttleRecord(typ uint32, time, id uint64) []byte {
 func TestReplayThrottle(t *testing.T) {
 	h := &linuxtest.CountHandler{}
 	s := NewReplay(100, h)
-	s.Cfg.Frequency = 1000
+	s.cfg.Frequency = 1000
 	recs := append(throttleRecord(recThrottle, 1e9, 7), throttleRecord(recUnthrottle, 1.25e9, 7)...)
 	s.Replay(recs)
 	if h.NLost != 250 {
@@ -118,7 +118,7 @@ func TestReplayThrottle(t *testing.T) {
 func FuzzReplay(f *testing.F) {
 	f.Add(append(throttleRecord(recThrottle, 1e9, 7), throttleRecord(recUnthrottle, 1.25e9, 7)...))
 	f.Add(mmap2Record(100, 100, 0x400000, 0x1000, 0, 5, "/nonexistent/a.out"))
-	f.Add(forkRecord(RecFork, 200, 100, 200, 101))
+	f.Add(forkRecord(recFork, 200, 100, 200, 101))
 	f.Add(commRecord(200, 200, "child", true))
 	f.Add(sampleRecord(7, 9, perfContextKern, 0xffffffff81000010, perfContextUser, 0x401000, 0x402000))
 	f.Fuzz(func(t *testing.T, b []byte) {

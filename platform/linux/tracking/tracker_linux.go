@@ -31,52 +31,52 @@ import (
 // and from perf side-band records; the perf rings and their wait; the
 // online unwinder, the JIT tracker and the goroutine reader; and the
 // counters. A back end's session opens the events and reads its rings;
-// the Tracker turns what they carry into handler calls.
+// the Tracker turns what they carry into handler calls (api_linux.go is
+// what the back ends call).
 type Tracker struct {
-	Cfg    platform.Config
-	H      platform.Handler
-	Target int       // the target process (0 with System)
-	Self   bool      // the target is this process
-	System bool      // every process of the host (the eBPF back end)
-	Cmd    *exec.Cmd // launched target, or nil
-
-	waited  chan struct{} // closed when Cmd has been reaped
+	cfg     platform.Config
+	h       platform.Handler
+	pid     int
+	self    bool
+	cmd     *exec.Cmd     // launched target, or nil
+	waited  chan struct{} // closed when cmd has been reaped
 	exitErr error
 	exitAt  int64
 
-	Kernel    bool   // kernel frames requested from the kernel
-	EventName string // "cycles" or "cpu-clock"
-	FDs       []int
-	Rings     []*Ring
-	Polls     []sys.PollFd
-	// PollInterval, when set, is how long Run waits for a wakeup
-	// before it reads anyway (50 ms when 0).
+	kernel bool   // kernel frames requested from the kernel
+	event  string // "cycles" or "cpu-clock"
+	FDs    []int
+	Rings  []*Ring
+	Polls  []sys.PollFd
+	// PollInterval, when set, is how long Run waits for a wakeup before
+	// it reads anyway (50 ms when 0).
 	PollInterval time.Duration
 	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
 	waiter   *sys.Waiter
 	nWaited  int  // polls added to waiter
 	noWaiter bool // no epoll: poll(2)
 
-	Rec    Record
+	rec    record
 	Live   []*Ring // a ReadAll's working set
-	Sample platform.Sample
+	sample platform.Sample
 
 	procs     map[uint32]*procState
 	throttled map[uint64]uint64  // event id → time throttling began
 	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
 	maxStack  int                // call chains this long were cut by the kernel
-	Forked    map[uint32]bool    // during attach: threads reported by FORK records
+	forked    map[uint32]bool    // during attach: threads reported by FORK records
 	nextMod   uint64
 	ids       map[idKey]elfIDs
-	Samples   atomic.Uint64
-	Lost      atomic.Uint64
-	Records   atomic.Uint64
-	Bytes     atomic.Uint64
+	samples   atomic.Uint64
+	lost      atomic.Uint64
+	records   atomic.Uint64
+	bytes     atomic.Uint64
 	closeOnce sync.Once
-	UW        *Unwinder // DWARF and auto modes
+	uw        *Unwinder // DWARF and auto modes
 	mapsBuf   []byte    // /proc/PID/maps, reused
-	JIT       *jit.Tracker
-	Gos       *goruntime.Sampling // Config.Goroutines
+	system    bool      // every process of the host (the eBPF back end)
+	jit       *jit.Tracker
+	gos       *goruntime.Sampling // Config.Goroutines
 }
 
 type procState struct {
@@ -92,16 +92,16 @@ type procState struct {
 	leaderGone bool
 }
 
-// ThreadName reports tid's name and remembers it: the kernel writes no
+// threadName reports tid's name and remembers it: the kernel writes no
 // COMM record for a new thread, which starts with its creator's name.
-func (s *Tracker) ThreadName(t int64, pid, tid uint32, name string) {
+func (s *Tracker) threadName(t int64, pid, tid uint32, name string) {
 	if ps := s.procs[pid]; ps != nil {
 		if ps.names == nil {
 			ps.names = map[uint32]string{}
 		}
 		ps.names[tid] = name
 	}
-	s.H.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: tid, Name: name})
+	s.h.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: tid, Name: name})
 }
 
 type liveModule struct {
@@ -120,7 +120,7 @@ type idKey struct {
 // not call cmd.Wait: the Tracker reaps the command; [Tracker.ExitErr]
 // reports how it ended.
 func (s *Tracker) Launch(cmd *exec.Cmd, attach, closeSession func() error) error {
-	if err := ProbePerf(); err != nil {
+	if err := probe(); err != nil {
 		return err
 	}
 	// ptrace requests must come from the thread that started the tracee.
@@ -133,8 +133,8 @@ func (s *Tracker) Launch(cmd *exec.Cmd, attach, closeSession func() error) error
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	s.Target, s.Cmd = cmd.Process.Pid, cmd
-	sig, exited, _, err := sys.WaitStopped(s.Target)
+	s.pid, s.cmd = cmd.Process.Pid, cmd
+	sig, exited, _, err := sys.WaitStopped(s.pid)
 	if err != nil || exited || sig != int(syscall.SIGTRAP) {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -142,11 +142,11 @@ func (s *Tracker) Launch(cmd *exec.Cmd, attach, closeSession func() error) error
 	}
 	if err := attach(); err != nil {
 		cmd.Process.Kill()
-		sys.PtraceDetach(s.Target)
+		sys.PtraceDetach(s.pid)
 		cmd.Wait()
 		return err
 	}
-	if err := sys.PtraceDetach(s.Target); err != nil {
+	if err := sys.PtraceDetach(s.pid); err != nil {
 		closeSession()
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -173,42 +173,42 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	}
 	s := &Tracker{
 		maxStack: maxStack,
-		Cfg:      cfg,
-		H:        h,
+		cfg:      cfg,
+		h:        h,
 		procs:    map[uint32]*procState{},
 		ids:      map[idKey]elfIDs{},
-		Rec:      Record{PCs: make([]uint64, 0, maxCallchain)},
-		UW:       newUnwinder(cfg),
+		rec:      record{PCs: make([]uint64, 0, maxCallchain)},
+		uw:       newUnwinder(cfg),
 	}
-	if s.UW != nil {
-		s.Rec.NUserRegs = s.UW.nRegs()
+	if s.uw != nil {
+		s.rec.NUserRegs = s.uw.nRegs()
 	}
-	if s.JIT = jit.New(cfg, h); s.JIT != nil {
-		s.JIT.FileBacked = s.fileBacked
+	if s.jit = jit.New(cfg, h); s.jit != nil {
+		s.jit.FileBacked = s.fileBacked
 	}
 	if cfg.Goroutines {
-		s.Gos = goruntime.NewSampling()
+		s.gos = goruntime.NewSampling()
 	}
-	if s.Gos != nil {
-		mask := s.Gos.Mask
-		if s.UW != nil {
-			mask = s.UW.mask // holds both registers already
+	if s.gos != nil {
+		mask := s.gos.Mask
+		if s.uw != nil {
+			mask = s.uw.mask // holds both registers already
 		} else {
-			s.Rec.NUserRegs, s.Rec.regsOnly = bits.OnesCount64(mask), true
+			s.rec.NUserRegs, s.rec.regsOnly = bits.OnesCount64(mask), true
 		}
-		s.Gos.Place(mask)
+		s.gos.Place(mask)
 	}
 	return s
 }
 
 // Pid returns the target process id.
-func (s *Tracker) Pid() int { return s.Target }
+func (s *Tracker) Pid() int { return s.pid }
 
 // Event names the perf event sampled: "cycles" or "cpu-clock".
-func (s *Tracker) Event() string { return s.EventName }
+func (s *Tracker) Event() string { return s.event }
 
 // KernelFrames reports whether kernel frames are recorded.
-func (s *Tracker) KernelFrames() bool { return s.Kernel }
+func (s *Tracker) KernelFrames() bool { return s.kernel }
 
 // ExitErr returns cmd.Wait's result for a launched command once it has
 // exited, and nil before.
@@ -226,7 +226,7 @@ func (s *Tracker) ExitErr() error {
 
 // Stats returns the running totals.
 func (s *Tracker) Stats() platform.Stats {
-	return platform.Stats{Samples: s.Samples.Load(), Lost: s.Lost.Load(), Records: s.Records.Load(), Bytes: s.Bytes.Load()}
+	return platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load()}
 }
 
 var (
@@ -234,16 +234,16 @@ var (
 	probeErr  error
 )
 
-// ProbePerf checks once that perf_event_open is usable at all; both
+// probe checks once that perf_event_open is usable at all; both
 // back ends need it. The error wraps platform.ErrNotSupported and says
 // why when it is not.
-func ProbePerf() error {
+func probe() error {
 	probeOnce.Do(func() {
 		if _, err := os.Stat("/proc/sys/kernel/perf_event_paranoid"); err != nil {
 			probeErr = &platform.NotSupportedError{Feature: "perf_event_open", Reason: "kernel built without perf events (no /proc/sys/kernel/perf_event_paranoid)"}
 			return
 		}
-		attr := BaseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, 99, false)
+		attr := baseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, 99, false)
 		fd, err := sys.PerfEventOpen(&attr, 0, -1, -1)
 		if err != nil {
 			reason := err.Error()
@@ -262,7 +262,7 @@ func ProbePerf() error {
 	return probeErr
 }
 
-func BaseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAttr {
+func baseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAttr {
 	// mmap must be set along with mmap2: the kernel only reports mappings
 	// at all while some event has mmap (or mmap_data) set.
 	attr := sys.PerfEventAttr{
@@ -280,36 +280,36 @@ func BaseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAtt
 	return attr
 }
 
-// ReportInitial reports the process, its threads and its executable
+// reportInitial reports the process, its threads and its executable
 // mappings as they are now.
-func (s *Tracker) ReportInitial(tids []int) {
-	s.ReportProcess(s.Target, tids, sys.Monotonic())
+func (s *Tracker) reportInitial(tids []int) {
+	s.reportProcess(s.pid, tids, sys.Monotonic())
 }
 
-// ReportProcess reports process ipid, its threads and its executable
+// reportProcess reports process ipid, its threads and its executable
 // mappings as they are at time now.
-func (s *Tracker) ReportProcess(ipid int, tids []int, now int64) {
+func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 	pid := uint32(ipid)
 	dir := procfs.Dir(ipid)
 	comm := procfs.Comm(dir)
-	s.H.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid)})
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid)})
 	ps := &procState{comm: comm, live: len(tids)}
 	s.procs[pid] = ps
-	s.JIT.Started(pid)
+	s.jit.Started(pid)
 	for _, tid := range tids {
-		s.H.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
+		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
 		name := procfs.Comm(dir + "/task/" + strconv.Itoa(tid))
 		if name != "" {
-			s.ThreadName(now, pid, uint32(tid), name)
+			s.threadName(now, pid, uint32(tid), name)
 		}
 	}
-	if s.Kernel {
+	if s.kernel {
 		if k, ok := kernelModule(); ok {
 			k.Time, k.Pid = now, pid
 			s.nextMod++
 			k.ID = s.nextMod
 			s.kernelMod = &k
-			s.H.ModuleLoad(&k) // not in procState: the kernel is never unmapped
+			s.h.ModuleLoad(&k) // not in procState: the kernel is never unmapped
 		}
 	}
 	var err error
@@ -323,12 +323,12 @@ func (s *Tracker) ReportProcess(ipid int, tids []int, now int64) {
 		if !m.Exec() {
 			continue
 		}
-		s.LoadModule(now, pid, m.Start, m.End, m.Offset, uint64(m.Major)<<32|uint64(m.Minor), m.Inode, m.Path, nil)
+		s.loadModule(now, pid, m.Start, m.End, m.Offset, uint64(m.Major)<<32|uint64(m.Minor), m.Inode, m.Path, nil)
 	}
 }
 
-// LoadModule reports an executable mapping, unloading what it replaces.
-func (s *Tracker) LoadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
+// loadModule reports an executable mapping, unloading what it replaces.
+func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
 	ps := s.procs[pid]
 	if ps == nil {
 		ps = &procState{}
@@ -337,7 +337,7 @@ func (s *Tracker) LoadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	kept := ps.modules[:0]
 	for _, m := range ps.modules {
 		if m.start < end && start < m.end {
-			s.H.ModuleUnload(&format.ModuleUnload{Time: t, Pid: pid, ID: m.id})
+			s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: pid, ID: m.id})
 			continue
 		}
 		kept = append(kept, m)
@@ -364,7 +364,7 @@ func (s *Tracker) LoadModule(t int64, pid uint32, start, end, off, dev, ino uint
 		}
 	}
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
-	s.H.ModuleLoad(&ml)
+	s.h.ModuleLoad(&ml)
 }
 
 // moduleIDs reads (and caches) the build ids of path as process pid sees it.
@@ -463,26 +463,26 @@ func (s *Tracker) Run(ctx context.Context, readAll func()) error {
 			return fmt.Errorf("poll: %w", err)
 		}
 		readAll()
-		s.JIT.Poll()
+		s.jit.Poll()
 		if ctx.Err() != nil {
 			readAll()
-			s.JIT.Finish()
+			s.jit.Finish()
 			return nil
 		}
 		if s.waited != nil {
 			select {
 			case <-s.waited:
 				readAll()
-				s.JIT.Finish()
-				s.H.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.Target), ExitCode: exitCode(s.exitErr)})
+				s.jit.Finish()
+				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
 				return nil
 			default:
 			}
-		} else if !s.Self && !s.System && time.Since(lastCheck) > 100*time.Millisecond {
+		} else if !s.self && !s.system && time.Since(lastCheck) > 100*time.Millisecond {
 			lastCheck = time.Now()
-			if !sys.ProcessAlive(s.Target) {
+			if !sys.ProcessAlive(s.pid) {
 				readAll()
-				s.JIT.Finish()
+				s.jit.Finish()
 				return nil
 			}
 		}
@@ -503,48 +503,48 @@ func exitCode(err error) int64 {
 	return -1
 }
 
-// Handle decodes and reports one record.
-func (s *Tracker) Handle(b []byte) {
-	r := &s.Rec
-	if err := DecodeRecord(b, r); err != nil {
+// handle decodes and reports one record.
+func (s *Tracker) handle(b []byte) {
+	r := &s.rec
+	if err := decodeRecord(b, r); err != nil {
 		return
 	}
-	s.Dispatch(r)
+	s.dispatch(r)
 }
 
-// Dispatch reports one decoded record.
-func (s *Tracker) Dispatch(r *Record) {
-	s.Records.Add(1)
+// dispatch reports one decoded record.
+func (s *Tracker) dispatch(r *record) {
+	s.records.Add(1)
 	t := int64(r.Time)
 	switch r.Type {
-	case RecSample:
-		s.ReportSample(r, 0)
+	case recSample:
+		s.reportSample(r, 0)
 	case recMmap2:
-		if s.JIT.MMap(r.Pid, string(r.Filename)) {
+		if s.jit.MMap(r.Pid, string(r.Filename)) {
 			return // a jitdump file announced by its runtime, not code
 		}
 		if r.Prot&0x4 == 0 { // PROT_EXEC
 			return
 		}
-		s.LoadModule(t, r.Pid, r.Addr, r.Addr+r.Len, r.Pgoff, uint64(r.Maj)<<32|uint64(r.Min), r.Ino, string(r.Filename), r.BuildID)
+		s.loadModule(t, r.Pid, r.Addr, r.Addr+r.Len, r.Pgoff, uint64(r.Maj)<<32|uint64(r.Min), r.Ino, string(r.Filename), r.BuildID)
 	case recComm:
 		name := string(r.Comm)
 		if r.Misc&miscCommExec != 0 && r.Pid == r.Tid {
 			ps := s.procs[r.Pid]
 			if ps != nil {
 				for _, m := range ps.modules {
-					s.H.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
 				}
 				ps.modules = ps.modules[:0]
 				ps.comm = name
 			}
-			if s.Gos != nil {
-				s.Gos.Forget(r.Pid)
+			if s.gos != nil {
+				s.gos.Forget(r.Pid)
 			}
-			s.H.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid))})
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid))})
 		}
-		s.ThreadName(t, r.Pid, r.Tid, name)
-	case RecFork:
+		s.threadName(t, r.Pid, r.Tid, name)
+	case recFork:
 		if r.Pid != r.Ppid {
 			// A new process: it starts with a copy of its parent's mappings.
 			parent := s.procs[r.Ppid]
@@ -555,9 +555,9 @@ func (s *Tracker) Dispatch(r *Record) {
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
-			s.JIT.Started(r.Pid)
-			s.H.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
-			s.H.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+			s.jit.Started(r.Pid)
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
+			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
 				for _, m := range parent.modules {
 					s.copyModule(t, r.Ppid, r.Pid, m)
@@ -567,14 +567,14 @@ func (s *Tracker) Dispatch(r *Record) {
 				k := *s.kernelMod
 				s.nextMod++
 				k.Time, k.Pid, k.ID = t, r.Pid, s.nextMod
-				s.H.ModuleLoad(&k)
+				s.h.ModuleLoad(&k)
 			}
 			return
 		}
-		if s.Forked != nil {
-			s.Forked[r.Tid] = true
+		if s.forked != nil {
+			s.forked[r.Tid] = true
 		}
-		s.H.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 		if ps := s.procs[r.Pid]; ps != nil {
 			ps.live++
 			name := ps.names[r.Ptid]
@@ -582,11 +582,11 @@ func (s *Tracker) Dispatch(r *Record) {
 				name = ps.comm
 			}
 			if name != "" {
-				s.ThreadName(t, r.Pid, r.Tid, name)
+				s.threadName(t, r.Pid, r.Tid, name)
 			}
 		}
-	case RecExit:
-		s.H.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+	case recExit:
+		s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
 		ps := s.procs[r.Pid]
 		if ps != nil {
 			delete(ps.names, r.Tid)
@@ -596,18 +596,18 @@ func (s *Tracker) Dispatch(r *Record) {
 			}
 		}
 		if ps != nil && ps.leaderGone && ps.live <= 0 || ps == nil && r.Pid == r.Tid {
-			s.JIT.Exit(r.Pid)
+			s.jit.Exit(r.Pid)
 			if ps != nil {
 				for _, m := range ps.modules {
-					s.H.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
 				}
 				delete(s.procs, r.Pid)
 			}
-			if s.Gos != nil {
-				s.Gos.Forget(r.Pid)
+			if s.gos != nil {
+				s.gos.Forget(r.Pid)
 			}
-			if int(r.Pid) != s.Target || s.Cmd == nil {
-				s.H.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
+			if int(r.Pid) != s.pid || s.cmd == nil {
+				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
 		}
 	case recThrottle:
@@ -625,32 +625,32 @@ func (s *Tracker) Dispatch(r *Record) {
 			return
 		}
 		delete(s.throttled, r.ID)
-		n := (r.Time - since) * uint64(s.Cfg.Frequency) / 1e9
+		n := (r.Time - since) * uint64(s.cfg.Frequency) / 1e9
 		if n == 0 {
 			n = 1
 		}
-		s.Lost.Add(n)
-		s.H.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: n, Reason: format.LostThrottled})
+		s.lost.Add(n)
+		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: n, Reason: format.LostThrottled})
 	case recLost, recLostSamples:
-		s.Lost.Add(r.Lost)
-		s.H.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: r.Lost, Reason: format.LostRingOverflow})
+		s.lost.Add(r.Lost)
+		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: r.Lost, Reason: format.LostRingOverflow})
 	}
 }
 
-// ReportSample reports a sample record (a perf sample, or one the eBPF
+// reportSample reports a sample record (a perf sample, or one the eBPF
 // back end decoded into the same fields), unwinding its user stack in the
 // DWARF modes. flags are added to the sample's.
-func (s *Tracker) ReportSample(r *Record, flags format.SampleFlags) {
-	if s.PrepareSample(r, flags) {
-		s.Samples.Add(1)
-		s.H.Sample(&s.Sample)
+func (s *Tracker) reportSample(r *record, flags format.SampleFlags) {
+	if s.prepareSample(r, flags) {
+		s.samples.Add(1)
+		s.h.Sample(&s.sample)
 	}
 }
 
-// PrepareSample fills s.Sample from r and unwinds it; it returns false
+// prepareSample fills s.sample from r and unwinds it; it returns false
 // when the sample was dropped.
-func (s *Tracker) PrepareSample(r *Record, flags format.SampleFlags) bool {
-	sm := &s.Sample
+func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
+	sm := &s.sample
 	sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = int64(r.Time), r.Pid, r.Tid, r.CPU, r.Period
 	sm.Flags = flags
 	if r.Kernel {
@@ -661,10 +661,10 @@ func (s *Tracker) PrepareSample(r *Record, flags format.SampleFlags) bool {
 	}
 	sm.PCs = r.PCs
 	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
-	if s.Gos != nil && r.UserABI != 0 {
-		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.Gos.Goroutine(r.Pid, r.UserRegs)
+	if s.gos != nil && r.UserABI != 0 {
+		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
 	}
-	return s.UW == nil || s.UW.sample(s, r, sm)
+	return s.uw == nil || s.uw.sample(s, r, sm)
 }
 
 // copyModule reports, for a forked child, a module inherited from its parent.
@@ -674,7 +674,7 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 	ml.Time, ml.Pid, ml.ID = t, to, s.nextMod
 	ps := s.procs[to]
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: m.start, end: m.end, ml: &ml})
-	s.H.ModuleLoad(&ml)
+	s.h.ModuleLoad(&ml)
 }
 
 // Close stops sampling and releases the perf events and rings and the
@@ -693,7 +693,7 @@ func (s *Tracker) Close() error {
 			sys.Close(fd)
 		}
 		s.FDs, s.Rings, s.Polls = nil, nil, nil
-		s.JIT.Close()
+		s.jit.Close()
 	})
 	return nil
 }
@@ -704,7 +704,7 @@ func (s *Tracker) Close() error {
 // the record → handler path, and replaying captured ring contents.
 func NewReplay(pid int, h platform.Handler) *Tracker {
 	s := New(platform.Config{Pid: pid}, h)
-	s.Target = pid
+	s.pid = pid
 	return s
 }
 
@@ -718,10 +718,10 @@ func (s *Tracker) Replay(recs []byte) int {
 		if n < 8 || off+n > len(recs) {
 			break
 		}
-		s.Handle(recs[off : off+n])
+		s.handle(recs[off : off+n])
 		off += n
 	}
-	s.Bytes.Add(uint64(off))
+	s.bytes.Add(uint64(off))
 	return off
 }
 
@@ -729,7 +729,7 @@ func (s *Tracker) Replay(recs []byte) int {
 // files (malformed lines or records, each naming the file, offset and
 // pid); reading went on past each.
 func (s *Tracker) JITErrors() []error {
-	return s.JIT.Errors()
+	return s.jit.Errors()
 }
 
 // fileBacked reports whether addr of pid lies in a module mapped from a
@@ -751,12 +751,12 @@ func (s *Tracker) fileBacked(pid uint32, addr uint64) bool {
 // a late sample makes no new unwind tables (maxBuildLag) and perf maps
 // are watched from a process's first sample, not from its start.
 func (s *Tracker) WholeHost() {
-	s.System = true
-	if s.UW != nil {
-		s.UW.lazyLag = maxBuildLag
+	s.system = true
+	if s.uw != nil {
+		s.uw.lazyLag = maxBuildLag
 	}
-	if s.JIT != nil {
-		s.JIT.OnDemand = true
+	if s.jit != nil {
+		s.jit.OnDemand = true
 	}
 }
 
@@ -772,7 +772,7 @@ func (s *Tracker) EnsureProcess(pid uint32, t int64) {
 		return
 	}
 	if tids, err := procfs.Tasks(int(pid)); err == nil {
-		s.ReportProcess(int(pid), tids, t)
+		s.reportProcess(int(pid), tids, t)
 	} else {
 		s.procs[pid] = &procState{}
 	}

@@ -29,7 +29,7 @@ func BenchmarkDWARFUnwind(b *testing.B) {
 	}
 	count := &linuxtest.CountHandler{}
 	rs := tracking.New(platform.Config{Pid: pid, Unwind: platform.UnwindDWARF}, count)
-	rs.Target = pid
+	rs.SetTarget(pid, false)
 	for i := range h.Mods {
 		m := &h.Mods[i]
 		rs.LoadModule(m.Time, m.Pid, m.Base, m.Base+m.Size, m.FileOffset, 0, 0, m.Path, m.BuildID)
@@ -38,7 +38,7 @@ func BenchmarkDWARFUnwind(b *testing.B) {
 		rs.Replay(rec)
 	}
 	frames := 0
-	rs.H = &linuxtest.FrameCounter{N: &frames}
+	rs.SetHandler(&linuxtest.FrameCounter{N: &frames})
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rs.Replay(recs[i%len(recs)])

@@ -157,7 +157,7 @@ func (uw *Unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
 // sample completes sm from a DWARF-mode record: the kernel frames of the
 // callchain, then the user frames unwound here, or (keepRaw) the raw
 // registers and stack. It returns false when the sample was dropped.
-func (uw *Unwinder) sample(s *Tracker, r *Record, sm *platform.Sample) bool {
+func (uw *Unwinder) sample(s *Tracker, r *record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
 	if uw.leaf {
 		return uw.repairLeaf(s, r, sm)
@@ -209,8 +209,8 @@ func (uw *Unwinder) sample(s *Tracker, r *Record, sm *platform.Sample) bool {
 
 // drop counts sm as lost (LostUnwind) and returns false.
 func (uw *Unwinder) drop(s *Tracker, sm *platform.Sample) bool {
-	s.Lost.Add(1)
-	s.H.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
+	s.lost.Add(1)
+	s.h.Lost(&format.Lost{Time: sm.Time, Pid: sm.Pid, Count: 1, Reason: format.LostUnwind})
 	return false
 }
 
@@ -426,11 +426,11 @@ func unwindKey(ml *format.ModuleLoad) string {
 // user stack (DWARF and auto modes), or, in frame-pointer mode with
 // goroutines, only the two registers the goroutine reader needs.
 func (s *Tracker) SetUserAttr(attr *sys.PerfEventAttr) {
-	if s.UW != nil {
-		s.UW.SetAttr(attr)
-	} else if s.Gos != nil {
+	if s.uw != nil {
+		s.uw.SetAttr(attr)
+	} else if s.gos != nil {
 		attr.Sample_type |= perfSampleRegsUser
-		attr.Sample_regs_user = s.Gos.Mask
+		attr.Sample_regs_user = s.gos.Mask
 	}
 }
 

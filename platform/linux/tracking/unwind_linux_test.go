@@ -88,7 +88,7 @@ func TestDWARFReplay(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		h := &linuxtest.RawHandler{}
 		s := New(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF, KeepRaw: keep}, h)
-		s.Target = 7
+		s.pid = 7
 		s.Replay(mk(1)) // at boot: far behind
 		if keep {
 			if h.Samples != 1 || h.NLost != 0 {
@@ -128,7 +128,7 @@ func TestDWARFSampleAllocs(t *testing.T) {
 	binary.LittleEndian.PutUint64(rec[8+16:], 1<<62) // never late
 	h := &linuxtest.CountHandler{}
 	s := New(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
-	s.Target = 7
+	s.pid = 7
 	s.Replay(rec)
 	if allocs := testing.AllocsPerRun(100, func() { s.Replay(rec) }); allocs != 0 {
 		t.Errorf("%.1f allocations per DWARF sample, want 0", allocs)
@@ -143,7 +143,7 @@ func TestDWARFSampleAllocs(t *testing.T) {
 func TestDWARFNoUserStack(t *testing.T) {
 	h := &linuxtest.RawHandler{}
 	s := New(platform.Config{Pid: 7, Unwind: platform.UnwindDWARF}, h)
-	s.Target = 7
+	s.pid = 7
 	s.Replay(dwarfSampleRecord([]uint64{perfContextKern, 0xffffffff81000010}, 0, nil, nil, 0, 0))
 	if h.Samples != 1 || len(h.Last.PCs) != 1 || h.Last.PCs[0] != 0xffffffff81000010 {
 		t.Errorf("kernel-only sample: %d samples, pcs %x", h.Samples, h.Last.PCs)

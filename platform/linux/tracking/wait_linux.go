@@ -18,7 +18,7 @@ func (s *Tracker) wait(timeout time.Duration) error {
 	// would run only when one is preempted (tens of milliseconds late),
 	// by when the goroutine a sample names may have ended and its labels
 	// with it. A thread blocked in poll(2) is woken by the kernel at once.
-	if s.waiter == nil && !s.noWaiter && !s.Self {
+	if s.waiter == nil && !s.noWaiter && !s.self {
 		w, err := sys.NewWaiter()
 		if err != nil {
 			s.noWaiter = true
