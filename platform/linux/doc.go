@@ -12,8 +12,8 @@
 //     ([BPFLinked], [ProbeBPF]), and the program does not link
 //     cilium/ebpf (the rawstack command runs rawstack-ebpf for it).
 //
-// The packages below it, one arrow each way at most (no package imports
-// one above it):
+// The packages below it; imports point down or sideways, never up (ebpf
+// reaches the entry through tracking.RegisterEBPF, not by importing it):
 //
 //	platform/linux            Open, Launch, Probe, ProbeBPF: the entry
 //	├── perf                  the perf_event back end's Session
@@ -21,7 +21,8 @@
 //	├── tracking              what both share: process/thread/module tracking, perf rings and records, the online unwinder, Run
 //	├── jit                   the JIT tracker (perf maps, jitdump)
 //	├── goruntime             the goroutine reader (goroutine id and pprof labels of a Go sample)
-//	└── procfs                /proc and /proc/PID/maps
+//	├── procfs                /proc and /proc/PID/maps
+//	└── internal/linuxtest    the tests' shared handlers and raw capture
 //
 // How each back end samples, and the measurements behind its choices, is
 // in the documentation of its package.

@@ -116,9 +116,9 @@ type idKey struct {
 
 // Launch starts cmd (not yet started) stopped at its first instruction,
 // calls attach (the back end's: it opens the events and reports the
-// target) and lets it run; close is the session's Close. The caller must
-// not call cmd.Wait: the Tracker reaps the command; [Tracker.ExitErr]
-// reports how it ended.
+// target) and lets it run; closeSession is the session's Close. The
+// caller must not call cmd.Wait: the Tracker reaps the command;
+// [Tracker.ExitErr] reports how it ended.
 func (s *Tracker) Launch(cmd *exec.Cmd, attach, closeSession func() error) error {
 	if err := probe(); err != nil {
 		return err
