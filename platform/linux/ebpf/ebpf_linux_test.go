@@ -12,7 +12,7 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
-	_ "github.com/rawstack/rawstack/platform/linux/ebpf"
+	"github.com/rawstack/rawstack/platform/linux/ebpf"
 )
 
 func needBPF(t *testing.T) {
@@ -51,7 +51,7 @@ func TestBPFBytesPerSample(t *testing.T) {
 		stack int
 	}{{platform.UnwindFP, 0}, {platform.UnwindDWARF, 4096}, {platform.UnwindDWARF, 8192}} {
 		h := &countHandler{}
-		s, err := linux.Launch(exec.Command(bin, "0.3"), platform.Config{Backend: platform.BackendEBPF, Unwind: c.mode, StackSize: c.stack, Frequency: 999}, h)
+		s, err := ebpf.Launch(exec.Command(bin, "0.3"), platform.Config{Backend: platform.BackendEBPF, Unwind: c.mode, StackSize: c.stack, Frequency: 999}, h)
 		if err != nil {
 			t.Fatal(err)
 		}
