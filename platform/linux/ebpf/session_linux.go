@@ -27,7 +27,7 @@ const (
 	bpfHdrSize   = 48
 	bpfNRegs     = 17
 	bpfKernelOff = bpfHdrSize + 8*bpfNRegs
-	bpfMaxStack  = 16384 // MAX_STACK
+	bpfMaxStack  = 16384 // MAX_STACK in bpf/rawstack.bpf.c; platform/linux.checkConfig refuses a StackSize above it
 
 	bpfKindCPU    = 1
 	bpfKindOffCPU = 2 // a thread left the CPU: its stack
