@@ -120,8 +120,12 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
 	if st.Suspensions > 0 {
-		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v\n",
-			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax)
+		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v (%v in all); %d idle thread-ticks skipped\n",
+			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax, st.SuspendTotal, st.IdleSkips)
+	}
+	if st.TickHz > 0 {
+		fmt.Fprintf(stderr, "rawstack record: achieved %.0f samples per CPU-second of %d Hz asked (%.0f rounds/s)\n",
+			st.AchievedHz, st.AskedHz, st.TickHz)
 	}
 	if exitErr != nil {
 		var ee *exec.ExitError
