@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"syscall"
@@ -89,6 +90,12 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)
+		if errors.Is(cmd.Err, exec.ErrDot) {
+			// Go does not run a command found in the current directory
+			// by a bare name (Windows looks there first, and a PATH of
+			// "." does): it has to be asked for by a path.
+			return &UsageError{fmt.Sprintf("%s is in the current directory, which is not searched for commands: write .%c%s", rest[0], filepath.Separator, rest[0])}
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 		opts.Command = cmd
 	}
