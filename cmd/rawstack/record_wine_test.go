@@ -119,6 +119,18 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 			break
 		}
 	}
+	// Without --debug-dir: the images are where Wine ran them, recorded
+	// as Z:\... paths, which are tried as the Unix paths they are.
+	rep.Reset()
+	if err := runReport([]string{trace, "--top", "30", "--no-debuginfod"}, &rep, io.Discard); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	for _, fn := range []string{"leaf_work", "middle", "outer", "main", "dll_inner", "dll_spin"} {
+		if !regexp.MustCompile(`(?m) ` + fn + `  \[`).Match(rep.Bytes()) {
+			t.Errorf("rawstack report without --debug-dir does not name %s:\n%s", fn, rep.String())
+			break
+		}
+	}
 	images := map[string]string{"chain.exe": exe, "spin.dll": dll}
 	imageBase := map[string]uint64{}
 	for name, path := range images {
