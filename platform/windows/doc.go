@@ -28,9 +28,10 @@
 // failing with FALSE under Wine 8) or the threads' wait states (one
 // NtQuerySystemInformation snapshot of the whole system per tick, whose
 // states Wine does not fill in): it is in 100 ns units, works everywhere,
-// and costs one call per thread per tick — about 1 µs on Windows, 200 µs
-// under Wine on a loaded host, where it reads /proc/PID/task/TID/stat
-// through wineserver, against milliseconds for a suspension there. It
+// and costs one call per thread per tick — a system call on Windows;
+// under Wine a wineserver round trip and a read of
+// /proc/PID/task/TID/stat, 17-400 µs on a 2-core host at load 20
+// (TestOnCPUFilter logs it), against 0.5-10 ms for a suspension there. It
 // advances by the accounting quantum (15.6 ms on Windows, 10 ms under
 // Wine), so a busy thread is sampled at most once per quantum, weighted
 // by it; Stats gives the samples per CPU-second achieved against the
