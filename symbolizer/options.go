@@ -62,6 +62,12 @@ type Options struct {
 	// that symbolizes other machines' traces, whose paths are not theirs
 	// to name. (ELF modules: such a caller leaves Module.Path empty.)
 	NoRecordedPaths bool
+	// TraceDir is the directory of the trace file, where PE images are
+	// also looked for by base name and code id (and their PDBs next to
+	// them), after DebugDirs: a trace copied with its binaries symbolizes
+	// where it lands. [Build] sets it from a Reader that [format.Open]
+	// made, unless it is set.
+	TraceDir string
 	// Workers is how many modules are symbolized at once; 0 means 2.
 	Workers int
 	// Progress, if set, is called as locations are symbolized.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"sync"
 
@@ -113,6 +114,11 @@ func (p *Profile) TotalCount() int64 {
 func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	if opts.TraceDir == "" && r.Name() != "" {
+		o := *opts
+		o.TraceDir = filepath.Dir(r.Name())
+		opts = &o
 	}
 	b := newBuilder(r.Header())
 	b.opts = opts

@@ -167,7 +167,11 @@ func TestHeapHammerNoDeadlock(t *testing.T) {
 	st := s.Stats()
 	t.Logf("%v at 1 kHz: %d samples of %d threads, %d HeapAlloc/Free pairs, %d Go allocations; suspended p50 %v p99 %v max %v",
 		dur, st.Samples, len(c.threads), heapOps.Load(), goOps.Load(), time.Duration(st.SuspendP50), time.Duration(st.SuspendP99), time.Duration(st.SuspendMax))
-	if st.Samples < 100 || heapOps.Load() == 0 || goOps.Load() == 0 {
+	// Every sample is of a thread that ran since its previous one (idle
+	// threads are not suspended): nearly all suspended the hammering
+	// threads, where the heap locks are held. (Sampling every thread, 100
+	// samples of 10 threads held about 30 of theirs.)
+	if st.Samples < 50 || heapOps.Load() == 0 || goOps.Load() == 0 {
 		t.Errorf("too little happened: %+v", st)
 	}
 }

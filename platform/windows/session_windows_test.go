@@ -27,6 +27,7 @@ type collector struct {
 	modules  []format.ModuleLoad
 	unloads  []format.ModuleUnload
 	samples  []platform.Sample
+	names    map[uint32]string
 	lastTime int64
 }
 
@@ -47,8 +48,15 @@ func (c *collector) ThreadStart(e *format.ThreadStart) {
 	c.threads[e.Tid] = true
 	c.mu.Unlock()
 }
-func (c *collector) ThreadName(e *format.ThreadName) {}
-func (c *collector) ThreadEnd(e *format.ThreadEnd)   {}
+func (c *collector) ThreadName(e *format.ThreadName) {
+	c.mu.Lock()
+	if c.names == nil {
+		c.names = map[uint32]string{}
+	}
+	c.names[e.Tid] = e.Name
+	c.mu.Unlock()
+}
+func (c *collector) ThreadEnd(e *format.ThreadEnd) {}
 func (c *collector) ModuleLoad(e *format.ModuleLoad) {
 	c.mu.Lock()
 	c.modules = append(c.modules, *e)
@@ -202,13 +210,34 @@ func TestSampleAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// A thread that runs, so that rounds sample it (idle threads are
+	// skipped).
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				spinB(1)
+			}
+		}
+	}()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	time.Sleep(50 * time.Millisecond) // the spinner's thread starts and is listed
+	ts, err := win.Threads(s.pid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.samplerID = win.CurrentThreadID()
 	if th := s.byTid[s.samplerID]; th != nil {
 		s.dropThread(th, s.now())
 	}
+	s.applyThreads(ts, s.now())
 	for i := 0; i < 5; i++ {
+		time.Sleep(25 * time.Millisecond) // more than a CPU accounting quantum
 		s.sampleAll()
 	}
 	n := testing.AllocsPerRun(20, s.sampleAll)
