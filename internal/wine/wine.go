@@ -104,7 +104,8 @@ const readyFile = ".rawstack-ready"
 // directories do: Wine creates drive_c/windows/system32 in the first
 // tenth of a second of a boot that takes seconds to a minute, and a
 // program started in a half-made prefix fails in ways that depend on
-// timing (a child process that cannot start: "Internal error").
+// timing (the likely cause of a child process that once failed to start
+// with Wine's "Internal error" on a fresh machine).
 func setup(wineBin, shim string) (*Wine, error) {
 	w := &Wine{Prefix: PrefixDir(), wine: wineBin}
 	// Wine creates the prefix directory but not its parents.
