@@ -151,6 +151,17 @@ var mono struct {
 	ref  time.Time // with its monotonic reading
 }
 
+// LockFile takes an exclusive flock(2) lock on f, waiting while another
+// open file description holds it; closing f releases it.
+func LockFile(f *os.File) error {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
 // ProcessAlive reports whether pid exists (zombies count as alive).
 func ProcessAlive(pid int) bool {
 	err := unix.Kill(pid, 0)

@@ -1,6 +1,7 @@
 package msvc
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,7 +165,37 @@ func FuzzDemangle(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		Demangle(s, 0)
-		Demangle(s, Symbolizer)
+		full, err := Demangle(s, 0)
+		short, err2 := Demangle(s, Symbolizer)
+		// The flags shape the output, not what parses.
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("%q: error %v without flags, %v with Symbolizer", s, err, err2)
+		}
+		if again, _ := Demangle(s, 0); again != full {
+			t.Fatalf("%q demangles to %q, then to %q", s, full, again)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || full != "" {
+				t.Fatalf("%q: %q with error %v, want \"\" and ErrInvalid", s, full, err)
+			}
+			return
+		}
+		// Text comes from the name or from the demangler's own words:
+		// no control byte the name does not hold.
+		for _, out := range []string{full, short} {
+			for i := 0; i < len(out); i++ {
+				if out[i] < 0x20 && strings.IndexByte(s, out[i]) < 0 {
+					t.Fatalf("%q demangles to %q, with byte %#x at %d", s, out, out[i], i)
+				}
+			}
+		}
+		if len(full) > maxGrowth*len(s) || len(short) > len(full) {
+			t.Fatalf("%d bytes demangle to %d (%d with Symbolizer)", len(s), len(full), len(short))
+		}
 	})
 }
+
+// maxGrowth bounds how much longer a demangled name is than the mangled
+// one: back references (ten names, ten parameter types) copy text
+// already printed.
+const maxGrowth = 64

@@ -32,6 +32,10 @@ var (
 
 // buildHello builds testdata/hello.c with VARIANT=v with the shared
 // fixture builder (prog.exe and prog.pdb) and returns its paths.
+// helloTimestamp is the TimeDateStamp of variant 0 of the hello fixture
+// (2020-09-13); variant v is linked v seconds later.
+const helloTimestamp = 1600000000
+
 func buildHello(t *testing.T, v int) *build {
 	t.Helper()
 	testbuild.NeedAll(t, "cannot build the PE+PDB fixture", "clang", "lld-link")
@@ -41,11 +45,15 @@ func buildHello(t *testing.T, v int) *build {
 		return b
 	}
 	// The PDB records the object's path, so the build runs in the output
-	// directory and names its files relatively.
+	// directory and names its files relatively. Each variant is linked
+	// with its own fixed TimeDateStamp: lld-link otherwise stamps the
+	// current second, so two variants linked within one second (a fresh
+	// fixture cache) share TimeDateStamp and SizeOfImage, that is one
+	// code id, and are the same build as far as a store can tell.
 	exe := testbuild.Build(t, testbuild.Cmd{
 		Tool: "sh",
 		Args: []string{"-ec", fmt.Sprintf(`clang --target=x86_64-pc-windows-msvc -O1 -g -gcodeview -DVARIANT=%d -c {in0} -o hello.obj
-lld-link /debug /nodefaultlib /entry:main /subsystem:console hello.obj /out:prog.exe /pdb:prog.pdb`, v)},
+lld-link /debug /nodefaultlib /entry:main /subsystem:console /timestamp:%d hello.obj /out:prog.exe /pdb:prog.pdb`, v, helloTimestamp+v)},
 		Inputs: []string{filepath.Join("testdata", "hello.c")},
 		Out:    "prog.exe",
 	})

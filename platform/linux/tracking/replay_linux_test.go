@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/internal/linuxtest"
 )
 
@@ -122,8 +123,54 @@ func FuzzReplay(f *testing.F) {
 	f.Add(commRecord(200, 200, "child", true))
 	f.Add(sampleRecord(7, 9, perfContextKern, 0xffffffff81000010, perfContextUser, 0x401000, 0x402000))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s := NewReplay(100, &linuxtest.CountHandler{})
-		s.Replay(b)
-		s.Replay(b) // records against the state the first pass left
+		h := &boundHandler{t: t, max: len(b)}
+		s := NewReplay(100, h)
+		n := s.Replay(b)
+		// Replay consumes whole records and stops only at a truncated
+		// or malformed header.
+		recs, off := 0, 0
+		for len(b)-off >= 8 {
+			size := int(b[off+6]) | int(b[off+7])<<8
+			if size < 8 || off+size > len(b) {
+				break
+			}
+			off += size
+			recs++
+		}
+		if n != off {
+			t.Fatalf("Replay consumed %d of %d bytes, the records end at %d", n, len(b), off)
+		}
+		if h.samples > recs {
+			t.Fatalf("%d samples from %d records", h.samples, recs)
+		}
+		first, firstPCs := h.samples, h.pcs
+		if n2 := s.Replay(b); n2 != n { // records against the state the first pass left
+			t.Fatalf("second pass consumed %d bytes, the first %d", n2, n)
+		}
+		// A fresh session gives the same events.
+		h2 := &boundHandler{t: t, max: len(b)}
+		NewReplay(100, h2).Replay(b)
+		if h2.samples != first || h2.pcs != firstPCs {
+			t.Fatalf("two replays of the same records: %d and %d samples, %d and %d PCs", first, h2.samples, firstPCs, h2.pcs)
+		}
 	})
+}
+
+// boundHandler checks that what a replay reports is bounded by the bytes
+// it came from: a sample's PCs, registers and stack copy are read from
+// its record.
+type boundHandler struct {
+	linuxtest.CountHandler
+	t       *testing.T
+	max     int // bytes replayed
+	samples int
+	pcs     int // PCs of all samples
+}
+
+func (h *boundHandler) Sample(s *platform.Sample) {
+	if 8*len(s.PCs) > h.max || 8*len(s.Regs) > h.max || len(s.Stack) > h.max {
+		h.t.Fatalf("sample with %d PCs, %d registers, %d stack bytes from %d bytes of records", len(s.PCs), len(s.Regs), len(s.Stack), h.max)
+	}
+	h.samples++
+	h.pcs += len(s.PCs)
 }
