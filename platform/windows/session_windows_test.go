@@ -158,10 +158,11 @@ func TestSelfSampling(t *testing.T) {
 		t.Errorf("no suspended windows measured: %+v", st)
 	}
 	// A sample weighs the nanoseconds of CPU it stands for (format/SPEC.md
-	// §6.10): at 500 Hz, the 2 ms interval.
+	// §6.10): what its thread used since its previous sample, more than
+	// nothing and at most the test's run.
 	for _, smp := range c.samples {
-		if smp.Weight != uint64(2*time.Millisecond) {
-			t.Errorf("sample of thread %d weighs %d, want %d ns", smp.Tid, smp.Weight, 2*time.Millisecond)
+		if smp.Weight == 0 || smp.Weight > uint64(10*time.Second) {
+			t.Errorf("sample of thread %d weighs %d ns: not a thread's CPU time since its previous sample", smp.Tid, smp.Weight)
 			break
 		}
 	}
