@@ -23,7 +23,8 @@ func init() {
 // Windows: Wine suspends a thread with a signal and wineserver round
 // trips, so every figure here is far above what Windows gives): the
 // sampler's CPU per thread-sample and how long threads stay suspended,
-// recording 20 parked threads at 100 Hz, and a snapshot of 100 threads.
+// recording 20 parked threads at 100 Hz with --off-cpu (on-CPU sampling
+// suspends no thread that does not run), and a snapshot of 100 threads.
 func runWindowsWine(cfg *config) ([]row, error) {
 	note := func(s string) ([]row, error) {
 		return absent("windows-wine", "-", s)
@@ -120,7 +121,7 @@ func runWindowsWine(cfg *config) ([]row, error) {
 		secs = "2s"
 	}
 	trace := filepath.Join(cfg.work, "win.rawstack")
-	rec := w.Command(ctx, rawstack, "record", "-F", "100", "-p", strconv.Itoa(pid), "--duration", secs, "-o", wine.Path(trace))
+	rec := w.Command(ctx, rawstack, "record", "-F", "100", "--off-cpu", "-p", strconv.Itoa(pid), "--duration", secs, "-o", wine.Path(trace))
 	out, err := rec.CombinedOutput()
 	stop(target)
 	if err != nil {
