@@ -127,7 +127,7 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 		}
 	}
 	// Its totals are CPU time: about the 3 s the program spent on CPU.
-	if m := regexp.MustCompile(`, ([0-9.]+s) on CPU`).FindSubmatch(rep.Bytes()); m == nil {
+	if m := regexp.MustCompile(`, ([0-9.]+[mµn]?s) on CPU`).FindSubmatch(rep.Bytes()); m == nil {
 		t.Errorf("the report gives no CPU time:\n%.300s", rep.String())
 	} else {
 		t.Logf("report: %s on CPU", m[1])
