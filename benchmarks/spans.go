@@ -164,16 +164,19 @@ func spansInFile(path string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
+	// Records come from per-P rings: the end of a span whose goroutine
+	// moved to another P may precede its begin, so ends are matched at
+	// the end of the file.
 	var name uint64
 	begins := map[uint64]bool{}
-	n := 0
+	var ends []uint64
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
-			return n, nil
+			break
 		}
 		if err != nil {
-			return n, fmt.Errorf("%s: %w", path, err)
+			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 		switch ev.Kind {
 		case format.KindString:
@@ -183,15 +186,18 @@ func spansInFile(path string) (int, error) {
 		case format.KindSpanBegin:
 			if ev.SpanBegin.Name == name && name != 0 {
 				begins[ev.SpanBegin.ID] = true
-				n++
 			}
 		case format.KindSpanEnd:
-			if begins[ev.SpanEnd.ID] {
-				delete(begins, ev.SpanEnd.ID)
-				n++
-			}
+			ends = append(ends, ev.SpanEnd.ID)
 		}
 	}
+	n := len(begins)
+	for _, id := range ends {
+		if begins[id] {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func spansRuntimeTrace(cfg *config, workers, n int) (float64, error) {
