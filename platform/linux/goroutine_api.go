@@ -47,12 +47,15 @@ type LabelReader struct {
 }
 
 // NewLabelReader returns a reader of the goroutines of the Go executable
-// exe whose memory read reads (false: not readable).
+// exe whose memory read reads (false: not readable). It reads the
+// executable's layout now, so that Labels only reads the process.
 func NewLabelReader(exe string, read func(addr uint64, p []byte) bool) *LabelReader {
-	return &LabelReader{
+	r := &LabelReader{
 		gr:   newGoReader(func(_ uint32, addr uint64, p []byte) bool { return read(addr, p) }, func(uint32) string { return exe }),
 		sets: map[uint64][]format.Label{},
 	}
+	r.gr.goroutine(0, 0, 0) // no g: loads the layout alone
+	return r
 }
 
 // Labels returns the labels of the g at address g whose stack holds sp,

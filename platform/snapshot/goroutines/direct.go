@@ -6,12 +6,16 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/go-delve/delve/pkg/goversion"
 	"github.com/go-delve/delve/service/api"
+	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/platform/snapshot"
 	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 )
 
@@ -34,6 +38,7 @@ type rtLayout struct {
 	schedSP, schedPC, schedBP, schedLR          uint64
 	gopc, startpc, m, stackLo, stackHi          uint64
 	syscallSP, syscallPC                        uint64
+	labels                                      uint64 // 0: none
 	mProcID, mCurG                              uint64
 	hasWaitReason, hasWaitSince, hasSyscall, lr bool
 }
@@ -67,6 +72,7 @@ func rtLayoutOf(exe string) (*rtLayout, error) {
 	}
 	l.stackLo += stack
 	l.stackHi += stack
+	l.labels = g["labels"]
 	l.waitReason, l.hasWaitReason = g["waitreason"]
 	l.waitSince, l.hasWaitSince = g["waitsince"]
 	var ok1, ok2 bool
@@ -95,8 +101,17 @@ type exeInfo struct {
 	ver        goversion.GoVersion
 	arm64      bool
 	readFile   memory // the executable's file-backed memory, by address
+	labels     *linux.LabelReader
+	labelRead  memory // what labels reads through, set by collect
+	file       *os.File
 	pie        bool
 	lowestLoad uint64
+}
+
+func (x *exeInfo) close() {
+	if x.file != nil {
+		x.file.Close()
+	}
 }
 
 // openExe reads the layout, the pclntab and the symbols of exe.
@@ -131,11 +146,8 @@ func openExe(exe string) (*exeInfo, error) {
 		return nil, fmt.Errorf("%s: no runtime.allgs symbol", exe)
 	}
 	// The file's loadable segments, for what the copy leaves to the
-	// file (read-only data: constant label strings).
-	type seg struct {
-		vaddr uint64
-		data  []byte
-	}
+	// file (read-only data: constant label strings), read on demand.
+	type seg struct{ vaddr, off, size uint64 }
 	var segs []seg
 	x.lowestLoad = ^uint64(0)
 	for _, p := range f.Progs {
@@ -143,24 +155,25 @@ func openExe(exe string) (*exeInfo, error) {
 			continue
 		}
 		x.lowestLoad = min(x.lowestLoad, p.Vaddr)
-		if p.Flags&elf.PF_W != 0 || p.Filesz > 1<<30 {
-			continue
+		if p.Flags&elf.PF_W == 0 {
+			segs = append(segs, seg{p.Vaddr, p.Off, p.Filesz})
 		}
-		b := make([]byte, p.Filesz)
-		if _, err := p.ReadAt(b, 0); err != nil {
-			return nil, fmt.Errorf("%s: segment at %#x: %w", exe, p.Vaddr, err)
-		}
-		segs = append(segs, seg{p.Vaddr, b})
 	}
+	fh, err := os.Open(exe)
+	if err != nil {
+		return nil, err
+	}
+	x.file = fh
 	x.readFile = func(addr uint64, p []byte) bool {
 		for _, s := range segs {
-			if addr >= s.vaddr && addr-s.vaddr <= uint64(len(s.data)) && uint64(len(p)) <= uint64(len(s.data))-(addr-s.vaddr) {
-				copy(p, s.data[addr-s.vaddr:])
-				return true
+			if addr >= s.vaddr && addr-s.vaddr <= s.size && uint64(len(p)) <= s.size-(addr-s.vaddr) {
+				_, err := fh.ReadAt(p, int64(s.off+addr-s.vaddr))
+				return err == nil
 			}
 		}
 		return false
 	}
+	x.labels = linux.NewLabelReader(exe, func(addr uint64, p []byte) bool { return x.labelRead != nil && x.labelRead(addr, p) })
 	sec := f.Section(".gopclntab")
 	if sec == nil {
 		return nil, fmt.Errorf("%s: no .gopclntab", exe)
@@ -196,70 +209,247 @@ func openExe(exe string) (*exeInfo, error) {
 	return x, nil
 }
 
-// readDirect lists the goroutines of a stopped (or copied) Go process
-// whose memory mem reads (bias: where a position-independent executable
-// was loaded, 0 otherwise) and whose threads were stopped with regs.
-func (x *exeInfo) readDirect(mem memory, bias uint64, regs []threadRegs, opts *Options) (*Dump, error) {
+// gCopy is what is read of one goroutine while its process is stopped:
+// its g, the thread it runs on, its labels and the used part of its
+// stack.
+type gCopy struct {
+	addr    uint64
+	g       []byte
+	thread  int
+	labels  []format.Label
+	fr      frameState // where the unwind starts
+	stackAt uint64     // address of stack[0]
+	stack   []byte
+}
+
+// collect reads every goroutine of a stopped (or copied) Go process with
+// rd, which fills a batch of reads at once; bias is where a
+// position-independent executable was loaded (0 otherwise) and regs are
+// the stopped threads' registers. Reads are batched, so a live target
+// stays stopped for a few system calls per thousand goroutines.
+func (x *exeInfo) collect(rd func([]snapshot.MemRead), bias uint64, regs []threadRegs) ([]gCopy, error) {
 	le := binary.LittleEndian
-	read := func(addr uint64, p []byte) bool {
-		return mem(addr, p) || (addr >= bias && x.readFile(addr-bias, p))
-	}
 	l := x.layout
+	alloc := func(n uint64) []byte { return make([]byte, n) }
+	one := func(addr uint64, p []byte) bool {
+		r := []snapshot.MemRead{{Addr: addr, Buf: p}}
+		rd(r)
+		return r[0].OK
+	}
 	var hdr [16]byte
-	if !read(x.allgs+bias, hdr[:]) {
-		return nil, fmt.Errorf("goroutines: %s: runtime.allgs at %#x not readable", x.path, x.allgs+bias)
+	if !one(x.allgs+bias, hdr[:]) {
+		return nil, fmt.Errorf("runtime.allgs at %#x not readable", x.allgs+bias)
 	}
 	ptr, n := le.Uint64(hdr[:]), le.Uint64(hdr[8:])
 	if n > 1<<24 {
-		return nil, fmt.Errorf("goroutines: %s: runtime.allgs holds %d goroutines, more than this reader believes", x.path, n)
+		return nil, fmt.Errorf("runtime.allgs holds %d goroutines, more than this reader believes", n)
 	}
-	gps := make([]byte, n*8)
-	if !read(ptr, gps) {
-		return nil, fmt.Errorf("goroutines: %s: runtime.allgs array at %#x (%d) not readable", x.path, ptr, n)
+	gps := alloc(n * 8)
+	if !one(ptr, gps) {
+		return nil, fmt.Errorf("runtime.allgs array at %#x (%d) not readable", ptr, n)
 	}
+	// Every g at once. g's are allocated from spans of equal-sized
+	// objects, mostly next to each other: reads of g's less than a g
+	// apart are merged, so the kernel walks far fewer ranges.
+	addrs := make([]uint64, n)
+	for i := range addrs {
+		addrs[i] = le.Uint64(gps[i*8:])
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(addrs[a], addrs[b]) })
+	type span struct{ lo, hi uint64 }
+	var spans []span
+	for _, i := range order {
+		a := addrs[i]
+		if k := len(spans) - 1; k >= 0 && a <= spans[k].hi+l.gSize && a+l.gSize-spans[k].lo <= 1<<20 {
+			spans[k].hi = max(spans[k].hi, a+l.gSize)
+			continue
+		}
+		spans = append(spans, span{a, a + l.gSize})
+	}
+	merged := make([]snapshot.MemRead, len(spans))
+	for k, sp := range spans {
+		merged[k] = snapshot.MemRead{Addr: sp.lo, Buf: alloc(sp.hi - sp.lo)}
+	}
+	rd(merged)
+	reqs := make([]snapshot.MemRead, n)
+	var again []snapshot.MemRead // g's of a merged read that failed
+	for i := range reqs {
+		a := addrs[i]
+		k := sort.Search(len(spans), func(k int) bool { return spans[k].lo > a }) - 1
+		reqs[i].Addr = a
+		if k >= 0 && merged[k].OK {
+			off := a - spans[k].lo
+			reqs[i].Buf, reqs[i].OK = merged[k].Buf[off:off+l.gSize:off+l.gSize], true
+		} else {
+			reqs[i].Buf = alloc(l.gSize)
+			again = append(again, reqs[i])
+		}
+	}
+	if len(again) > 0 {
+		rd(again)
+		j := 0
+		for i := range reqs {
+			if j < len(again) && !reqs[i].OK && reqs[i].Addr == again[j].Addr {
+				reqs[i].OK = again[j].OK
+				j++
+			}
+		}
+	}
+	gs := make([]gCopy, 0, n)
+	byAddr := map[uint64]int{}
+	for _, r := range reqs {
+		if !r.OK {
+			gs = append(gs, gCopy{addr: r.Addr})
+			continue
+		}
+		if s := uint64(le.Uint32(r.Buf[l.status:])) &^ 0x1000; s == 6 || s == 11 { // _Gdead, _Gdeadextra
+			continue
+		}
+		if l.labels != 0 && le.Uint64(r.Buf[l.labels:]) != 0 {
+			byAddr[r.Addr] = len(gs) // for the label reader
+		}
+		gs = append(gs, gCopy{addr: r.Addr, g: r.Buf})
+	}
+	// The m's of goroutines that have one: which g runs on them, and
+	// their thread.
+	type mInfo struct{ curg, procid [8]byte }
+	ms := map[uint64]*mInfo{}
+	var mreqs []snapshot.MemRead
+	for i := range gs {
+		if gs[i].g == nil {
+			continue
+		}
+		if ma := le.Uint64(gs[i].g[l.m:]); ma != 0 && ms[ma] == nil {
+			mi := &mInfo{}
+			ms[ma] = mi
+			mreqs = append(mreqs, snapshot.MemRead{Addr: ma + l.mCurG, Buf: mi.curg[:]}, snapshot.MemRead{Addr: ma + l.mProcID, Buf: mi.procid[:]})
+		}
+	}
+	rd(mreqs)
 	byTid := map[int]threadRegs{}
 	for _, r := range regs {
 		byTid[r.tid] = r
 	}
-	labels := linux.NewLabelReader(x.path, func(addr uint64, p []byte) bool { return read(addr, p) })
-	d := &Dump{Exe: x.path, GoVersion: x.goVersion}
-	gb := make([]byte, l.gSize)
-	var mb [8]byte
+	// Where each stack is: the thread's registers for a goroutine on a
+	// thread, else the saved sched, else the syscall's; the stack is
+	// copied from there to its top.
+	var sreqs []snapshot.MemRead
+	var sidx []int
+	var total uint64
+	for i := range gs {
+		c := &gs[i]
+		if c.g == nil {
+			continue
+		}
+		u64 := func(off uint64) uint64 { return le.Uint64(c.g[off:]) }
+		var onThread *threadRegs
+		if mi := ms[u64(l.m)]; mi != nil && le.Uint64(mi.curg[:]) == c.addr {
+			c.thread = int(le.Uint64(mi.procid[:]))
+			if r, ok := byTid[c.thread]; ok {
+				onThread = &r
+			}
+		}
+		switch {
+		case onThread != nil:
+			c.fr = frameState{pc: onThread.pc, sp: onThread.sp, bp: onThread.bp, lr: onThread.lr}
+		case u64(l.schedPC) != 0:
+			c.fr = frameState{pc: u64(l.schedPC), sp: u64(l.schedSP), bp: u64(l.schedBP)}
+			if l.lr {
+				c.fr.lr = u64(l.schedLR)
+			}
+		case l.hasSyscall && u64(l.syscallSP) != 0:
+			c.fr = frameState{pc: u64(l.syscallPC), sp: u64(l.syscallSP)}
+		}
+		lo, hi := u64(l.stackLo), u64(l.stackHi)
+		if c.fr.pc != 0 && lo <= c.fr.sp && c.fr.sp < hi && hi-lo <= 1<<30 {
+			c.stackAt = c.fr.sp
+			sreqs = append(sreqs, snapshot.MemRead{Addr: c.stackAt, Buf: make([]byte, 0, hi-c.fr.sp)})
+			sidx = append(sidx, i)
+			total += hi - c.fr.sp
+		}
+	}
+	// One buffer for every stack.
+	sbuf := alloc(total)
+	for k := range sreqs {
+		n := uint64(cap(sreqs[k].Buf))
+		sreqs[k].Buf, sbuf = sbuf[:n:n], sbuf[n:]
+		gs[sidx[k]].stack = sreqs[k].Buf
+	}
+	rd(sreqs)
+	for k, r := range sreqs {
+		if !r.OK {
+			gs[sidx[k]].stack = nil
+		}
+	}
+	// Labels: label maps are shared (a goroutine inherits its creator's),
+	// so each distinct read is made once; the g's come from the copy.
+	memo := map[[2]uint64][]byte{}
+	x.labelRead = func(addr uint64, p []byte) bool {
+		if i, ok := byAddr[addr]; ok && uint64(len(p)) <= l.gSize {
+			copy(p, gs[i].g)
+			return true
+		}
+		key := [2]uint64{addr, uint64(len(p))}
+		if b, ok := memo[key]; ok {
+			copy(p, b)
+			return b != nil
+		}
+		if one(addr, p) || (addr >= bias && x.readFile(addr-bias, p)) {
+			memo[key] = append([]byte(nil), p...)
+			return true
+		}
+		memo[key] = nil
+		return false
+	}
+	defer func() { x.labelRead = nil }()
+	for i := range gs {
+		if gs[i].g != nil && l.labels != 0 && le.Uint64(gs[i].g[l.labels:]) != 0 {
+			gs[i].labels = x.labels.Labels(gs[i].addr, le.Uint64(gs[i].g[l.stackLo:]))
+		}
+	}
+	return gs, nil
+}
+
+// interpret turns the copies into goroutines: states, creators, and the
+// stacks unwound and named with the pclntab.
+func (x *exeInfo) interpret(gs []gCopy, opts *Options) *Dump {
+	le := binary.LittleEndian
+	l := x.layout
+	d := &Dump{Exe: x.path, GoVersion: x.goVersion, Goroutines: make([]Goroutine, 0, len(gs))}
 	depth := opts.maxFrames()
-	u := unwinder{tab: x.tab, read: read, arm64: x.arm64}
-	for i := uint64(0); i < n; i++ {
-		ga := le.Uint64(gps[i*8:])
-		if ga == 0 || !read(ga, gb) {
-			d.Goroutines = append(d.Goroutines, Goroutine{Err: fmt.Errorf("g %d of allgs at %#x not readable", i, ga)})
+	var c *gCopy
+	u := unwinder{tab: x.tab, arm64: x.arm64, read: func(addr uint64, p []byte) bool {
+		if addr < c.stackAt || addr-c.stackAt > uint64(len(c.stack)) || uint64(len(p)) > uint64(len(c.stack))-(addr-c.stackAt) {
+			return false
+		}
+		copy(p, c.stack[addr-c.stackAt:])
+		return true
+	}}
+	for i := range gs {
+		c = &gs[i]
+		if c.g == nil {
+			d.Goroutines = append(d.Goroutines, Goroutine{Err: fmt.Errorf("g at %#x not readable", c.addr)})
 			continue
 		}
-		u32 := func(off uint64) uint64 { return uint64(le.Uint32(gb[off:])) }
-		u64 := func(off uint64) uint64 { return le.Uint64(gb[off:]) }
+		u32 := func(off uint64) uint64 { return uint64(le.Uint32(c.g[off:])) }
+		u64 := func(off uint64) uint64 { return le.Uint64(c.g[off:]) }
 		st := u32(l.status)
-		if s := st &^ 0x1000; s == 6 || s == 11 { // _Gdead, _Gdeadextra
-			continue
-		}
-		g := Goroutine{ID: int64(u64(l.goid)), Status: statusName(st)}
+		g := Goroutine{ID: int64(u64(l.goid)), Status: statusName(st), Thread: c.thread}
 		if l.hasWaitSince {
 			g.WaitSince = int64(u64(l.waitSince))
 		}
 		if s := st &^ 0x1000; l.hasWaitReason && (s == 4 || s == 3) { // _Gwaiting, _Gsyscall
-			if wr := gb[l.waitReason]; wr != 0 || s == 4 {
+			if wr := c.g[l.waitReason]; wr != 0 || s == 4 {
 				g.WaitReason = api.WaitReasonString(&x.ver, int64(wr))
 			}
 		}
-		// The thread running g: its m's curg is g.
-		var onThread *threadRegs
-		if ma := u64(l.m); ma != 0 && read(ma+l.mCurG, mb[:]) && le.Uint64(mb[:]) == ga && read(ma+l.mProcID, mb[:]) {
-			g.Thread = int(le.Uint64(mb[:]))
-			if r, ok := byTid[g.Thread]; ok {
-				onThread = &r
-			}
-		}
-		lo := u64(l.stackLo)
-		if ls := labels.Labels(ga, lo); len(ls) > 0 {
-			g.Labels = make(map[string]string, len(ls))
-			for _, kv := range ls {
+		if len(c.labels) > 0 {
+			g.Labels = make(map[string]string, len(c.labels))
+			for _, kv := range c.labels {
 				g.Labels[kv.Key] = kv.Value
 			}
 		}
@@ -270,28 +460,28 @@ func (x *exeInfo) readDirect(mem memory, bias uint64, regs []threadRegs, opts *O
 			g.StartFunc = fn.Name
 			g.System = strings.HasPrefix(fn.Name, "runtime.") && fn.Name != "runtime.main" && fn.Name != "runtime.handleAsyncEvent"
 		}
-		// Where the stack is: the thread's registers for a goroutine on
-		// a thread, else the saved sched, else the syscall's.
-		var fr frameState
-		switch {
-		case onThread != nil:
-			fr = frameState{pc: onThread.pc, sp: onThread.sp, bp: onThread.bp, lr: onThread.lr}
-		case u64(l.schedPC) != 0:
-			fr = frameState{pc: u64(l.schedPC), sp: u64(l.schedSP), bp: u64(l.schedBP)}
-			if l.lr {
-				fr.lr = u64(l.schedLR)
-			}
-		case l.hasSyscall && u64(l.syscallSP) != 0:
-			fr = frameState{pc: u64(l.syscallPC), sp: u64(l.syscallSP)}
-		}
-		if fr.pc != 0 {
-			g.Frames, g.Err = u.unwind(fr, depth)
+		if c.fr.pc != 0 {
+			g.Frames, g.Err = u.unwind(c.fr, depth)
 		}
 		g.StartFunc = unwrapStart(g.StartFunc, g.Frames)
 		d.Goroutines = append(d.Goroutines, g)
 	}
 	slices.SortStableFunc(d.Goroutines, func(a, b Goroutine) int { return cmp.Compare(a.ID, b.ID) })
-	return d, nil
+	return d
+}
+
+// readDirect lists the goroutines of a copy of a Go process whose memory
+// mem reads (see collect).
+func (x *exeInfo) readDirect(mem memory, bias uint64, regs []threadRegs, opts *Options) (*Dump, error) {
+	gs, err := x.collect(func(rs []snapshot.MemRead) {
+		for i := range rs {
+			rs[i].OK = mem(rs[i].Addr, rs[i].Buf) || (rs[i].Addr >= bias && x.readFile(rs[i].Addr-bias, rs[i].Buf))
+		}
+	}, bias, regs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", x.path, err)
+	}
+	return x.interpret(gs, opts), nil
 }
 
 // unwrapStart names the function a go statement's wrapper (the

@@ -274,7 +274,7 @@ func TestDirectMatchesDelve(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReleased(t, pid)
-	got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), imageRegs(im), nil)
+	got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), regsOf(im.Arch, im.Threads), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/rawstack/rawstack/arch"
 
@@ -12,10 +13,11 @@ import (
 )
 
 // Process lists the goroutines of the live Go process pid. Its threads are
-// stopped only while [snapshot.Dump] copies their registers and memory;
-// the runtime's structures are then read from the copy directly (see
-// direct.go), the stacks unwound and named with the executable's pclntab.
-// It needs what ptrace needs (CAP_SYS_PTRACE or the same user under
+// stopped (see [snapshot.Frozen]) only while the runtime's goroutine list,
+// each g, the m's running them and the used part of each stack are
+// copied, a few batched reads; the stacks are then unwound and named
+// from the copy with the executable's pclntab (see direct.go). It needs
+// what ptrace needs (CAP_SYS_PTRACE or the same user under
 // kernel.yama.ptrace_scope=0); off Linux it returns an error wrapping
 // platform.ErrNotSupported.
 func Process(pid int, opts *Options) (*Dump, error) {
@@ -23,16 +25,51 @@ func Process(pid int, opts *Options) (*Dump, error) {
 	if err != nil {
 		return nil, err
 	}
-	im, err := snapshot.Dump(pid)
-	if err != nil {
-		return nil, err
+	defer x.close()
+	bias := procBias(pid, exe, x)
+	a := arch.AMD64
+	if x.arm64 {
+		a = arch.ARM64
 	}
-	d, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), imageRegs(im), opts)
+	var gs []gCopy
+	at, stopped, err := snapshot.Frozen(pid, func(threads []snapshot.ImageThread, read func([]snapshot.MemRead)) error {
+		var err error
+		gs, err = x.collect(read, bias, regsOf(a, threads))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("goroutines: pid %d (%s): %w", pid, exeLink, err)
 	}
-	d.Pid, d.Exe, d.Time, d.Stopped, d.Copied = pid, exe, im.Time, im.Stopped, im.Copied
+	d := x.interpret(gs, opts)
+	d.Pid, d.Exe, d.Time, d.Stopped = pid, exe, at, stopped
+	for _, g := range gs {
+		d.Copied += int64(len(g.g) + len(g.stack))
+	}
 	return d, nil
+}
+
+// procBias is where pid loaded its executable when it is
+// position-independent (from /proc/PID/maps), 0 otherwise.
+func procBias(pid int, exe string, x *exeInfo) uint64 {
+	if !x.pie {
+		return 0
+	}
+	maps, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[5] != exe || strings.Trim(f[2], "0") != "" {
+			continue
+		}
+		lo, _, _ := strings.Cut(f[0], "-")
+		start, err := strconv.ParseUint(lo, 16, 64)
+		if err == nil {
+			return start - x.lowestLoad&^0xfff
+		}
+	}
+	return 0
 }
 
 // processExe checks pid's executable and reads what the listing needs
@@ -65,10 +102,11 @@ func processExe(pid int) (exe, exeLink string, x *exeInfo, err error) {
 // untouched pages as holes) and read by delve's core reader. The tests
 // hold Process to it.
 func processDelve(pid int, opts *Options) (*Dump, *snapshot.Image, error) {
-	exe, exeLink, _, err := processExe(pid)
+	exe, exeLink, x, err := processExe(pid)
 	if err != nil {
 		return nil, nil, err
 	}
+	x.close()
 	im, err := snapshot.Dump(pid)
 	if err != nil {
 		return nil, nil, err
@@ -146,16 +184,16 @@ func imageMemory(im *snapshot.Image) memory {
 	}
 }
 
-// imageRegs are the stopped threads' pc, sp, frame pointer and link
+// regsOf are the stopped threads' pc, sp, frame pointer and link
 // register, from the general registers in user_regs_struct order.
-func imageRegs(im *snapshot.Image) []threadRegs {
+func regsOf(a arch.Arch, threads []snapshot.ImageThread) []threadRegs {
 	var out []threadRegs
-	for _, t := range im.Threads {
+	for _, t := range threads {
 		g := t.Gregs
 		switch {
-		case im.Arch == arch.AMD64 && len(g) > 19:
+		case a == arch.AMD64 && len(g) > 19:
 			out = append(out, threadRegs{tid: t.Tid, pc: g[16], sp: g[19], bp: g[4]})
-		case im.Arch == arch.ARM64 && len(g) > 32:
+		case a == arch.ARM64 && len(g) > 32:
 			out = append(out, threadRegs{tid: t.Tid, pc: g[32], sp: g[31], bp: g[29], lr: g[30]})
 		}
 	}
