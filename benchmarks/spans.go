@@ -40,9 +40,10 @@ func init() {
 const spansName = "bench-span"
 
 type spansRun struct {
-	nsPerSpan float64
-	recorded  float64 // share of begin+end records in the file
-	lost      uint64  // Stats().SpansLost + SpansDropped
+	nsPerSpan  float64
+	cpuPerSpan float64 // process CPU over the loop and Stop, per span
+	recorded   float64 // share of begin+end records in the file
+	lost       uint64  // Stats().SpansLost + SpansDropped
 }
 
 func runSpans(cfg *config) ([]row, error) {
@@ -60,7 +61,7 @@ func runSpans(cfg *config) ([]row, error) {
 		if workers > 1 {
 			runtime.GOMAXPROCS(2)
 		}
-		var raw, rt []float64
+		var raw, rt, rawCPU, rtCPU []float64
 		var rec []float64
 		var lost uint64
 		for i := 0; i < pairs; i++ {
@@ -70,14 +71,15 @@ func runSpans(cfg *config) ([]row, error) {
 				return nil, err
 			}
 			raw, rec, lost = append(raw, r.nsPerSpan), append(rec, r.recorded), lost+r.lost
-			ns, err := spansRuntimeTrace(cfg, workers, n)
+			rawCPU = append(rawCPU, r.cpuPerSpan)
+			ns, cpu, err := spansRuntimeTrace(cfg, workers, n)
 			if err != nil {
 				runtime.GOMAXPROCS(prev)
 				return nil, err
 			}
-			rt = append(rt, ns)
-			fmt.Fprintf(cfg.logger, "  spans %s pair %d: rawstack %.1f ns/span (%.3f%% recorded), runtime/trace %.1f ns/span (load %s)\n",
-				shape, i+1, r.nsPerSpan, 100*r.recorded, ns, spansLoad())
+			rt, rtCPU = append(rt, ns), append(rtCPU, cpu)
+			fmt.Fprintf(cfg.logger, "  spans %s pair %d: rawstack %.1f ns/span, CPU %.1f (%.3f%% recorded), runtime/trace %.1f ns/span, CPU %.1f (load %s)\n",
+				shape, i+1, r.nsPerSpan, r.cpuPerSpan, 100*r.recorded, ns, cpu, spansLoad())
 		}
 		runtime.GOMAXPROCS(prev)
 		ratios := make([]float64, len(raw))
@@ -91,6 +93,8 @@ func runSpans(cfg *config) ([]row, error) {
 		note := fmt.Sprintf("%d spans/run, median of %d alternating pairs; median pair ratio %.2fx; load %s; goal >= 8x cheaper", n, pairs, spansMedian(ratios), spansLoad())
 		rows = append(rows,
 			row{Scenario: "spans", Metric: "ns per span begin+end, " + shape, Rawstack: spansMedian(raw), Peer: "runtime/trace region", PeerVal: spansMedian(rt), Better: "lower", Note: note},
+			row{Scenario: "spans", Metric: "CPU ns per span (process: loop, drain, writer, Stop), " + shape, Rawstack: spansMedian(rawCPU), Peer: "runtime/trace region", PeerVal: spansMedian(rtCPU), Better: "lower",
+				Note: "robust where the machine is loaded: wall times are not"},
 			row{Scenario: "spans", Metric: "% of span records in the file, " + shape, Rawstack: 100 * spansMedian(rec),
 				Note: fmt.Sprintf("worst run %.3f%%; Stats lost+dropped over all runs %d; goal >= 99%%", 100*minRec, lost)},
 		)
@@ -129,10 +133,12 @@ func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
 	if err != nil {
 		return spansRun{}, fmt.Errorf("tracer.Start: %w", err)
 	}
+	cpu0 := spansCPU()
 	d := spansLoop(workers, n, func(ctx context.Context) { tr.Span(ctx, spansName).End() })
 	if err := tr.Stop(); err != nil {
 		return spansRun{}, fmt.Errorf("tracer.Stop: %w", err)
 	}
+	cpu := spansCPU() - cpu0
 	st := tr.Stats()
 	if err := bw.Flush(); err != nil {
 		return spansRun{}, err
@@ -146,9 +152,10 @@ func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
 		fmt.Fprintf(cfg.logger, "  spans: the file misses %d records, Stats says %d lost + %d dropped\n", missing, st.SpansLost, st.SpansDropped)
 	}
 	return spansRun{
-		nsPerSpan: float64(d.Nanoseconds()) / float64(issued/2),
-		recorded:  float64(got) / float64(issued),
-		lost:      st.SpansLost + st.SpansDropped,
+		nsPerSpan:  float64(d.Nanoseconds()) / float64(issued/2),
+		cpuPerSpan: float64(cpu.Nanoseconds()) / float64(issued/2),
+		recorded:   float64(got) / float64(issued),
+		lost:       st.SpansLost + st.SpansDropped,
 	}, nil
 }
 
@@ -200,22 +207,26 @@ func spansInFile(path string) (int, error) {
 	return n, nil
 }
 
-func spansRuntimeTrace(cfg *config, workers, n int) (float64, error) {
+// spansRuntimeTrace returns the wall and process CPU ns per region.
+func spansRuntimeTrace(cfg *config, workers, n int) (float64, float64, error) {
 	f, err := os.Create(filepath.Join(cfg.work, "spans.trace"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 1<<20)
 	if err := trace.Start(bw); err != nil {
-		return 0, fmt.Errorf("runtime/trace: %w", err)
+		return 0, 0, fmt.Errorf("runtime/trace: %w", err)
 	}
+	cpu0 := spansCPU()
 	d := spansLoop(workers, n, func(ctx context.Context) { trace.StartRegion(ctx, spansName).End() })
 	trace.Stop()
+	cpu := spansCPU() - cpu0
 	if err := bw.Flush(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(d.Nanoseconds()) / float64((n/workers)*workers), nil
+	issued := float64((n / workers) * workers)
+	return float64(d.Nanoseconds()) / issued, float64(cpu.Nanoseconds()) / issued, nil
 }
 
 func spansMedian(v []float64) float64 {

@@ -353,10 +353,11 @@ func (x *exeInfo) collect(rd func([]snapshot.MemRead), bias uint64, regs []threa
 				onThread = &r
 			}
 		}
+		lo, hi := u64(l.stackLo), u64(l.stackHi)
 		switch {
-		case onThread != nil:
+		case onThread != nil && lo <= onThread.sp && onThread.sp < hi:
 			c.fr = frameState{pc: onThread.pc, sp: onThread.sp, bp: onThread.bp, lr: onThread.lr}
-		case u64(l.schedPC) != 0:
+		case u64(l.schedPC) != 0: // parked, or its thread is on the system stack
 			c.fr = frameState{pc: u64(l.schedPC), sp: u64(l.schedSP), bp: u64(l.schedBP)}
 			if l.lr {
 				c.fr.lr = u64(l.schedLR)
@@ -364,7 +365,6 @@ func (x *exeInfo) collect(rd func([]snapshot.MemRead), bias uint64, regs []threa
 		case l.hasSyscall && u64(l.syscallSP) != 0:
 			c.fr = frameState{pc: u64(l.syscallPC), sp: u64(l.syscallSP)}
 		}
-		lo, hi := u64(l.stackLo), u64(l.stackHi)
 		if c.fr.pc != 0 && lo <= c.fr.sp && c.fr.sp < hi && hi-lo <= 1<<30 {
 			c.stackAt = c.fr.sp
 			sreqs = append(sreqs, snapshot.MemRead{Addr: c.stackAt, Buf: make([]byte, 0, hi-c.fr.sp)})
