@@ -62,7 +62,7 @@ func goLayoutOf(path string) (*goLayout, error) {
 		return nil, err
 	}
 	defer f.Close()
-	d, err := f.DWARF()
+	d, err := typesDWARF(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no DWARF (built with -ldflags=-w or stripped): %w", path, err)
 	}
@@ -106,6 +106,48 @@ func goLayoutOf(path string) (*goLayout, error) {
 		}
 	}
 	return l, nil
+}
+
+// typesDWARF loads the part of f's DWARF that describes types: the
+// debug info itself and what its attributes refer to, not the line,
+// location and range tables (most of the rest, and what decompressing
+// costs). Other layouts (.zdebug sections) load whole.
+func typesDWARF(f *elf.File) (*dwarf.Data, error) {
+	data := func(name string) ([]byte, error) {
+		s := f.Section(name)
+		if s == nil {
+			return nil, nil
+		}
+		return s.Data()
+	}
+	info, err := data(".debug_info")
+	if err != nil || info == nil {
+		return f.DWARF()
+	}
+	abbrev, err := data(".debug_abbrev")
+	if err != nil {
+		return nil, err
+	}
+	str, err := data(".debug_str")
+	if err != nil {
+		return nil, err
+	}
+	d, err := dwarf.New(abbrev, nil, nil, info, nil, nil, nil, str)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{".debug_addr", ".debug_str_offsets", ".debug_line_str"} {
+		b, err := data(name)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			if err := d.AddSection(name, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
 }
 
 // goStructs fills want[name], for each struct type named in want whose

@@ -20,7 +20,7 @@ func GoStructMembers(path string, names ...string) (members map[string]map[strin
 		return nil, nil, err
 	}
 	defer f.Close()
-	d, err := f.DWARF()
+	d, err := typesDWARF(f)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: no DWARF (built with -ldflags=-w or stripped): %w", path, err)
 	}
