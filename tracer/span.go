@@ -385,21 +385,27 @@ func (t *Tracer) drainSpans() {
 		s.heads[i] = atomic.LoadUint64(&r.head)
 	}
 	// Every record below heads was stamped before this pair was read.
-	t0, n0, slope := int64(0), int64(0), 1.0
+	var t0, n0 int64
+	var slope float64
 	if spanUseTSC {
 		t0, n0, slope = s.clk.advance()
 	}
 	for i, r := range s.rings {
 		tail := r.tail.Load()
 		head := s.heads[i]
-		for j := tail; j != head; j++ {
-			e := &r.recs[j%spanRingSize]
-			ts := e.time
-			if spanUseTSC {
-				ts = n0 + int64(float64(ts-t0)*slope)
+		// A record's name stays referenced until its slot is reused: not
+		// clearing it keeps the drain from writing to the ring's cache
+		// lines, which the producer then owns again.
+		if spanUseTSC {
+			for j := tail; j != head; j++ {
+				e := &r.recs[j%spanRingSize]
+				t.writeSpanRec(e, n0+int64(float64(e.time-t0)*slope))
 			}
-			t.writeSpanRec(e, ts)
-			e.name = "" // let the string go
+		} else {
+			for j := tail; j != head; j++ {
+				e := &r.recs[j%spanRingSize]
+				t.writeSpanRec(e, e.time)
+			}
 		}
 		r.tail.Store(head)
 	}
