@@ -24,13 +24,16 @@ import (
 //
 // A ring never drops a record because the drain goroutine fell behind
 // (it can: on a loaded machine, or with more producing goroutines than
-// cores, it does not get the CPU): the producer that finds its ring full
-// encodes the rings itself, under the tracer's lock, and then writes its
-// record. Spans from a tight loop are thus recorded at the rate the
-// encoder sustains, and the cost of encoding shows where it is paid.
-// Only a record that meets a full ring while the tracer stops is dropped;
-// it is counted in [Stats].SpansLost and, when the drain still runs, in a
-// Lost event.
+// cores, it does not get the CPU). The producer that finds its ring full
+// first yields to the drain goroutine, which frees the ring's slots as it
+// encodes them (the encoding then overlaps with the producer's work, on
+// another CPU); if no room appears, it encodes the rings itself, under
+// the tracer's lock, and then writes its record. Spans from a tight loop
+// are thus recorded at the rate the encoder sustains, and the cost of
+// encoding shows where it is paid. Only a record that meets a full ring
+// while the tracer stops (or that finds no room after all that) is
+// dropped; it is counted in [Stats].SpansLost and, when the drain still
+// runs, in a Lost event.
 //
 // Records are stamped with the CPU's time-stamp counter where the kernel
 // itself trusts it (clock source "tsc", constant and non-stop counter; a
@@ -49,7 +52,9 @@ import (
 const (
 	spanRingSize      = 1 << 14 // records per P
 	spanDrainInterval = 50 * time.Millisecond
-	spanNameCache     = 64 // drain-side cache of interned names, by string address
+	spanNameCache     = 64  // drain-side cache of interned names, by string address
+	spanFreeEvery     = 512 // records a drain encodes before it frees their slots
+	spanFullTries     = 256 // a producer's waits for room in a full ring (then it drops)
 )
 
 type spanKind uint8
@@ -269,8 +274,24 @@ func (s *spanState) record(k spanKind, id, parent uint64, name string, v float64
 //
 //go:noinline
 func (s *spanState) full(k spanKind, id, parent uint64, name string, v float64) {
-	for try := 0; try < 3 && !s.noHelp && s.on.Load(); try++ {
-		s.t.drainSpans()
+	for try := 0; try < spanFullTries && !s.noHelp && s.on.Load(); try++ {
+		switch {
+		case try < spanFullTries/2:
+			// Let the drain goroutine run, here or on another CPU: it
+			// frees the ring's slots as it goes, so the record fits
+			// again in a moment, and the encoding overlaps with this
+			// goroutine's work instead of adding to it.
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+			runtime.Gosched()
+		case s.t.mu.TryLock():
+			s.t.drainSpansLocked()
+			s.t.mu.Unlock()
+		default:
+			s.t.drainSpans() // wait for the lock
+		}
 		p := procPin()
 		ok := p >= len(s.rings) || s.rings[p].put(k, id, parent, name, v)
 		procUnpin()
@@ -377,6 +398,13 @@ func (s *spanState) spansLost() uint64 {
 func (t *Tracer) drainSpans() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.drainSpansLocked()
+}
+
+// drainSpansLocked is drainSpans with t.mu held. It frees a ring's slots
+// as it encodes them (every spanFreeEvery records), so that a producer
+// that found its ring full goes on while the drain does.
+func (t *Tracer) drainSpansLocked() {
 	if t.closed {
 		return
 	}
@@ -396,18 +424,22 @@ func (t *Tracer) drainSpans() {
 		// A record's name stays referenced until its slot is reused: not
 		// clearing it keeps the drain from writing to the ring's cache
 		// lines, which the producer then owns again.
-		if spanUseTSC {
-			for j := tail; j != head; j++ {
-				e := &r.recs[j%spanRingSize]
-				t.writeSpanRec(e, n0+int64(float64(e.time-t0)*slope))
+		for tail != head {
+			end := min(head, tail+spanFreeEvery)
+			if spanUseTSC {
+				for j := tail; j != end; j++ {
+					e := &r.recs[j%spanRingSize]
+					t.writeSpanRec(e, n0+int64(float64(e.time-t0)*slope))
+				}
+			} else {
+				for j := tail; j != end; j++ {
+					e := &r.recs[j%spanRingSize]
+					t.writeSpanRec(e, e.time)
+				}
 			}
-		} else {
-			for j := tail; j != head; j++ {
-				e := &r.recs[j%spanRingSize]
-				t.writeSpanRec(e, e.time)
-			}
+			r.tail.Store(end)
+			tail = end
 		}
-		r.tail.Store(head)
 	}
 	if lost := s.spansLost(); lost > s.lostSeen {
 		t.w.WriteLost(format.Lost{Time: spanNow(), Count: lost - s.lostSeen, Reason: format.LostBackpressure})
