@@ -65,58 +65,90 @@ func Frozen(pid int, f func(threads []ImageThread, read func([]MemRead)) error) 
 	}
 	lm := newLiveMem(pid, nil)
 	defer lm.close()
-	var vr unix.VMReader
-	var iov []unix.RemoteIovec
-	var bufs [][]byte
-	var local []byte
+	var r0, r1 batchReader
+	r0.pid, r0.lm = pid, lm
+	r1.pid, r1.lm = pid, newLiveMem(pid, nil)
+	defer r1.lm.close()
 	read := func(rs []MemRead) {
-		for len(rs) > 0 {
-			k := min(len(rs), 1024) // IOV_MAX
-			iov, bufs = iov[:0], bufs[:0]
-			for i := range rs[:k] {
-				rs[i].OK = len(rs[i].Buf) == 0
-				if len(rs[i].Buf) > 0 {
-					iov = append(iov, unix.RemoteIovec{Base: uintptr(rs[i].Addr), Len: len(rs[i].Buf)})
-					bufs = append(bufs, rs[i].Buf)
-				}
-			}
-			n, err := vr.Read(pid, bufs, iov)
-			if err == unix.ENOSYS || err == unix.EPERM {
-				// No process_vm_readv here: /proc/PID/mem, through a
-				// buffer.
-				local = local[:0]
-				for _, b := range bufs {
-					local = append(local, b...)
-				}
-				n = lm.read(local, iov)
-				pos := 0
-				for _, b := range bufs {
-					if n-pos < len(b) {
-						break
-					}
-					copy(b, local[pos:])
-					pos += len(b)
-				}
-			} else if err != nil {
-				n = 0
-			}
-			pos, done := 0, 0
-			for i := range rs[:k] { // the reads before the first that failed
-				l := len(rs[i].Buf)
-				if n-pos < l {
-					break
-				}
-				rs[i].OK = true
-				pos += l
-				done++
-			}
-			if done < k { // rs[done] failed: leave it out, go on
-				done++
-			}
-			rs = rs[done:]
+		// Large batches are split over two threads: process_vm_readv
+		// takes the target's memory map lock shared, so both proceed,
+		// and the target's stop is what this shortens.
+		if len(rs) < 2*frozenSplit || runtime.NumCPU() < 2 {
+			r0.read(rs)
+			return
 		}
+		half := len(rs) / 2
+		done := make(chan struct{})
+		go func() {
+			r1.read(rs[half:])
+			close(done)
+		}()
+		r0.read(rs[:half])
+		<-done
 	}
 	err = f(threads, read)
 	st.release()
 	return at, time.Since(start), err
+}
+
+// frozenSplit is the batch size above which Frozen's reads are split over
+// two threads (half each).
+const frozenSplit = 1024
+
+// batchReader reads batches of MemRead with process_vm_readv, 1024
+// pieces a call (IOV_MAX), or /proc/PID/mem where that call is refused.
+type batchReader struct {
+	pid   int
+	lm    *liveMem
+	vr    unix.VMReader
+	iov   []unix.RemoteIovec
+	bufs  [][]byte
+	local []byte
+}
+
+func (b *batchReader) read(rs []MemRead) {
+	for len(rs) > 0 {
+		k := min(len(rs), 1024) // IOV_MAX
+		b.iov, b.bufs = b.iov[:0], b.bufs[:0]
+		for i := range rs[:k] {
+			rs[i].OK = len(rs[i].Buf) == 0
+			if len(rs[i].Buf) > 0 {
+				b.iov = append(b.iov, unix.RemoteIovec{Base: uintptr(rs[i].Addr), Len: len(rs[i].Buf)})
+				b.bufs = append(b.bufs, rs[i].Buf)
+			}
+		}
+		n, err := b.vr.Read(b.pid, b.bufs, b.iov)
+		if err == unix.ENOSYS || err == unix.EPERM {
+			// No process_vm_readv here: /proc/PID/mem, through a buffer.
+			b.local = b.local[:0]
+			for _, buf := range b.bufs {
+				b.local = append(b.local, buf...)
+			}
+			n = b.lm.read(b.local, b.iov)
+			pos := 0
+			for _, buf := range b.bufs {
+				if n-pos < len(buf) {
+					break
+				}
+				copy(buf, b.local[pos:])
+				pos += len(buf)
+			}
+		} else if err != nil {
+			n = 0
+		}
+		pos, done := 0, 0
+		for i := range rs[:k] { // the reads before the first that failed
+			l := len(rs[i].Buf)
+			if n-pos < l {
+				break
+			}
+			rs[i].OK = true
+			pos += l
+			done++
+		}
+		if done < k { // rs[done] failed: leave it out, go on
+			done++
+		}
+		rs = rs[done:]
+	}
 }
