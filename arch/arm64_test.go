@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // arm64Fixture is an aarch64 build of testdata/deep.c with its symbols,
@@ -23,7 +25,7 @@ type arm64Fixture struct {
 
 func loadARM64(t *testing.T, flags ...string) *arm64Fixture {
 	t.Helper()
-	path := buildC(t, "aarch64-linux-gnu-gcc", "deep.c", flags...)
+	path := testbuild.CC(t, "aarch64-linux-gnu-gcc", "", []string{"testdata/deep.c"}, flags...)
 	f, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)

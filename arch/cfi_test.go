@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // oracleRow is one row of readelf --debug-dump=frames-interp.
@@ -33,7 +35,7 @@ var (
 // (".eh_frame" or ".debug_frame"), plus the FDEs without rows.
 func readelfRows(t *testing.T, path, section string) (rows []oracleRow, fdes int) {
 	t.Helper()
-	needTool(t, "readelf")
+	testbuild.Need(t, "readelf", "binutils' readelf is the oracle of the CFI tables")
 	// readelf exits 1 on some distribution libraries while printing every
 	// table (it is unhappy with a section it does not need here).
 	out, err := exec.Command("readelf", "--debug-dump=frames-interp", path).Output()
@@ -322,9 +324,9 @@ func TestCFIMatchesReadelf(t *testing.T) {
 			if path == "go" {
 				path = buildGo(t, "goprog")
 			} else if path == "" {
-				path = buildC(t, c.cc, cmp.Or(c.src, "deep.c"), c.flags...)
+				path = testbuild.CC(t, c.cc, "", []string{"testdata/" + cmp.Or(c.src, "deep.c")}, c.flags...)
 			} else if _, err := elf.Open(path); err != nil {
-				t.Skipf("%s not present: %v", path, err)
+				testbuild.Skip(t, "%s not present: %v", path, err)
 			}
 			compareWithReadelf(t, path, c.section)
 		})
@@ -335,12 +337,11 @@ func TestCFIMatchesReadelf(t *testing.T) {
 // file without section headers, and checks the table equals the one from
 // the sections and that .eh_frame_hdr's FDE count equals the FDEs parsed.
 func TestEHFrameViaSegments(t *testing.T) {
-	paths := []string{buildC(t, "gcc", "deep.c", "-O2", "-fomit-frame-pointer"), "/lib/x86_64-linux-gnu/libc.so.6"}
+	paths := []string{testbuild.CC(t, "gcc", "", []string{"testdata/deep.c"}, "-O2", "-fomit-frame-pointer"), "/lib/x86_64-linux-gnu/libc.so.6"}
 	for _, path := range paths {
 		f, err := elf.Open(path)
 		if err != nil {
-			t.Logf("skipping %s: %v", path, err)
-			continue
+			testbuild.Skip(t, "%s: %v", path, err)
 		}
 		want, err := NewTableELF(f, path)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // gdbStop is one stop of the inferior as testdata/gdbdump.py recorded it.
@@ -39,7 +41,7 @@ func gdbDump(t *testing.T, bin, breaks string, steps int) []gdbStop {
 // breakpoint).
 func gdbDumpTB(t testing.TB, bin, breaks string, steps, hits int) []gdbStop {
 	t.Helper()
-	needTool(t, "gdb")
+	testbuild.Need(t, "gdb", "gdb is the unwinding oracle")
 	return runGDB(t, "gdb", AMD64, bin, breaks, steps, hits)
 }
 
@@ -47,11 +49,11 @@ func gdbDumpTB(t testing.TB, bin, breaks string, steps, hits int) []gdbStop {
 // and records stops like gdbDump, with gdb-multiarch as the oracle.
 func gdbDumpARM64(t *testing.T, bin, breaks string, steps int, qemuArgs ...string) []gdbStop {
 	t.Helper()
-	needTool(t, "gdb-multiarch")
-	qemu := needTool(t, "qemu-aarch64")
+	testbuild.Need(t, "gdb-multiarch", "gdb-multiarch is the arm64 unwinding oracle")
+	qemu := testbuild.Need(t, "qemu-aarch64", "qemu-user runs the arm64 fixture")
 	const sysroot = "/usr/aarch64-linux-gnu"
 	if _, err := os.Stat(filepath.Join(sysroot, "lib", "libc.so.6")); err != nil {
-		t.Skipf("no aarch64 libc under %s: %v", sysroot, err)
+		testbuild.Skip(t, "no aarch64 libc under %s: %v", sysroot, err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,14 +97,14 @@ func runGDB(t testing.TB, gdbTool string, a Arch, bin, breaks string, steps, hit
 		// A container without CAP_SYS_PTRACE (or with ptrace_scope 3)
 		// cannot run the oracle; anywhere else a failure is a failure.
 		if strings.Contains(string(out), "ptrace: Operation not permitted") || strings.Contains(string(out), "Could not attach") {
-			t.Skipf("gdb cannot trace here: %s", out)
+			testbuild.Skip(t, "gdb cannot trace here: %s", out)
 		}
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
 	f, err := os.Open(filepath.Join(dir, "stops.txt"))
 	if err != nil {
 		if strings.Contains(string(out), "ptrace") {
-			t.Skipf("gdb cannot trace here: %s", out)
+			testbuild.Skip(t, "gdb cannot trace here: %s", out)
 		}
 		t.Fatalf("gdb wrote no stops: %v\n%s", err, out)
 	}
@@ -237,7 +239,7 @@ func TestUnwindMatchesGDB(t *testing.T) {
 		{"g++-O2-omitfp", "g++", "deep.cpp", "marker", []string{"-O2", "-fomit-frame-pointer"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			bin := buildC(t, c.cc, c.src, c.flags...)
+			bin := testbuild.CC(t, c.cc, "", []string{filepath.Join("testdata", c.src)}, c.flags...)
 			stops := gdbDump(t, bin, c.brk, 150)
 			tc := tableCache{}
 			u := &Unwinder{}
@@ -287,7 +289,7 @@ func equalPCs(a, b []uint64) bool {
 // no tables at all, frame pointers alone must match gdb up to the first
 // libc frame.
 func TestUnwindFramePointerFallback(t *testing.T) {
-	bin := buildC(t, "gcc", "deep.c", "-O0", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/deep.c"}, "-O0", "-fno-omit-frame-pointer")
 	stops := gdbDump(t, bin, "*marker+4", 0)
 	if len(stops) != 1 {
 		t.Fatalf("%d stops, want 1", len(stops))
@@ -327,7 +329,7 @@ func TestUnwindFramePointerFallback(t *testing.T) {
 // libc's qsort, 18 frames, recorded under gdb) with the tables of the
 // program, libc and ld.so, rules cached.
 func BenchmarkUnwindRecorded(b *testing.B) {
-	bin := buildC(b, "gcc", "deep.c", "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(b, "gcc", "", []string{"testdata/deep.c"}, "-O2", "-fomit-frame-pointer")
 	stops := gdbDumpTB(b, bin, "marker", 0, 0)
 	s := stops[0]
 	u := NewUnwinder(tableCache{}.modulesFor(b, s.maps, nil))
@@ -348,7 +350,7 @@ func BenchmarkUnwindRecorded(b *testing.B) {
 func BenchmarkOpenTableLibc(b *testing.B) {
 	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
 	if _, err := os.Stat(libc); err != nil {
-		b.Skipf("no %s", libc)
+		testbuild.Skip(b, "no %s", libc)
 	}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
@@ -371,7 +373,7 @@ func TestUnwindSignalFrames(t *testing.T) {
 		{"clang-O2-omitfp", "clang", []string{"-O2", "-fomit-frame-pointer"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			bin := buildC(t, c.cc, "signal.c", c.flags...)
+			bin := testbuild.CC(t, c.cc, "", []string{"testdata/signal.c"}, c.flags...)
 			stops := gdbDumpTB(t, bin, "marker", 0, 2)
 			if len(stops) != 2 {
 				t.Fatalf("%d stops, want 2", len(stops))
@@ -467,7 +469,7 @@ var deepCallers = []string{"cmp", "via_qsort", "recurse", "recurse", "recurse", 
 
 func testARM64Recorded(t *testing.T, flags, qemuArgs []string) {
 	pac := len(qemuArgs) > 0
-	bin := buildC(t, "aarch64-linux-gnu-gcc", "deep.c", flags...)
+	bin := testbuild.CC(t, "aarch64-linux-gnu-gcc", "", []string{"testdata/deep.c"}, flags...)
 	stops := gdbDumpARM64(t, bin, "with_alloca", 120, qemuArgs...)
 	tc := tableCache{}
 	u := NewUnwinder(nil)
@@ -556,7 +558,7 @@ func funcNames(t *testing.T, bin string, texts []gdbMap, pcs []uint64) []string 
 // PerfRegsAMD64, the stack as an 8 KiB PERF_SAMPLE_STACK_USER copy from
 // sp, unwound with Regs.SetPerf and a StackCopy.
 func TestPerfSampleFlow(t *testing.T) {
-	bin := buildC(t, "gcc", "deep.c", "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/deep.c"}, "-O2", "-fomit-frame-pointer")
 	s := gdbDump(t, bin, "marker", 0)[0]
 	var block []uint64
 	for p := 0; p < 64; p++ {

@@ -8,6 +8,8 @@ import (
 	"math/rand"
 	"os"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // lazyLibraries are system files with large .eh_frame sections, as a
@@ -28,7 +30,7 @@ var lazyLibraries = []string{
 // .eh_frame_hdr), the same libraries' .eh_frame indexed by a scan, and a
 // Go program (.debug_frame only, indexed by a scan).
 func TestLazyTableMatchesFull(t *testing.T) {
-	files := append([]string{buildC(t, "gcc", "deep.c", "-O2", "-g", "-fomit-frame-pointer"), buildGo(t, "goprog")}, lazyLibraries...)
+	files := append([]string{testbuild.CC(t, "gcc", "", []string{"testdata/deep.c"}, "-O2", "-g", "-fomit-frame-pointer"), buildGo(t, "goprog")}, lazyLibraries...)
 	tested := 0
 	for _, path := range files {
 		f, err := elf.Open(path)
@@ -98,7 +100,7 @@ func TestLazyTableFewFDEs(t *testing.T) {
 	const path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(path)
 	if err != nil {
-		t.Skip(err)
+		testbuild.Skip(t, "%v", err)
 	}
 	defer f.Close()
 	lazy, err := NewLazyTableELF(f, path)

@@ -4,6 +4,8 @@ import (
 	"debug/elf"
 	"os"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // TestCFAShareLazyEstimate holds the lazy table's estimate of the
@@ -13,8 +15,8 @@ import (
 // within 5 points.
 func TestCFAShareLazyEstimate(t *testing.T) {
 	files := append([]string{
-		buildC(t, "gcc", "deep.c", "-O2", "-g", "-fomit-frame-pointer"),
-		buildC(t, "gcc", "deep.c", "-O2", "-g", "-fno-omit-frame-pointer"),
+		testbuild.CC(t, "gcc", "", []string{"testdata/deep.c"}, "-O2", "-g", "-fomit-frame-pointer"),
+		testbuild.CC(t, "gcc", "", []string{"testdata/deep.c"}, "-O2", "-g", "-fno-omit-frame-pointer"),
 		buildGo(t, "goprog"),
 		"/usr/bin/python3",
 	}, lazyLibraries...)

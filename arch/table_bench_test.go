@@ -3,6 +3,8 @@ package arch
 import (
 	"debug/elf"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // BenchmarkNewTableELF builds the unwind table of libc, as a recorder does
@@ -11,7 +13,7 @@ func BenchmarkNewTableELF(b *testing.B) {
 	const path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(path)
 	if err != nil {
-		b.Skip(err)
+		testbuild.Skip(b, "%v", err)
 	}
 	defer f.Close()
 	b.ReportAllocs()
@@ -28,12 +30,12 @@ func BenchmarkLazyTableELF(b *testing.B) {
 	const path = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(path)
 	if err != nil {
-		b.Skip(err)
+		testbuild.Skip(b, "%v", err)
 	}
 	defer f.Close()
 	syms, err := f.DynamicSymbols()
 	if err != nil || len(syms) < 20 {
-		b.Skip("libc without dynamic symbols")
+		testbuild.Skip(b, "libc without dynamic symbols")
 	}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

@@ -127,44 +127,53 @@ func runDWARF(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rounds, reps := "300", 3
+	rounds, reps := "300", 11
 	if cfg.short {
-		rounds, reps = "60", 2
+		rounds, reps = "60", 3
 	}
 	perf, perfErr := exec.LookPath("perf")
+	if perfErr != nil {
+		if err := needPeer("perf not installed"); err != nil {
+			return nil, err
+		}
+	}
 	var online, raw, pf []dwarfRun
-	for i := 0; i < reps; i++ {
-		for _, keep := range []bool{false, true} {
+	withRawstack := func(keep bool) func() error {
+		return func() error {
 			out := filepath.Join(cfg.work, "dwarf.rawstack")
 			args := []string{"record", "-q", "-F", "1000", "--unwind", "dwarf", "--stack-size", "8192", "-o", out}
 			if keep {
 				args = append(args, "--keep-raw")
 			}
 			var r dwarfRun
+			var err error
 			if err = r.recordTimed(exec.Command(rawstack, append(args, "--", load, rounds)...)); err != nil {
-				return nil, fmt.Errorf("rawstack record: %w", err)
+				return fmt.Errorf("rawstack record: %w", err)
 			}
 			if r.bytes, r.samples, err = countSamples(out); err != nil {
-				return nil, err
+				return err
 			}
 			if r.reportWall, err = timed(exec.Command(rawstack, "report", "--no-debuginfod", out)); err != nil {
-				return nil, fmt.Errorf("rawstack report: %w", err)
+				return fmt.Errorf("rawstack report: %w", err)
 			}
 			if r.chain, err = rawstackChain(rawstack, out); err != nil {
-				return nil, err
+				return err
 			}
 			if keep {
 				raw = append(raw, r)
 			} else {
 				online = append(online, r)
 			}
+			return nil
 		}
+	}
+	withPerf := func() error {
 		if perfErr != nil {
-			continue
+			return nil
 		}
 		pdata := filepath.Join(cfg.work, "dwarf.perf.data")
 		var r dwarfRun
-		err = r.recordTimed(exec.Command(perf, "record", "-q", "-F", "1000", "--call-graph", "dwarf,8192", "-o", pdata, "--", load, rounds))
+		err := r.recordTimed(exec.Command(perf, "record", "-q", "-F", "1000", "--call-graph", "dwarf,8192", "-o", pdata, "--", load, rounds))
 		if err == nil {
 			r.bytes, r.samples, err = perfSamples(perf, pdata)
 		}
@@ -175,17 +184,18 @@ func runDWARF(cfg *config) ([]row, error) {
 			r.chain, err = perfChain(perf, pdata)
 		}
 		if err != nil {
-			perfErr = fmt.Errorf("perf: %w", err)
-			continue
+			return fmt.Errorf("perf: %w", err)
 		}
 		pf = append(pf, r)
+		return nil
+	}
+	for i := 0; i < reps; i++ {
+		if err := inTurn(i, withRawstack(false), withRawstack(true), withPerf); err != nil {
+			return nil, err
+		}
 	}
 	med := func(rs []dwarfRun, f func(dwarfRun) float64) float64 {
-		rr := make([]recordRun, len(rs))
-		for i := range rs {
-			rr[i].cpuNs = f(rs[i])
-		}
-		return median(rr, func(r recordRun) float64 { return r.cpuNs })
+		return medianBy(rs, f)
 	}
 	bps := func(r dwarfRun) float64 { return r.bps() }
 	rep := func(r dwarfRun) float64 { return r.reportWall.Seconds() }
@@ -195,11 +205,8 @@ func runDWARF(cfg *config) ([]row, error) {
 	chain := func(r dwarfRun) float64 { return 100 * r.chain }
 	fmt.Fprintf(cfg.logger, "  online %.0f B/sample, keep-raw %.0f B/sample, %.0f samples\n", med(online, bps), med(raw, bps), med(online, n))
 	peer, note := "perf --call-graph dwarf", ""
-	if perfErr != nil || len(pf) == 0 {
-		peer, note = "", "perf not available"
-		if perfErr != nil {
-			note = perfErr.Error()
-		}
+	if perfErr != nil {
+		peer, note = "", "perf not installed"
 	}
 	pv := func(f func(dwarfRun) float64) float64 {
 		if peer == "" {

@@ -3,10 +3,11 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,7 +44,7 @@ type sysRun struct {
 
 func runEBPF(cfg *config) ([]row, error) {
 	if os.Geteuid() != 0 {
-		return []row{{Scenario: "ebpf", Metric: "skipped", Note: "needs root (CAP_BPF, CAP_PERFMON)"}}, nil
+		return absent("ebpf", "skipped", "needs root (CAP_BPF, CAP_PERFMON)")
 	}
 	load, err := buildC(cfg, "recordload.cc", "-O2", "-fno-omit-frame-pointer")
 	if err != nil {
@@ -61,6 +62,11 @@ func runEBPF(cfg *config) ([]row, error) {
 		return nil, fmt.Errorf("go build rawstack-ebpf: %v\n%s", err, b)
 	}
 	perf, perfErr := exec.LookPath("perf")
+	if perfErr != nil {
+		if err := needPeer("perf not installed"); err != nil {
+			return nil, err
+		}
+	}
 	rounds, reps := "40", 11
 	if cfg.short {
 		reps = 3
@@ -107,7 +113,13 @@ func runEBPF(cfg *config) ([]row, error) {
 	}
 	runs := map[string][]sysRun{}
 	for i := 0; i < reps; i++ {
-		for _, v := range variants {
+		// In alternating order: as listed in even rounds, reversed in
+		// odd ones.
+		order := append(variants[:0:0], variants...)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
 			var r sysRun
 			var err error
 			if v.cmd == nil {
@@ -136,30 +148,19 @@ func runEBPF(cfg *config) ([]row, error) {
 		}
 	}
 	med := func(name string, f func(sysRun) float64) float64 {
-		v := make([]float64, 0, len(runs[name]))
-		for _, r := range runs[name] {
-			v = append(v, f(r))
-		}
-		sort.Float64s(v)
-		if len(v) == 0 {
-			return 0
-		}
-		return v[len(v)/2]
+		return medianBy(runs[name], f)
 	}
 	// pairRatio is the median over rounds of a/b, the figure of a pair
 	// measured back to back.
 	pairRatio := func(a, b string, f func(sysRun) float64) float64 {
 		var v []float64
 		for i := range runs[a] {
-			if i < len(runs[b]) && f(runs[b][i]) > 0 {
-				v = append(v, f(runs[a][i])/f(runs[b][i]))
+			if i >= len(runs[b]) || f(runs[b][i]) <= 0 {
+				return math.NaN() // a round with no figure of b: no ratio
 			}
+			v = append(v, f(runs[a][i])/f(runs[b][i]))
 		}
-		sort.Float64s(v)
-		if len(v) == 0 {
-			return 0
-		}
-		return v[len(v)/2]
+		return median(v)
 	}
 	base := med("base", func(r sysRun) float64 { return r.workCPU })
 	work := func(r sysRun) float64 { return r.workCPU }
@@ -214,7 +215,9 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	if err := recorder.Start(); err != nil {
 		return r, err
 	}
-	rss := watchRSS(recorder.Process.Pid)
+	// RSS over the recorder's whole life, start to exit, as its CPU
+	// time (wait4 at exit) is: its peak while it shuts down counts.
+	rss := watchRSS(recorder.Process.Pid, load)
 	time.Sleep(time.Second)
 	lr, err := runLoad(exec.Command(load, rounds))
 	if err != nil {
@@ -227,9 +230,11 @@ func runUnder(recorder *exec.Cmd, load, rounds string, bpfMaps bool) (sysRun, er
 	if bpfMaps {
 		r.mapBytes = bpfMapMemory(recorder.Process.Pid)
 	}
-	r.rssKiB = float64(rss.peakKiB())
+	rss.finishing()
 	recorder.Process.Signal(os.Interrupt)
-	if err := recorder.Wait(); err != nil {
+	err = recorder.Wait()
+	r.rssKiB = float64(rss.peakKiB())
+	if err != nil {
 		// perf record re-raises the SIGINT it handled, to exit by it.
 		if ws, ok := recorder.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
 			return r, fmt.Errorf("%s: %v: %s", recorder.Path, err, stderr.b)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,7 +135,13 @@ func runGoroutines(cfg *config) ([]row, error) {
 	var selfStopped, copied []float64
 	statsRE := regexp.MustCompile(`threads stopped ([\d.]+)(µs|ms|s), ([\d.]+) MB copied`)
 	for i := 0; i < runs; i++ {
-		for _, t := range tools {
+		// The tools in alternating order: as listed in even rounds,
+		// reversed in odd ones.
+		order := append([]*tool(nil), tools...)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, t := range order {
 			if t.skip != "" {
 				continue
 			}
@@ -169,6 +177,8 @@ func runGoroutines(cfg *config) ([]row, error) {
 					selfStopped = append(selfStopped, v)
 					mb, _ := strconv.ParseFloat(string(m[3]), 64)
 					copied = append(copied, mb)
+				} else {
+					return nil, fmt.Errorf("rawstack snapshot --goroutines --stats printed no threads stopped line: %s", lastLine(errb.Bytes()))
 				}
 			case "dlv":
 				t.count = bytes.Count(out.Bytes(), []byte("Goroutine "))
@@ -177,19 +187,31 @@ func runGoroutines(cfg *config) ([]row, error) {
 			}
 		}
 	}
+	if raw.skip != "" {
+		return nil, errors.New(raw.skip)
+	}
+	for _, t := range []*tool{dl, cu} {
+		// A peer missing or failing: a note on a laptop, an error in CI.
+		if t.skip != "" {
+			if err := needPeer(t.skip); err != nil {
+				return nil, err
+			}
+			t.ms, t.cpu, t.stopped = nil, nil, nil // runs before a failure are not a figure
+		}
+	}
 	for _, t := range tools {
-		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.1f ms, CPU %.1f ms, stopped %.1f ms, %d goroutines listed %s\n", t.name, len(t.ms), medianOf(t.ms), medianOf(t.cpu), medianOf(t.stopped), t.count, t.skip)
+		fmt.Fprintf(cfg.logger, "  %s: %d runs, median %.1f ms, CPU %.1f ms, stopped %.1f ms, %d goroutines listed %s\n", t.name, len(t.ms), median(t.ms), median(t.cpu), median(t.stopped), t.count, t.skip)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	counts := fmt.Sprintf("goroutines listed: rawstack %d, dlv %d, debug=2 %d, runtime %d; loadavg %s", raw.count, dl.count, cu.count, runtimeCount, strings.Join(strings.Fields(string(load))[:3], " "))
 	label := fmt.Sprintf("%d goroutines", n)
 	rows := []row{
-		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: medianOf(raw.ms), Peer: "dlv attach + goroutines -t", PeerVal: medianOf(dl.ms), Better: "lower", Note: strings.TrimSpace(raw.skip + " " + dl.skip + " " + counts)},
-		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: medianOf(raw.ms), Peer: "curl debug=2", PeerVal: medianOf(cu.ms), Better: "lower", Note: cu.skip},
-		{Scenario: "goroutines", Metric: "ms CPU (user+sys), " + label, Rawstack: medianOf(raw.cpu), Peer: "dlv attach + goroutines -t", PeerVal: medianOf(dl.cpu), Better: "lower", Note: "robust where the machine is loaded: wall times are not"},
-		{Scenario: "goroutines", Metric: "ms target in tracing stop (/proc poll)", Rawstack: medianOf(raw.stopped), Peer: "dlv attach + goroutines -t", PeerVal: medianOf(dl.stopped), Better: "lower", Note: "debug=2 stops the world in-process for its traceback instead (not visible here)"},
-		{Scenario: "goroutines", Metric: "ms threads stopped (rawstack's own clock)", Rawstack: medianOf(selfStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, including the memory copy"},
-		{Scenario: "goroutines", Metric: "MB of target memory copied", Rawstack: medianOf(copied), Better: "lower", Note: "touched private pages only (pagemap)"},
+		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.ms), Better: "lower", Note: strings.TrimSpace(raw.skip + " " + dl.skip + " " + counts)},
+		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "curl debug=2", PeerVal: median(cu.ms), Better: "lower", Note: cu.skip},
+		{Scenario: "goroutines", Metric: "ms CPU (user+sys), " + label, Rawstack: median(raw.cpu), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.cpu), Better: "lower", Note: "robust where the machine is loaded: wall times are not"},
+		{Scenario: "goroutines", Metric: "ms target in tracing stop (/proc poll)", Rawstack: median(raw.stopped), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.stopped), Better: "lower", Note: "debug=2 stops the world in-process for its traceback instead (not visible here)"},
+		{Scenario: "goroutines", Metric: "ms threads stopped (rawstack's own clock)", Rawstack: median(selfStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, including the memory copy"},
+		{Scenario: "goroutines", Metric: "MB of target memory copied", Rawstack: median(copied), Better: "lower", Note: "touched private pages only (pagemap)"},
 	}
 	return rows, nil
 }

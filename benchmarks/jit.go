@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -34,7 +33,7 @@ type jitRun struct {
 func runJIT(cfg *config) ([]row, error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		return []row{{Scenario: "jit", Metric: "hot function share", Note: "node not installed"}}, nil
+		return absent("jit", "hot function share", "node not installed")
 	}
 	rawstack, err := buildCLI(cfg)
 	if err != nil {
@@ -58,41 +57,43 @@ func runJIT(cfg *config) ([]row, error) {
 		rounds, pairs = "1500", 3
 	}
 	perf, perfErr := exec.LookPath("perf")
+	if perfErr != nil {
+		if err := needPeer("perf not installed"); err != nil {
+			return nil, err
+		}
+	}
 	argv := []string{node, "--perf-basic-prof", "app.js", rounds}
 	var rs, pf []jitRun
 	for i := 0; i < pairs; i++ {
-		r, err := jitRawstack(rawstack, dir, argv)
+		err := inTurn(i, func() error {
+			r, err := jitRawstack(rawstack, dir, argv)
+			rs = append(rs, r)
+			return err
+		}, func() error {
+			if perfErr != nil {
+				return nil
+			}
+			r, err := jitPerf(perf, dir, argv)
+			if err != nil {
+				return fmt.Errorf("perf record: %w", err)
+			}
+			pf = append(pf, r)
+			return nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, r)
-		if perfErr == nil {
-			r, err := jitPerf(perf, dir, argv)
-			if err != nil {
-				perfErr = err
-			} else {
-				pf = append(pf, r)
-			}
-		}
 	}
 	med := func(rs []jitRun, f func(jitRun) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		sort.Float64s(v)
-		return v[len(v)/2]
+		return medianBy(rs, f)
 	}
 	share := func(r jitRun) float64 { return 100 * r.share }
 	bps := func(r jitRun) float64 { return r.bytesPerSample }
 	jitB := func(r jitRun) float64 { return float64(r.jitBytes) }
 	mapB := func(r jitRun) float64 { return float64(r.mapSize) }
 	note := fmt.Sprintf("median of %d interleaved pairs", pairs)
-	if perfErr != nil || len(pf) == 0 {
-		n := "perf not available"
-		if perfErr != nil {
-			n = perfErr.Error()
-		}
+	if perfErr != nil {
+		n := "perf not installed"
 		return []row{
 			{Scenario: "jit", Metric: "samples naming fibJit (%)", Rawstack: med(rs, share), Better: "higher", Note: n},
 			{Scenario: "jit", Metric: "JIT bytes in the trace", Rawstack: med(rs, jitB), Better: "lower", Note: n},

@@ -5,14 +5,21 @@
 //
 //	go run ./benchmarks [-run REGEXP] [-short]
 //
-// A scenario whose peer or kernel feature is missing prints a row saying so
-// instead of a figure.
+// A scenario whose peer, tool or kernel feature is missing prints a row
+// saying so instead of a figure; under CI=true that is an error. The
+// command exits 1 when any scenario returns an error, so CI fails on a
+// broken scenario or a missing peer instead of printing a table.
+//
+// Figures are medians of an odd number of runs (median, in stats.go);
+// where rawstack is timed against a peer, both run as the processes users
+// run, start-up included, in alternating order (inTurn).
 package main
 
 import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -79,7 +86,7 @@ func main() {
 		}
 		start := time.Now()
 		fmt.Fprintf(os.Stderr, "running %s...\n", s.name)
-		r, err := s.run(cfg)
+		r, err := runScenario(s, cfg)
 		if err != nil {
 			failed = true
 			rows = append(rows, row{Scenario: s.name, Metric: "error", Note: err.Error()})
@@ -94,16 +101,35 @@ func main() {
 	}
 }
 
+// runScenario runs s, turning a panic of s (an even count given to
+// median, an index out of range) into its error, so that the other
+// scenarios still run and the table is printed.
+func runScenario(s *scenario, cfg *config) (rows []row, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rows, err = nil, fmt.Errorf("%s panicked: %v", s.name, p)
+		}
+	}()
+	return s.run(cfg)
+}
+
 func printTable(w io.Writer, rows []row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tmetric\trawstack\tpeer\tpeer value\tratio\tnote")
 	for _, r := range rows {
 		peerVal, ratio := "", ""
-		if r.Peer != "" && r.PeerVal != 0 {
+		if r.Peer != "" && !math.IsNaN(r.PeerVal) {
+			// A peer's 0 is a figure (no samples, no bytes): printed,
+			// with no ratio to divide by it.
 			peerVal = fmtNum(r.PeerVal)
+		}
+		if peerVal != "" && r.PeerVal != 0 && !math.IsNaN(r.Rawstack) {
 			q := r.Rawstack / r.PeerVal
-			if r.Better == "lower" && r.Rawstack != 0 {
-				ratio = fmt.Sprintf("%.2fx better", r.PeerVal/r.Rawstack)
+			if r.Better == "lower" {
+				// rawstack's 0 against a peer's figure: no finite ratio.
+				if r.Rawstack != 0 {
+					ratio = fmt.Sprintf("%.2fx better", r.PeerVal/r.Rawstack)
+				}
 				if q > 1 {
 					ratio = fmt.Sprintf("%.2fx worse", q)
 				}
@@ -117,7 +143,7 @@ func printTable(w io.Writer, rows []row) {
 			}
 		}
 		raw := ""
-		if r.Metric != "error" {
+		if r.Metric != "error" && !math.IsNaN(r.Rawstack) {
 			raw = fmtNum(r.Rawstack)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Metric, raw, r.Peer, peerVal, ratio, r.Note)

@@ -40,9 +40,11 @@ func runMemory(cfg *config) ([]row, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	// The recorder's own peak (VmHWM), polled: ru_maxrss would report at
-	// least this benchmark process's RSS, which it inherits.
-	rss := watchRSS(cmd.Process.Pid)
+	// The recorder's own peak (VmHWM), polled until it exits; not the
+	// traced program's: ru_maxrss would report at least this benchmark
+	// process's RSS, which it inherits, and RUSAGE_CHILDREN the largest
+	// of the recorder and the program.
+	rss := watchRSS(cmd.Process.Pid, bin)
 	err = cmd.Wait()
 	maxrssKB := rss.peakKiB()
 	if err != nil {
@@ -81,6 +83,7 @@ func memoryRows(maxrssKB int64, out, secs string) ([]row, error) {
 	fi, _ := f.Stat()
 	return []row{
 		{Scenario: "memory", Metric: "recorder peak RSS (MiB), " + secs + " s at 4 kHz, stacks rarely repeat", Rawstack: float64(maxrssKB) / 1024, Better: "lower",
+			// The recorder's own VmHWM; the traced program's is not counted.
 			Note: fmt.Sprintf("%d samples, %d distinct stacks (%d PCs, %.0f MiB uncapped) in %.0f MiB of trace", samples, stacks, pcs, float64(pcs*8)/(1<<20), float64(fi.Size())/(1<<20))},
 	}, nil
 }

@@ -13,14 +13,17 @@ import (
 	"regexp"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // The otlp scenario (issue 16): bytes per sample of the OTLP profiles
 // rawstack sends — raw and symbolized, as one request for a whole trace
 // (convert --to otlp) and streamed in batches (record --otlp-endpoint) —
 // against the gzipped pprof export of the same trace. The stream goes to
-// a local gRPC endpoint in this process that counts the request bytes
-// and answers OK.
+// a local gRPC endpoint in this process that answers OK; the bytes on the
+// wire are counted there, on the receiving side: every byte read from the
+// sender's TCP connections (HTTP/2 frames, headers and gRPC messages),
+// not the sender's own count of what it sent.
 func init() {
 	register(&scenario{name: "otlp", order: 160, run: runOTLP})
 }
@@ -85,7 +88,6 @@ func runOTLP(cfg *config) ([]row, error) {
 				return nil, fmt.Errorf("rawstack record: no otlp summary:\n%s", b)
 			}
 			sent, _ := strconv.ParseFloat(string(m[1]), 64)
-			wire, _ := strconv.ParseFloat(string(m[4]), 64)
 			if sent == 0 {
 				return nil, fmt.Errorf("rawstack record: no samples sent:\n%s", b)
 			}
@@ -97,10 +99,13 @@ func runOTLP(cfg *config) ([]row, error) {
 			if err != nil {
 				return nil, err
 			}
+			wire, err := ep.received()
+			if err != nil {
+				return nil, err
+			}
 			rows = append(rows, row{Scenario: "otlp", Metric: fmt.Sprintf("stream %s, %s batches: B/sample on the wire (gzip)", kind, interval),
-				Rawstack: wire / sent, Peer: "pprof.gz of the trace", PeerVal: float64(pprofBytes) / float64(samples), Better: "lower",
-				Note: fmt.Sprintf("%d samples, %s batches, endpoint counted %d B", int64(sent), m[2], ep.bytes.Load())})
-			ep.bytes.Store(0)
+				Rawstack: float64(wire) / sent, Peer: "pprof.gz of the trace", PeerVal: float64(pprofBytes) / float64(samples), Better: "lower",
+				Note: fmt.Sprintf("%d samples, %s batches; %d B received over TCP by the endpoint (the sender counted %s B of messages)", int64(sent), m[2], wire, m[4])})
 		}
 		if interval == "5s" {
 			_, samples, err := countSamples(trace)
@@ -133,11 +138,13 @@ func runOTLP(cfg *config) ([]row, error) {
 }
 
 // countingEndpoint is an OTLP/gRPC endpoint (HTTP/2 without TLS) that
-// counts request bytes and accepts everything.
+// accepts everything and counts every byte it reads from its
+// connections.
 type countingEndpoint struct {
 	addr  string
 	srv   *http.Server
 	bytes atomic.Int64
+	open  atomic.Int64 // connections not yet closed
 }
 
 func newCountingEndpoint() (*countingEndpoint, error) {
@@ -149,16 +156,63 @@ func newCountingEndpoint() (*countingEndpoint, error) {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	e.srv = &http.Server{Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		e.bytes.Add(n)
+		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Trailer", "Grpc-Status")
 		w.WriteHeader(http.StatusOK)
 		w.Write([]byte{0, 0, 0, 0, 0}) // an empty ExportProfilesServiceResponse
 		w.Header().Set("Grpc-Status", "0")
 	})}
-	go e.srv.Serve(l)
+	go e.srv.Serve(&countingListener{Listener: l, e: e})
 	return e, nil
 }
 
+// received waits until the connections of a sender that exited are
+// closed (the server has read all it sent), returns the bytes read from
+// them and resets the count.
+func (e *countingEndpoint) received() (int64, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for e.open.Load() > 0 {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("otlp endpoint %s: %d connections still open 10 s after the sender exited", e.addr, e.open.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return e.bytes.Swap(0), nil
+}
+
 func (e *countingEndpoint) close() { e.srv.Close() }
+
+type countingListener struct {
+	net.Listener
+	e *countingEndpoint
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.e.open.Add(1)
+	return &countingConn{Conn: c, e: l.e}, nil
+}
+
+// countingConn counts the bytes read from a sender's connection.
+type countingConn struct {
+	net.Conn
+	e      *countingEndpoint
+	closed atomic.Bool
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.e.bytes.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Close() error {
+	if !c.closed.Swap(true) {
+		c.e.open.Add(-1)
+	}
+	return c.Conn.Close()
+}

@@ -6,20 +6,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/pe"
-	"github.com/rawstack/rawstack/symbolizer/symsrv"
 )
 
 // The PDB scenario (issue 6): symbolize addresses of a PE image from its
 // PDB, inline frames included, in llvm-symbolizer's text format, against
 // llvm-symbolizer itself (native PDB reader) on the same image and
-// addresses. Each side starts from nothing: rawstack opens the image and
-// PDB in-process, llvm-symbolizer is a fresh process reading stdin.
+// addresses. Both sides run as users run them: a fresh process (rawstack
+// addr2line, llvm-symbolizer-19) that opens the image and its PDB and
+// answers the addresses from stdin, start-up included; runs alternate
+// (A B, B A, ...), and the speedup is the median of the per-pair ratios.
 func init() {
 	register(&scenario{name: "pdb-symbolize", order: 60, run: runPDBSymbolize})
 }
@@ -71,11 +70,15 @@ func runPDBSymbolize(cfg *config) ([]row, error) {
 	// llvm-symbolizer 19: LLVM 14's PDB reader gives some inlined ranges
 	// the next range's line (see symbolizer/pdb inlineLineOffset).
 	if _, err := exec.LookPath("llvm-symbolizer-19"); err != nil {
-		return []row{{Scenario: name, Metric: "addresses/s", Note: "llvm-symbolizer-19 not installed"}}, nil
+		return absent(name, "addresses/s", "llvm-symbolizer-19 not installed (apt-get install llvm-19)")
 	}
 	exe, err := buildPDBFixture(cfg)
 	if err != nil {
-		return []row{{Scenario: name, Metric: "addresses/s", Note: err.Error()}}, nil
+		return absent(name, "addresses/s", err.Error())
+	}
+	cli, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
 	}
 	img, err := pe.Open(exe)
 	if err != nil {
@@ -94,77 +97,60 @@ func runPDBSymbolize(cfg *config) ([]row, error) {
 	}
 
 	// Every byte of .text, in a fixed pseudo-random order, repeated.
-	n := 200000
+	n, pairs := 200000, 11
 	if cfg.short {
-		n = 40000
+		n, pairs = 40000, 3
 	}
-	vas := make([]uint64, n)
+	var in bytes.Buffer
 	x := uint32(2463534242)
-	for i := range vas {
+	for i := 0; i < n; i++ {
 		x ^= x << 13
 		x ^= x >> 17
 		x ^= x << 5
-		vas[i] = base + uint64(start+x%(end-start))
+		fmt.Fprintf(&in, "%#x\n", base+uint64(start+x%(end-start)))
 	}
-	var in bytes.Buffer
-	for _, va := range vas {
-		fmt.Fprintf(&in, "%#x\n", va)
+	type side struct {
+		name string
+		args []string
+		out  []byte
+		secs []float64
 	}
-
-	rawstack := func() ([]byte, time.Duration, error) {
-		t0 := time.Now()
-		src, err := symsrv.OpenPE(exe, nil)
-		if err != nil {
-			return nil, 0, err
-		}
-		defer src.Close()
-		out := make([]byte, 0, 64*n)
-		var frames []symbolizer.Frame
-		for _, va := range vas {
-			frames, err = src.Symbolize(va-base, frames[:0])
+	ours := &side{name: "rawstack addr2line", args: []string{cli, "addr2line", "--obj", exe}}
+	theirs := &side{name: "llvm-symbolizer-19", args: []string{"llvm-symbolizer-19", "--obj=" + exe}}
+	run := func(sd *side) func() error {
+		return func() error {
+			var stderr bytes.Buffer
+			cmd := exec.Command(sd.args[0], sd.args[1:]...)
+			cmd.Stdin, cmd.Stderr = bytes.NewReader(in.Bytes()), &stderr
+			t0 := time.Now()
+			out, err := cmd.Output()
+			d := time.Since(t0)
 			if err != nil {
-				return nil, 0, err
+				return fmt.Errorf("%s %s: %v: %s", sd.name, exe, err, bytes.TrimSpace(stderr.Bytes()))
 			}
-			out = symbolizer.AppendLLVM(out, frames)
+			sd.out, sd.secs = out, append(sd.secs, d.Seconds())
+			return nil
 		}
-		return out, time.Since(t0), nil
 	}
-	peer := func() ([]byte, time.Duration, error) {
-		t0 := time.Now()
-		cmd := exec.Command("llvm-symbolizer-19", "--obj="+exe)
-		cmd.Stdin = bytes.NewReader(in.Bytes())
-		out, err := cmd.Output()
-		return out, time.Since(t0), err
-	}
-
-	var ours, theirs []time.Duration
+	var ratios []float64
 	identical := true
-	for round := 0; round < 3; round++ {
-		a, da, err := rawstack()
-		if err != nil {
+	for p := 0; p < pairs; p++ {
+		if err := inTurn(p, run(ours), run(theirs)); err != nil {
 			return nil, err
 		}
-		b, db, err := peer()
-		if err != nil {
-			return nil, fmt.Errorf("llvm-symbolizer: %v", err)
-		}
-		ours, theirs = append(ours, da), append(theirs, db)
-		if !bytes.Equal(a, b) {
+		ratios = append(ratios, theirs.secs[p]/ours.secs[p])
+		if !bytes.Equal(ours.out, theirs.out) {
 			identical = false
 		}
 	}
-	med := func(d []time.Duration) time.Duration {
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		return d[len(d)/2]
-	}
-	mo, mt := med(ours), med(theirs)
-	note := fmt.Sprintf("%d addresses over %d bytes of .text, inline frames on; output identical", n, end-start)
+	mo, mt, mr := median(ours.secs), median(theirs.secs), median(ratios)
+	note := fmt.Sprintf("%d addresses over %d bytes of .text, inline frames on, fresh process each, %d alternating pairs; median speedup %.2fx; output identical", n, end-start, pairs, mr)
 	if !identical {
-		note = "OUTPUT DIFFERS from llvm-symbolizer-19"
+		note = fmt.Sprintf("OUTPUT DIFFERS from llvm-symbolizer-19; median speedup %.2fx", mr)
 	}
-	fmt.Fprintf(cfg.logger, "  pdb-symbolize: rawstack %v, llvm-symbolizer-19 %v (median of 3)\n", mo, mt)
+	fmt.Fprintf(cfg.logger, "  pdb-symbolize: rawstack %.1f ms, llvm-symbolizer-19 %.1f ms (medians of %d pairs), ratio %.2f\n", mo*1000, mt*1000, pairs, mr)
 	return []row{
-		{Scenario: name, Metric: "addresses/s", Rawstack: float64(n) / mo.Seconds(), Peer: "llvm-symbolizer-19", PeerVal: float64(n) / mt.Seconds(), Better: "higher", Note: note},
-		{Scenario: name, Metric: "total ms", Rawstack: float64(mo.Microseconds()) / 1000, Peer: "llvm-symbolizer-19", PeerVal: float64(mt.Microseconds()) / 1000, Better: "lower", Note: "target: >= 2x faster"},
+		{Scenario: name, Metric: "addresses/s", Rawstack: float64(n) / mo, Peer: "llvm-symbolizer-19", PeerVal: float64(n) / mt, Better: "higher", Note: note},
+		{Scenario: name, Metric: "total ms", Rawstack: mo * 1000, Peer: "llvm-symbolizer-19", PeerVal: mt * 1000, Better: "lower", Note: "target: >= 2x faster"},
 	}, nil
 }

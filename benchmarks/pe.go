@@ -15,7 +15,7 @@ import (
 // llvm-symbolizer-19 on Windows binaries that carry DWARF inside the PE:
 // a Go program for Windows and a mingw-w64 gcc -O2 -g program. End to
 // end: each side is a fresh process that opens the image and answers the
-// same addresses from stdin; runs alternate A B, and the figure is the
+// same addresses from stdin; runs alternate (A B, B A, ...), and the figure is the
 // median of the per-pair ratios. The Go image is linked with
 // -compressdwarf=false because llvm-symbolizer 19 cannot read the Go
 // linker's compressed .zdebug sections in PE (it would answer from the
@@ -75,11 +75,11 @@ func buildPEFixtures(cfg *config) (goExe, mingwExe string, err error) {
 func runPESymbolize(cfg *config) ([]row, error) {
 	const name = "pe-symbolize"
 	if _, err := exec.LookPath(peOracle); err != nil {
-		return []row{{Scenario: name, Metric: "addresses/s", Note: peOracle + " not installed (apt-get install llvm-19)"}}, nil
+		return absent(name, "addresses/s", peOracle+" not installed (apt-get install llvm-19)")
 	}
 	goExe, mingwExe, err := buildPEFixtures(cfg)
 	if err != nil {
-		return []row{{Scenario: name, Metric: "addresses/s", Note: err.Error()}}, nil
+		return absent(name, "addresses/s", err.Error())
 	}
 	cli, err := buildCLI(cfg)
 	if err != nil {
@@ -87,7 +87,7 @@ func runPESymbolize(cfg *config) ([]row, error) {
 	}
 	n, pairs := 20000, 11
 	if cfg.short {
-		n = 5000
+		n, pairs = 5000, 3
 	}
 	var rows []row
 	for _, fx := range []struct{ label, exe string }{{"go", goExe}, {"mingw", mingwExe}} {
@@ -105,13 +105,21 @@ func runPESymbolize(cfg *config) ([]row, error) {
 		var ours, theirs, ratios []float64
 		identical := true
 		for p := 0; p < pairs; p++ {
-			a, da, err := run(cli, "addr2line", "--obj", fx.exe)
+			var a, b []byte
+			var da, db time.Duration
+			err := inTurn(p, func() (err error) {
+				if a, da, err = run(cli, "addr2line", "--obj", fx.exe); err != nil {
+					err = fmt.Errorf("rawstack addr2line %s: %v", fx.exe, err)
+				}
+				return err
+			}, func() (err error) {
+				if b, db, err = run(peOracle, "--obj", fx.exe); err != nil {
+					err = fmt.Errorf("%s %s: %v", peOracle, fx.exe, err)
+				}
+				return err
+			})
 			if err != nil {
-				return nil, fmt.Errorf("rawstack addr2line %s: %v", fx.exe, err)
-			}
-			b, db, err := run(peOracle, "--obj", fx.exe)
-			if err != nil {
-				return nil, fmt.Errorf("%s %s: %v", peOracle, fx.exe, err)
+				return nil, err
 			}
 			if !bytes.Equal(a, b) {
 				identical = false
@@ -119,7 +127,7 @@ func runPESymbolize(cfg *config) ([]row, error) {
 			ours, theirs = append(ours, da.Seconds()), append(theirs, db.Seconds())
 			ratios = append(ratios, db.Seconds()/da.Seconds())
 		}
-		mo, mt, mr := medianOf(ours), medianOf(theirs), medianOf(ratios)
+		mo, mt, mr := median(ours), median(theirs), median(ratios)
 		note := fmt.Sprintf("%d addresses of .text, fresh process each, %d A/B pairs; median speedup %.2fx; output identical", n, pairs, mr)
 		if !identical {
 			note = fmt.Sprintf("OUTPUT DIFFERS from %s; median speedup %.2fx", peOracle, mr)

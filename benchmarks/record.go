@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 )
 
@@ -49,71 +48,84 @@ func runRecord(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rounds, reps := "150", 5
+	rounds, reps := "150", 11
 	if cfg.short {
 		rounds, reps = "40", 3
 	}
 	perf, perfErr := exec.LookPath("perf")
+	if perfErr != nil {
+		if err := needPeer("perf not installed"); err != nil {
+			return nil, err
+		}
+	}
 
 	var base, rs, pf []recordRun
 	for i := 0; i < reps; i++ {
-		r, err := runLoad(exec.Command(load, rounds))
-		if err != nil {
-			return nil, fmt.Errorf("unsampled: %w", err)
+		unsampled := func() error {
+			r, err := runLoad(exec.Command(load, rounds))
+			if err != nil {
+				return fmt.Errorf("unsampled: %w", err)
+			}
+			base = append(base, r)
+			return nil
 		}
-		base = append(base, r)
-
-		out := filepath.Join(cfg.work, "trace.rawstack")
-		r, err = runLoad(exec.Command(rawstack, "record", "-q", "-F", "1000", "--unwind", "fp", "-o", out, "--", load, rounds))
-		if err != nil {
-			return nil, fmt.Errorf("rawstack record: %w", err)
+		withRawstack := func() error {
+			out := filepath.Join(cfg.work, "trace.rawstack")
+			r, err := runLoad(exec.Command(rawstack, "record", "-q", "-F", "1000", "--unwind", "fp", "-o", out, "--", load, rounds))
+			if err != nil {
+				return fmt.Errorf("rawstack record: %w", err)
+			}
+			r.bytes, r.samples, err = countSamples(out)
+			if err != nil {
+				return err
+			}
+			rs = append(rs, r)
+			return nil
 		}
-		r.bytes, r.samples, err = countSamples(out)
-		if err != nil {
-			return nil, err
-		}
-		rs = append(rs, r)
-
-		if perfErr == nil {
+		withPerf := func() error {
+			if perfErr != nil {
+				return nil
+			}
 			pdata := filepath.Join(cfg.work, "perf.data")
-			r, err = runLoad(exec.Command(perf, "record", "-q", "-F", "1000", "-g", "-o", pdata, "--", load, rounds))
+			r, err := runLoad(exec.Command(perf, "record", "-q", "-F", "1000", "-g", "-o", pdata, "--", load, rounds))
 			if err == nil {
 				r.bytes, r.samples, err = perfSamples(perf, pdata)
 			}
 			if err != nil {
-				perfErr = fmt.Errorf("perf record: %w", err)
-			} else {
-				pf = append(pf, r)
+				// perf is there but fails: a broken peer is an error.
+				return fmt.Errorf("perf record: %w", err)
 			}
+			pf = append(pf, r)
+			return nil
+		}
+		if err := inTurn(i, unsampled, withRawstack, withPerf); err != nil {
+			return nil, err
 		}
 	}
-	b := median(base, func(r recordRun) float64 { return r.cpuNs })
-	rsCPU := median(rs, func(r recordRun) float64 { return r.cpuNs })
-	rsBPS := median(rs, func(r recordRun) float64 { return float64(r.bytes) / float64(max(r.samples, 1)) })
-	rsN := median(rs, func(r recordRun) float64 { return float64(r.samples) })
+	b := medianBy(base, func(r recordRun) float64 { return r.cpuNs })
+	rsCPU := medianBy(rs, func(r recordRun) float64 { return r.cpuNs })
+	rsBPS := medianBy(rs, func(r recordRun) float64 { return float64(r.bytes) / float64(max(r.samples, 1)) })
+	rsN := medianBy(rs, func(r recordRun) float64 { return float64(r.samples) })
 	fmt.Fprintf(cfg.logger, "  unsampled %.0f ms CPU, rawstack %.0f ms (%.0f samples)\n", b/1e6, rsCPU/1e6, rsN)
 	rows := []row{
 		{Scenario: "record", Metric: "workload CPU time, unsampled (ms)", Rawstack: b / 1e6, Better: "lower"},
 	}
-	if perfErr != nil || len(pf) == 0 {
-		note := "perf not available"
-		if perfErr != nil {
-			note = perfErr.Error()
-		}
+	if perfErr != nil {
+		note := "perf not installed"
 		return append(rows,
 			row{Scenario: "record", Metric: "slowdown at 1000 Hz (x)", Rawstack: rsCPU / b, Better: "lower", Note: note},
 			row{Scenario: "record", Metric: "trace bytes/sample", Rawstack: rsBPS, Better: "lower", Note: note},
 		), nil
 	}
-	pfCPU := median(pf, func(r recordRun) float64 { return r.cpuNs })
-	pfBPS := median(pf, func(r recordRun) float64 { return float64(r.bytes) / float64(max(r.samples, 1)) })
-	pfN := median(pf, func(r recordRun) float64 { return float64(r.samples) })
+	pfCPU := medianBy(pf, func(r recordRun) float64 { return r.cpuNs })
+	pfBPS := medianBy(pf, func(r recordRun) float64 { return float64(r.bytes) / float64(max(r.samples, 1)) })
+	pfN := medianBy(pf, func(r recordRun) float64 { return float64(r.samples) })
 	return append(rows,
 		row{Scenario: "record", Metric: "slowdown at 1000 Hz (x)", Rawstack: rsCPU / b, Peer: "perf record -g", PeerVal: pfCPU / b, Better: "lower", Note: "target: no worse than perf"},
 		row{Scenario: "record", Metric: "trace bytes/sample", Rawstack: rsBPS, Peer: "perf.data", PeerVal: pfBPS, Better: "lower", Note: "target: <= 1/5 of perf.data"},
 		row{Scenario: "record", Metric: "samples recorded", Rawstack: rsN, Peer: "perf record -g", PeerVal: pfN, Better: "higher"},
-		row{Scenario: "record", Metric: "recorder CPU/sample (us)", Rawstack: median(rs, recordRun.recorderNsPerSample) / 1e3,
-			Peer: "perf record -g", PeerVal: median(pf, recordRun.recorderNsPerSample) / 1e3, Better: "lower",
+		row{Scenario: "record", Metric: "recorder CPU/sample (us)", Rawstack: medianBy(rs, recordRun.recorderNsPerSample) / 1e3,
+			Peer: "perf record -g", PeerVal: medianBy(pf, recordRun.recorderNsPerSample) / 1e3, Better: "lower",
 			Note: "whole recorder process incl. startup and exit"},
 	), nil
 }
@@ -151,16 +163,4 @@ func perfSamples(perf, path string) (int64, int64, error) {
 	}
 	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	return fi.Size(), n, nil
-}
-
-func median(rs []recordRun, f func(recordRun) float64) float64 {
-	if len(rs) == 0 {
-		return 0
-	}
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
-	}
-	sort.Float64s(v)
-	return v[len(v)/2]
 }

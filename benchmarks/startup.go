@@ -78,38 +78,44 @@ func runStartup(cfg *config) ([]row, error) {
 	load0 := loadAvg()
 	var raw, goFloor, cRes result
 	var ratio, goRatio []float64
-	for i := 0; i < pairs; i++ {
-		if err := timeRun(&raw, cli, "--help"); err != nil {
+	if cNote != "" {
+		if err := needPeer(cNote); err != nil {
 			return nil, err
 		}
-		if err := timeRun(&goFloor, triv); err != nil {
+	}
+	for i := 0; i < pairs; i++ {
+		sides := []func() error{
+			func() error { return timeRun(&raw, cli, "--help") },
+			func() error { return timeRun(&goFloor, triv) },
+		}
+		if cFloor != "" {
+			sides = append(sides, func() error { return timeRun(&cRes, cFloor) })
+		}
+		if err := inTurn(i, sides...); err != nil {
 			return nil, err
 		}
 		ratio = append(ratio, raw.ms[i]/goFloor.ms[i])
 		if cFloor != "" {
-			if err := timeRun(&cRes, cFloor); err != nil {
-				return nil, err
-			}
 			goRatio = append(goRatio, goFloor.ms[i]/cRes.ms[i])
 		}
 	}
 	load := fmt.Sprintf("loadavg %s → %s", load0, loadAvg())
 	rows := []row{
-		{Scenario: "startup", Metric: "ms rawstack --help, process start to exit", Rawstack: medianOf(raw.ms), Peer: "empty Go program", PeerVal: medianOf(goFloor.ms), Better: "lower",
-			Note: fmt.Sprintf("target ≤ 3 ms; median ratio of %d alternating rounds %.2f; %s", pairs, medianOf(ratio), load)},
+		{Scenario: "startup", Metric: "ms rawstack --help, process start to exit", Rawstack: median(raw.ms), Peer: "empty Go program", PeerVal: median(goFloor.ms), Better: "lower",
+			Note: fmt.Sprintf("target ≤ 3 ms; median ratio of %d alternating rounds %.2f; %s", pairs, median(ratio), load)},
 	}
 	if cFloor != "" {
-		rows = append(rows, row{Scenario: "startup", Metric: "ms empty Go program (the Go floor)", Rawstack: medianOf(goFloor.ms), Peer: "empty static C program", PeerVal: medianOf(cRes.ms), Better: "lower",
-			Note: fmt.Sprintf("what the Go runtime's start costs here; median ratio %.2f", medianOf(goRatio))})
+		rows = append(rows, row{Scenario: "startup", Metric: "ms empty Go program (the Go floor)", Rawstack: median(goFloor.ms), Peer: "empty static C program", PeerVal: median(cRes.ms), Better: "lower",
+			Note: fmt.Sprintf("what the Go runtime's start costs here; median ratio %.2f", median(goRatio))})
 	} else {
-		rows = append(rows, row{Scenario: "startup", Metric: "ms empty Go program (the Go floor)", Rawstack: medianOf(goFloor.ms), Note: cNote})
+		rows = append(rows, row{Scenario: "startup", Metric: "ms empty Go program (the Go floor)", Rawstack: median(goFloor.ms), Note: cNote})
 	}
-	if medianOf(raw.faults) > 0 {
+	if median(raw.faults) > 0 {
 		note := "the same in every run; on this kind of VM each costs µs"
 		if cFloor != "" {
-			note = fmt.Sprintf("empty static C program: %.0f", medianOf(cRes.faults))
+			note = fmt.Sprintf("empty static C program: %.0f", median(cRes.faults))
 		}
-		rows = append(rows, row{Scenario: "startup", Metric: "minor page faults, rawstack --help", Rawstack: medianOf(raw.faults), Peer: "empty Go program", PeerVal: medianOf(goFloor.faults), Better: "lower", Note: note})
+		rows = append(rows, row{Scenario: "startup", Metric: "minor page faults, rawstack --help", Rawstack: median(raw.faults), Peer: "empty Go program", PeerVal: median(goFloor.faults), Better: "lower", Note: note})
 	}
 	return rows, nil
 }

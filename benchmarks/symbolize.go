@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -103,9 +102,7 @@ func runTool(t tool, input []byte) ([]byte, time.Duration, error) {
 }
 
 func medianDur(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	return time.Duration(medianBy(ds, func(d time.Duration) float64 { return float64(d) }))
 }
 
 // compareLLVM counts rawstack blocks identical to llvm-symbolizer's, those
@@ -164,7 +161,7 @@ func runSymbolize(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, rounds := 20000, 5
+	n, rounds := 20000, 11
 	if cfg.short {
 		n, rounds = 5000, 3
 	}
@@ -172,7 +169,11 @@ func runSymbolize(cfg *config) ([]row, error) {
 	for _, c := range symCorpora() {
 		scen := "symbolize/" + c.name
 		if _, err := os.Stat(c.path); c.path == "" || err != nil {
-			rows = append(rows, row{Scenario: scen, Metric: "wall ms", Note: "corpus missing: " + c.missing})
+			r, err := absent(scen, "wall ms", "corpus missing: "+c.missing)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
 			continue
 		}
 		addrs, err := textAddrs(c.path, n)
@@ -186,9 +187,13 @@ func runSymbolize(cfg *config) ([]row, error) {
 		tools := []tool{{name: "rawstack", args: []string{rawstack, "addr2line", "--obj", c.path}}}
 		if p, err := exec.LookPath("llvm-symbolizer"); err == nil {
 			tools = append(tools, tool{name: "llvm-symbolizer", args: []string{p, "--obj", c.path}})
+		} else if err := needPeer("llvm-symbolizer not installed"); err != nil {
+			return nil, err
 		}
 		if p, err := exec.LookPath("addr2line"); err == nil {
 			tools = append(tools, tool{name: "addr2line -i -f -C", args: []string{p, "-i", "-f", "-C", "-e", c.path}})
+		} else if err := needPeer("addr2line not installed"); err != nil {
+			return nil, err
 		}
 		times := make([][]time.Duration, len(tools))
 		outs := make([][]byte, len(tools))
@@ -199,12 +204,16 @@ func runSymbolize(cfg *config) ([]row, error) {
 			}
 		}
 		for r := 0; r < rounds; r++ {
+			sides := make([]func() error, len(tools))
 			for i, t := range tools {
-				_, d, err := runTool(t, in.Bytes())
-				if err != nil {
-					return nil, err
+				sides[i] = func() error {
+					_, d, err := runTool(t, in.Bytes())
+					times[i] = append(times[i], d)
+					return err
 				}
-				times[i] = append(times[i], d)
+			}
+			if err := inTurn(r, sides...); err != nil {
+				return nil, err
 			}
 		}
 		ours := medianDur(times[0])

@@ -42,9 +42,9 @@ func runUnwind(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	secs, reps := "1", 3
+	secs, reps := "1", 11
 	if cfg.short {
-		secs, reps = "0.5", 1
+		secs, reps = "0.5", 3
 	}
 	works := []unwindWork{{
 		name: "shrink-wrapped C",
@@ -60,6 +60,9 @@ func runUnwind(cfg *config) ([]row, error) {
 	pyNote := ""
 	if _, err := os.Stat(py); err != nil {
 		pyNote = "Debian's python3 not installed"
+		if err := needPeer(pyNote); err != nil {
+			return nil, err
+		}
 	} else {
 		script := filepath.Join("benchmarks", "testdata", "pyload.py")
 		if _, err := os.Stat(script); err != nil {
@@ -83,30 +86,38 @@ func runUnwind(cfg *config) ([]row, error) {
 	stats := map[string]*unwindStat{}
 	for r := 0; r < reps; r++ {
 		for _, w := range works {
-			for _, m := range modes {
-				out := filepath.Join(cfg.work, "unwind.rawstack")
-				cmd := exec.Command(cli, append([]string{"record", "-q", "-F", "1000", "--unwind", m, "-o", out, "--"}, w.cmd...)...)
-				lr, err := runLoad(cmd)
-				if err != nil {
-					return nil, fmt.Errorf("%s --unwind %s: %w", w.name, m, err)
+			sides := make([]func() error, len(modes))
+			for i, m := range modes {
+				sides[i] = func() error {
+					out := filepath.Join(cfg.work, "unwind.rawstack")
+					cmd := exec.Command(cli, append([]string{"record", "-q", "-F", "1000", "--unwind", m, "-o", out, "--"}, w.cmd...)...)
+					lr, err := runLoad(cmd)
+					if err != nil {
+						return fmt.Errorf("%s --unwind %s: %w", w.name, m, err)
+					}
+					bytes, samples, err := countSamples(out)
+					if err != nil {
+						return err
+					}
+					good, err := foldedShare(cli, out, w.good)
+					if err != nil {
+						return err
+					}
+					k := w.name + "/" + m
+					if stats[k] == nil {
+						stats[k] = &unwindStat{}
+					}
+					s := stats[k]
+					s.bps = append(s.bps, float64(bytes)/float64(max(samples, 1)))
+					s.cpuUs = append(s.cpuUs, (lr.allNs-lr.cpuNs)/float64(max(samples, 1))/1e3)
+					s.good = append(s.good, 100*good)
+					fmt.Fprintf(cfg.logger, "  %s --unwind %s: %d samples, %.0f B/sample, %.1f us recorder CPU/sample, %.1f%% good\n", w.name, m, samples, s.bps[len(s.bps)-1], s.cpuUs[len(s.cpuUs)-1], 100*good)
+					return nil
 				}
-				bytes, samples, err := countSamples(out)
-				if err != nil {
-					return nil, err
-				}
-				good, err := foldedShare(cli, out, w.good)
-				if err != nil {
-					return nil, err
-				}
-				k := w.name + "/" + m
-				if stats[k] == nil {
-					stats[k] = &unwindStat{}
-				}
-				s := stats[k]
-				s.bps = append(s.bps, float64(bytes)/float64(max(samples, 1)))
-				s.cpuUs = append(s.cpuUs, (lr.allNs-lr.cpuNs)/float64(max(samples, 1))/1e3)
-				s.good = append(s.good, 100*good)
-				fmt.Fprintf(cfg.logger, "  %s --unwind %s: %d samples, %.0f B/sample, %.1f us recorder CPU/sample, %.1f%% good\n", w.name, m, samples, s.bps[len(s.bps)-1], s.cpuUs[len(s.cpuUs)-1], 100*good)
+			}
+			// The modes of one workload in alternating order, round by round.
+			if err := inTurn(r, sides...); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -117,9 +128,9 @@ func runUnwind(cfg *config) ([]row, error) {
 			s := stats[w.name+"/"+m]
 			fp := stats[w.name+"/fp"]
 			rows = append(rows,
-				row{Scenario: "unwind", Metric: fmt.Sprintf("%s, --unwind %s: %s", w.name, m, metric), Rawstack: medianOf(s.good), Better: "higher"},
-				row{Scenario: "unwind", Metric: fmt.Sprintf("%s, --unwind %s: trace bytes/sample", w.name, m), Rawstack: medianOf(s.bps), Peer: "--unwind fp", PeerVal: medianOf(fp.bps), Better: "lower"},
-				row{Scenario: "unwind", Metric: fmt.Sprintf("%s, --unwind %s: recorder CPU/sample (us)", w.name, m), Rawstack: medianOf(s.cpuUs), Peer: "--unwind fp", PeerVal: medianOf(fp.cpuUs), Better: "lower",
+				row{Scenario: "unwind", Metric: fmt.Sprintf("%s, --unwind %s: %s", w.name, m, metric), Rawstack: median(s.good), Better: "higher"},
+				row{Scenario: "unwind", Metric: fmt.Sprintf("%s, --unwind %s: trace bytes/sample", w.name, m), Rawstack: median(s.bps), Peer: "--unwind fp", PeerVal: median(fp.bps), Better: "lower"},
+				row{Scenario: "unwind", Metric: fmt.Sprintf("%s, --unwind %s: recorder CPU/sample (us)", w.name, m), Rawstack: median(s.cpuUs), Peer: "--unwind fp", PeerVal: median(fp.cpuUs), Better: "lower",
 					Note: "target for auto on shrink-wrapped C: within 25% of fp"},
 			)
 		}

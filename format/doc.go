@@ -8,7 +8,7 @@
 //
 //	w, err := format.NewWriter(f, format.Header{OS: format.OSLinux, Arch: format.ArchAMD64, Clock: format.ClockMonotonic}, nil)
 //	w.WriteStack(1, []uint64{0x401136, 0x401182, 0x4011c0})
-//	w.WriteSample(format.Sample{Time: t, Pid: pid, Tid: tid, CPU: 0, Weight: 1, Stack: 1})
+//	w.WriteSample(format.Sample{Time: t, Pid: pid, Tid: tid, CPU: 0, Weight: 10_101_010, Stack: 1}) // ns of CPU: 99 Hz
 //	err = w.Close()
 //
 // Reading is a loop over [Reader.Next]; a damaged chunk is reported as a

@@ -296,7 +296,7 @@ type Sample struct {
 	Pid    uint32
 	Tid    uint32
 	CPU    uint32 // CPU number; NoCPU if unknown
-	Weight uint64 // 1 for a plain sample; period or ns where the sampler says so
+	Weight uint64 // ns of CPU (on-CPU) or ns waited (off-CPU); 1 for a sample that stands for no time (SPEC §6.10)
 	Stack  uint64 // interned Stack id; 0 = no stack
 	Flags  SampleFlags
 	// Goroutine is the Go goroutine id the thread was running, 0 if
@@ -332,7 +332,7 @@ type RawStack struct {
 	Pid       uint32
 	Tid       uint32
 	CPU       uint32
-	Weight    uint64
+	Weight    uint64 // as Sample.Weight
 	Flags     SampleFlags
 	RegMask   uint64
 	Regs      []uint64

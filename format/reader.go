@@ -120,6 +120,10 @@ func (r *Reader) Close() error {
 	return nil
 }
 
+// Name returns the path of the file [Open] opened, or "" for a Reader made
+// by NewReader.
+func (r *Reader) Name() string { return r.name }
+
 // Header returns the stream header.
 func (r *Reader) Header() Header { return r.hdr }
 

@@ -121,9 +121,10 @@ type Config struct {
 	// System samples every process of the host (BackendEBPF only); Pid
 	// is then ignored.
 	System bool
-	// OffCPU also records where threads wait (BackendEBPF only): a sample
-	// flagged format.SampleOffCPU, weighted by the nanoseconds off CPU,
-	// each time a sampled thread comes back on CPU.
+	// OffCPU also records where threads wait (BackendEBPF on Linux; the
+	// Windows back end): a sample flagged format.SampleOffCPU, weighted
+	// by the nanoseconds off CPU, each time a sampled thread comes back
+	// on CPU.
 	OffCPU bool
 	// NoJIT turns off reading the perf maps and jitdump files of JIT
 	// runtimes (see JITHandler).
@@ -261,4 +262,18 @@ type Stats struct {
 	// the median, 99th percentile and longest window in ns.
 	Suspensions                        uint64
 	SuspendP50, SuspendP99, SuspendMax int64
+	// SuspendTotal is the sum of the suspended windows, in ns.
+	SuspendTotal int64
+	// IdleSkips counts the thread-ticks at which a thread that used no
+	// CPU since its last sample was neither suspended nor sampled.
+	IdleSkips uint64
+
+	// AskedHz is the frequency asked for; AchievedHz the on-CPU samples
+	// per CPU-second of the sampled threads, which is what Linux's
+	// cpu-clock event gives at AskedHz; TickHz the sampling rounds per
+	// second the back end managed. Zero where a back end does not
+	// measure them (perf and eBPF sample in the kernel at the asked
+	// rate).
+	AskedHz            int
+	AchievedHz, TickHz float64
 }

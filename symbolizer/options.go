@@ -2,6 +2,7 @@ package symbolizer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +62,12 @@ type Options struct {
 	// that symbolizes other machines' traces, whose paths are not theirs
 	// to name. (ELF modules: such a caller leaves Module.Path empty.)
 	NoRecordedPaths bool
+	// TraceDir is the directory of the trace file, where PE images are
+	// also looked for by base name and code id (and their PDBs next to
+	// them), after DebugDirs: a trace copied with its binaries symbolizes
+	// where it lands. [Build] sets it from a Reader that [format.Open]
+	// made, unless it is set.
+	TraceDir string
 	// Workers is how many modules are symbolized at once; 0 means 2.
 	Workers int
 	// Progress, if set, is called as locations are symbolized.
@@ -116,12 +123,26 @@ var (
 )
 
 // RegisterOpener makes open the way modules of kind are opened. Symbol
-// source packages register themselves from init: import
-// github.com/rawstack/rawstack/symbolizer/elfsrc for ELF modules.
+// source packages register themselves from init; a program links every
+// one of them by importing github.com/rawstack/rawstack/symbolizer/sources.
 func RegisterOpener(kind format.ModuleKind, open OpenFunc) {
 	openersMu.Lock()
 	defer openersMu.Unlock()
 	openers[kind] = open
+}
+
+// OpenerKinds returns the module kinds that have an opener, in ascending
+// order: what the symbol sources linked into the program can name. A
+// program links them all through symbolizer/sources.
+func OpenerKinds() []format.ModuleKind {
+	openersMu.RLock()
+	defer openersMu.RUnlock()
+	kinds := make([]format.ModuleKind, 0, len(openers))
+	for k := range openers {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
 }
 
 func opener(kind format.ModuleKind) OpenFunc {

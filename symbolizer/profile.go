@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"sync"
 
@@ -62,8 +63,9 @@ type Sample struct {
 	Locs []int
 	// Count is the number of samples.
 	Count int64
-	// CPUNanos is the summed weight of on-CPU samples: the sampling
-	// period in ns as the Linux back end records it.
+	// CPUNanos is the summed weight of on-CPU samples: the nanoseconds
+	// of CPU they stand for (format/SPEC.md §6.10). In a profile whose
+	// on-CPU samples are Unweighted it is their count.
 	CPUNanos int64
 	// OffCPUNanos is the summed weight of off-CPU samples (ns blocked).
 	OffCPUNanos int64
@@ -90,6 +92,11 @@ type Profile struct {
 	// Timeline is the time-resolved view, kept when Options.Timeline
 	// is set (timeline.go).
 	Timeline *Timeline
+	// Unweighted says every on-CPU sample of the stream weighs 1: a
+	// stream written before weights were nanoseconds of CPU, or samples
+	// that stand for no time (a snapshot). Their weight is a count, not
+	// time (format/SPEC.md §6.10): exporters show samples, not seconds.
+	Unweighted bool
 }
 
 // TotalCount returns the number of samples in the profile.
@@ -107,6 +114,11 @@ func (p *Profile) TotalCount() int64 {
 func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	if opts.TraceDir == "" && r.Name() != "" {
+		o := *opts
+		o.TraceDir = filepath.Dir(r.Name())
+		opts = &o
 	}
 	b := newBuilder(r.Header())
 	b.opts = opts
@@ -176,6 +188,10 @@ type builder struct {
 	deferred   map[stackKey]bool
 	jitMods    []*Module
 	jitModules uint64
+
+	// onCPU: the stream has on-CPU samples; weighted: one of them weighs
+	// other than 1 (Profile.Unweighted).
+	onCPU, weighted bool
 }
 
 func newBuilder(h format.Header) *builder {
@@ -279,6 +295,8 @@ func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goi
 		agg.OffCPUNanos += int64(weight)
 	} else {
 		agg.CPUNanos += int64(weight)
+		b.onCPU = true
+		b.weighted = b.weighted || weight != 1
 	}
 }
 
@@ -308,6 +326,7 @@ func (b *builder) loc(pid uint32, pc uint64, caller bool, t int64) int {
 }
 
 func (b *builder) finish() {
+	b.p.Unweighted = b.onCPU && !b.weighted
 	b.p.Modules = b.db.Modules()
 	if len(b.jitMods) > 0 {
 		b.p.Modules = append(b.p.Modules[:len(b.p.Modules):len(b.p.Modules)], b.jitMods...)

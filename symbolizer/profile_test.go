@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc"
 	"github.com/rawstack/rawstack/symbolizer/export/folded"
@@ -36,7 +37,7 @@ type traceFixture struct {
 }
 
 func buildTrace(t *testing.T) *traceFixture {
-	fixture.Tool(t, "gcc")
+	testbuild.Need(t, "gcc", "builds the fixture")
 	dir := fixture.Build(t, []string{"elfsrc/testdata/prog.c"}, []string{"gcc"}, "gcc -O2 -g -o prog prog.c")
 	tf := &traceFixture{bin: filepath.Join(dir, "prog"), base: 0x555555554000, funcs: map[string]uint64{}}
 	f, err := elf.Open(tf.bin)
@@ -117,7 +118,7 @@ func llvm(t *testing.T, bin string, vaddr uint64) string {
 }
 
 func TestBuildNormalizesAndSymbolizes(t *testing.T) {
-	fixture.Tool(t, "llvm-symbolizer")
+	testbuild.Need(t, "llvm-symbolizer", "llvm-symbolizer is the oracle")
 	tf := buildTrace(t)
 	p := buildProfile(t, tf)
 	if got := p.TotalCount(); got != int64(tf.nSamples) {

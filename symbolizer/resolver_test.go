@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc"
 )
@@ -20,11 +21,11 @@ func selfModule(t *testing.T, path string) *symbolizer.Module {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
-		t.Skip(err)
+		testbuild.Skip(t, "%v", err)
 	}
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
-		t.Skip("no /proc/self/maps:", err)
+		testbuild.Skip(t, "no /proc/self/maps:"+" %v", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -43,7 +44,7 @@ func selfModule(t *testing.T, path string) *symbolizer.Module {
 		m.Size = end - base + 1<<30
 		return m
 	}
-	t.Skip("test binary not found in /proc/self/maps")
+	testbuild.Skip(t, "test binary not found in /proc/self/maps")
 	return nil
 }
 
@@ -56,7 +57,7 @@ func resolverTarget() uintptr {
 func TestResolverNamesAndBoundsOpenFiles(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
-		t.Skip(err)
+		testbuild.Skip(t, "%v", err)
 	}
 	// Two names of one file are two module files to the Resolver.
 	link := filepath.Join(t.TempDir(), "self")

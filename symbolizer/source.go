@@ -10,9 +10,11 @@
 // debug information stay in the profile as "module+0xoff" or "0xaddr".
 //
 // Symbol sources implement [Source] and register an [OpenFunc] per module
-// kind; import them for their side effect:
+// kind. Package symbolizer/sources links every one of them (ELF, DWARF and
+// Go tables; PE, PDB and COFF; kernel symbols) and turns command-line
+// flags into [Options]; every command that symbolizes imports it:
 //
-//	import _ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF: symtab, DWARF 2–5, Go pclntab
+//	import _ "github.com/rawstack/rawstack/symbolizer/sources"
 //
 //	r, err := format.Open("trace.rawstack")
 //	if err != nil { ... }

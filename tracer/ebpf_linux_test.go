@@ -5,7 +5,6 @@ package tracer
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"os/exec"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	_ "github.com/rawstack/rawstack/platform/linux/ebpf" // the eBPF back end's programs
 	"github.com/rawstack/rawstack/symbolizer"
@@ -27,15 +25,7 @@ import (
 // without the features, or a user without CAP_BPF and CAP_PERFMON.
 func needBPF(t testing.TB) {
 	t.Helper()
-	err := linux.ProbeBPF()
-	if err == nil {
-		return
-	}
-	var pe *platform.PermissionError
-	if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-		t.Skip(err)
-	}
-	t.Fatal(err)
+	testbuild.Feature(t, linux.ProbeBPF())
 }
 
 // buildFixture builds a C fixture of testdata without frame pointers.
@@ -106,7 +96,7 @@ func names(p *symbolizer.Profile, s *symbolizer.Sample) (fns []string, kernel in
 // frame-pointer walk instead, which the fixture defeats.
 func TestEBPFChain(t *testing.T) {
 	needBPF(t)
-	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	for _, mode := range []UnwindMode{UnwindDWARF, UnwindFP} {
 		inLeaf, good, total, _ := recordChain(t, bin, Options{Backend: BackendEBPF, Unwind: mode}, "0.5")
 		if total < 150 || inLeaf < total/2 {
@@ -208,8 +198,8 @@ func TestEBPFOffCPU(t *testing.T) {
 // host's samples pass through), and with --unwind fp.
 func TestEBPFSystemWide(t *testing.T) {
 	needBPF(t)
-	chain := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
-	fp := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	chain := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	fp := testbuild.CC(t, "cc", "chain", []string{"testdata/chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	for _, mode := range []UnwindMode{UnwindDWARF, UnwindFP} {
 		systemWide(t, mode, chain, fp)
 	}
@@ -283,7 +273,7 @@ func systemWide(t *testing.T, mode UnwindMode, chain, fp string) {
 func TestEBPFExecExit(t *testing.T) {
 	needBPF(t)
 	bin := buildFixture(t, "ebpf_execexit")
-	chain := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	chain := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	stream := recordBPF(t, Options{Frequency: 500}, exec.Command(bin, chain, "0.3"))
 	d := readTrace(t, stream)
 	stBin, stChain := openSymtab(t, bin), openSymtab(t, chain)

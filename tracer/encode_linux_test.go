@@ -7,7 +7,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
 // sampleRecords lays out n PERF_RECORD_SAMPLE records as the kernel writes
@@ -42,7 +42,7 @@ func sampleRecords(n, depth, distinct int) []byte {
 
 // replayTracer is a Tracer with no kernel behind it, writing to io.Discard,
 // fed through the Linux back end's record decoding.
-func replayTracer(tb testing.TB) (*Tracer, *linux.Session) {
+func replayTracer(tb testing.TB) (*Tracer, *tracking.Tracker) {
 	t, err := newTracer(Options{Streams: []io.Writer{io.Discard}})
 	if err != nil {
 		tb.Fatal(err)
@@ -54,7 +54,7 @@ func replayTracer(tb testing.TB) (*Tracer, *linux.Session) {
 		t.mu.Unlock()
 		t.closeStreams()
 	})
-	return t, linux.NewReplay(1000, (*handler)(t))
+	return t, tracking.NewReplay(1000, (*handler)(t))
 }
 
 // TestEncodePathAllocs pins the ring → decode → intern → encode → fan-out

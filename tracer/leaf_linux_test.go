@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // leafChain records shrinkwrap (built with frame pointers) in mode and
@@ -54,7 +56,7 @@ func leafChain(t *testing.T, bin string, mode UnwindMode) (inC, good int) {
 // whole chain.
 func TestAutoRepairsShrinkWrappedLeaf(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "shrinkwrap", []string{"shrinkwrap.c"}, "-O2", "-g", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "shrinkwrap", []string{"testdata/shrinkwrap.c"}, "-O2", "-g", "-fno-omit-frame-pointer")
 	inC, good := leafChain(t, bin, UnwindFP)
 	if inC < 150 {
 		t.Fatalf("fp: only %d samples in c in 0.5 s of CPU at 1000 Hz", inC)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // TestManyShortThreads records a program that creates and joins 20,000
@@ -20,7 +21,7 @@ import (
 // silently.
 func TestManyShortThreads(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "manythreads", []string{"manythreads.c"}, "-O2", "-pthread")
+	bin := testbuild.CC(t, "cc", "manythreads", []string{"testdata/manythreads.c"}, "-O2", "-pthread")
 	const n = 20000
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

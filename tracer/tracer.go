@@ -90,7 +90,8 @@ type Options struct {
 	// System, with BackendEBPF, samples every process of the host; Pid
 	// and Command must not be set.
 	System bool
-	// OffCPU, with BackendEBPF, also records off-CPU time: a sample
+	// OffCPU, with BackendEBPF on Linux or on Windows, also records
+	// off-CPU time: a sample
 	// flagged format.SampleOffCPU, weighted by the nanoseconds a thread
 	// waited, each time it comes back on CPU.
 	OffCPU bool
@@ -160,6 +161,16 @@ type Stats struct {
 	// (median, 99th percentile, longest).
 	Suspensions                        uint64
 	SuspendP50, SuspendP99, SuspendMax time.Duration
+	SuspendTotal                       time.Duration // all windows, summed
+	// IdleSkips counts thread-ticks at which a thread that used no CPU
+	// since its last sample was neither suspended nor sampled (Windows).
+	IdleSkips uint64
+	// AskedHz is the frequency asked for. Where the back end measures it
+	// (Windows), AchievedHz is the on-CPU samples per CPU-second — what
+	// Linux's cpu-clock gives at AskedHz — and TickHz the sampling rounds
+	// per second it managed; both are 0 elsewhere.
+	AskedHz            int
+	AchievedHz, TickHz float64
 }
 
 // backend is what a per-OS back end provides.
@@ -428,6 +439,12 @@ func (t *Tracer) Stats() Stats {
 		SuspendP50:  time.Duration(bs.SuspendP50),
 		SuspendP99:  time.Duration(bs.SuspendP99),
 		SuspendMax:  time.Duration(bs.SuspendMax),
+
+		SuspendTotal: time.Duration(bs.SuspendTotal),
+		IdleSkips:    bs.IdleSkips,
+		AskedHz:      bs.AskedHz,
+		AchievedHz:   bs.AchievedHz,
+		TickHz:       bs.TickHz,
 	}
 }
 

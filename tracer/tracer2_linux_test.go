@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	sys "github.com/rawstack/rawstack/internal/unix"
 )
 
@@ -118,7 +119,7 @@ func TestSelfProfile(t *testing.T) {
 
 func TestHotJoin(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "chain", []string{"testdata/chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	var a, b bytes.Buffer
 	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "0.8"), Streams: []io.Writer{&a}, ChunkSize: 4096})
 	if err != nil {
@@ -182,7 +183,7 @@ func (w *failWriter) Write(p []byte) (int, error) {
 
 func TestBackpressure(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "chain", []string{"testdata/chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	var fast bytes.Buffer
 	slow := &slowWriter{release: make(chan struct{})}
 	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(bin, "1.0"),
@@ -245,7 +246,7 @@ func TestBackpressure(t *testing.T) {
 
 func TestThreads(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "threads", []string{"threads.c"}, "-O2", "-fno-omit-frame-pointer", "-pthread")
+	bin := testbuild.CC(t, "cc", "threads", []string{"testdata/threads.c"}, "-O2", "-fno-omit-frame-pointer", "-pthread")
 	var out bytes.Buffer
 	tr, err := Start(context.Background(), Options{Frequency: 499, Command: exec.Command(bin, "0.4", "4"), Streams: []io.Writer{&out}})
 	if err != nil {
@@ -283,8 +284,8 @@ func TestThreads(t *testing.T) {
 
 func TestForkDlopen(t *testing.T) {
 	needPerf(t)
-	lib := buildC(t, "liblate.so", []string{"late.c"}, "-O2", "-fno-omit-frame-pointer", "-shared", "-fPIC")
-	bin := buildC(t, "forkdl", []string{"forkdl.c"}, "-O2", "-fno-omit-frame-pointer", "-ldl")
+	lib := testbuild.CC(t, "cc", "liblate.so", []string{"testdata/late.c"}, "-O2", "-fno-omit-frame-pointer", "-shared", "-fPIC")
+	bin := testbuild.CC(t, "cc", "forkdl", []string{"testdata/forkdl.c"}, "-O2", "-fno-omit-frame-pointer", "-ldl")
 	var out bytes.Buffer
 	tr, err := Start(context.Background(), Options{Frequency: 499, Command: exec.Command(bin, lib), Streams: []io.Writer{&out}})
 	if err != nil {
@@ -330,7 +331,7 @@ func TestForkDlopen(t *testing.T) {
 
 func TestAttachPidExits(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "threads", []string{"threads.c"}, "-O2", "-fno-omit-frame-pointer", "-pthread")
+	bin := testbuild.CC(t, "cc", "threads", []string{"testdata/threads.c"}, "-O2", "-fno-omit-frame-pointer", "-pthread")
 	cmd := exec.Command(bin, "0.6", "2")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -397,10 +398,10 @@ func TestStoppedAndNotSelf(t *testing.T) {
 // child's new image must replace the modules it inherited.
 func TestForkExec(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "chain", []string{"testdata/chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("no sh")
+		testbuild.Skip(t, "no sh")
 	}
 	var out bytes.Buffer
 	tr, err := Start(context.Background(), Options{Frequency: 999, Command: exec.Command(sh, "-c", bin+" 0.4; true"), Streams: []io.Writer{&out}})
@@ -471,13 +472,13 @@ func TestRemoveStream(t *testing.T) {
 
 func TestTruncatedFlag(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "deep", []string{"deep.c"}, "-O2", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "deep", []string{"testdata/deep.c"}, "-O2", "-fno-omit-frame-pointer")
 	max := 127
 	if b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_stack"); err == nil {
 		fmt.Sscan(string(b), &max)
 	}
 	if max >= 1000 {
-		t.Skipf("kernel.perf_event_max_stack=%d: the fixture's 1000 frames fit", max)
+		testbuild.Skip(t, "kernel.perf_event_max_stack=%d: the fixture's 1000 frames fit", max)
 	}
 	var out bytes.Buffer
 	tr, err := Start(context.Background(), Options{Frequency: 499, Command: exec.Command(bin, "0.3", "1000"), Streams: []io.Writer{&out}})

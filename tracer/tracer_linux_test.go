@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"errors"
 	"io"
 	"os/exec"
 	"sort"
@@ -14,18 +13,13 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
 func needPerf(t testing.TB) {
 	t.Helper()
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 }
 
 // trace is a decoded stream.
@@ -175,7 +169,7 @@ func hasChain(st *symtab, tr *trace, pid uint32, path string, pcs []uint64) bool
 
 func TestLaunchChain(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "chain", []string{"testdata/chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

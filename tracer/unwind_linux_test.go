@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF symbol tables
 )
@@ -99,7 +100,7 @@ func recordChain(t *testing.T, bin string, opts Options, secs string) (inLeaf, g
 // under 10% of the samples taken in leaf, DWARF mode in at least 99%.
 func TestDWARFChain(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	for _, mode := range []UnwindMode{UnwindFP, UnwindDWARF} {
 		inLeaf, good, total, _ := recordChain(t, bin, Options{Unwind: mode}, "1")
 		if total < 200 || inLeaf < total/2 {
@@ -157,7 +158,7 @@ func profileChain(t *testing.T, stream []byte) (inLeaf, good int64, p *symbolize
 // offline with the same engine to the same chains as online unwinding.
 func TestDWARFKeepRaw(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -209,7 +210,7 @@ func TestDWARFKeepRaw(t *testing.T) {
 // main → a → b → c, as TestLaunchChain asks of the kernel's walk).
 func TestAutoUnwind(t *testing.T) {
 	needPerf(t)
-	noFP := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	noFP := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	inLeaf, good, total, _ := recordChain(t, noFP, Options{Unwind: UnwindAuto}, "0.5")
 	if total < 150 || inLeaf < total/2 {
 		t.Fatalf("%d samples, %d in leaf, in 0.5 s of CPU at 1000 Hz", total, inLeaf)
@@ -218,7 +219,7 @@ func TestAutoUnwind(t *testing.T) {
 		t.Errorf("auto mode, no frame pointers: chain in %.1f%% of leaf samples, want ≥ 99%%", 100*frac)
 	}
 
-	fp := buildC(t, "chain", []string{"chain.c"}, "-O2", "-fno-omit-frame-pointer")
+	fp := testbuild.CC(t, "cc", "chain", []string{"testdata/chain.c"}, "-O2", "-fno-omit-frame-pointer")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -298,7 +299,7 @@ func TestSelfProfileDWARF(t *testing.T) {
 // 1% of them, in its prologues and epilogues.
 func TestDWARFThroughVDSO(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "vdsochain", []string{"vdsochain.c"}, "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "vdsochain", []string{"testdata/vdsochain.c"}, "-O2", "-fomit-frame-pointer")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -354,7 +355,7 @@ func TestDWARFThroughVDSO(t *testing.T) {
 // records, and DWARF mode recovers the chain all the same.
 func TestDWARFAttach(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	cmd := exec.Command(bin, "30")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -405,8 +406,8 @@ func TestDWARFAttach(t *testing.T) {
 // modules.
 func TestDWARFForkDlopen(t *testing.T) {
 	needPerf(t)
-	lib := buildC(t, "liblate.so", []string{"late.c"}, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
-	bin := buildC(t, "forkdl", []string{"forkdl.c"}, "-O2", "-fomit-frame-pointer", "-ldl")
+	lib := testbuild.CC(t, "cc", "liblate.so", []string{"testdata/late.c"}, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
+	bin := testbuild.CC(t, "cc", "forkdl", []string{"testdata/forkdl.c"}, "-O2", "-fomit-frame-pointer", "-ldl")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -460,9 +461,9 @@ func TestDWARFForkDlopen(t *testing.T) {
 func TestDWARFDeletedBinary(t *testing.T) {
 	needPerf(t)
 	if os.Geteuid() != 0 {
-		t.Skip("reading /proc/PID/map_files needs root (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE)")
+		testbuild.Skip(t, "reading /proc/PID/map_files needs root (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE)")
 	}
-	built := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	built := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	b, err := os.ReadFile(built)
 	if err != nil {
 		t.Fatal(err)
@@ -511,7 +512,7 @@ func TestDWARFDeletedBinary(t *testing.T) {
 // flagged truncated, where whole chains (TestDWARFChain) are not.
 func TestDWARFTruncated(t *testing.T) {
 	needPerf(t)
-	bin := buildC(t, "dwarfchain", []string{"dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
+	bin := testbuild.CC(t, "cc", "dwarfchain", []string{"testdata/dwarfchain.c"}, "-O2", "-fomit-frame-pointer")
 	_, good, total, d := recordChain(t, bin, Options{Unwind: UnwindDWARF, StackSize: 32}, "0.3")
 	truncated := 0
 	for _, s := range d.samples {

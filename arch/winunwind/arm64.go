@@ -476,8 +476,21 @@ func (u *ARM64Unwinder) Add(m *ARM64Module) {
 // Step unwinds one frame of regs: afterwards PC holds the return address
 // and SP, FP, LR and the callee-saved registers the caller's values. It
 // handles packed and unpacked unwind data and a PC inside a prolog or an
-// epilog; functions without an entry are leaves (return to LR).
+// epilog; functions without an entry are leaves (return to LR). A step
+// keeps SP (a leaf) or moves it up, and changes SP or PC, or fails with
+// ErrNoProgress.
 func (u *ARM64Unwinder) Step(regs *arch.Regs, mem arch.Memory) error {
+	sp, pc := regs.R[arch.ARM64SP], regs.R[arch.ARM64PC]
+	if err := u.step(regs, mem); err != nil {
+		return err
+	}
+	if nsp := regs.R[arch.ARM64SP]; nsp < sp || nsp == sp && regs.R[arch.ARM64PC] == pc {
+		return ErrNoProgress
+	}
+	return nil
+}
+
+func (u *ARM64Unwinder) step(regs *arch.Regs, mem arch.Memory) error {
 	pc := regs.R[arch.ARM64PC]
 	var m *ARM64Module
 	for _, x := range u.mods {

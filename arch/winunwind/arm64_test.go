@@ -12,27 +12,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
 
 // buildARM64 builds testdata/arm64.c into a Windows arm64 image (cached by
 // source hash).
 func buildARM64(t *testing.T) string {
-	for _, tool := range []string{"clang", "lld-link", "llvm-readobj"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testbuild.NeedAll(t, "the test runs it", "clang", "lld-link", "llvm-readobj")
 	src, _ := filepath.Abs("testdata/arm64.c")
 	code, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := sha256.Sum256(code)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
+	cache := testbuild.CacheRoot()
 	dir := filepath.Join(cache, "rawstack-test", "winunwind-arm64", hex.EncodeToString(h[:8]))
 	exe := filepath.Join(dir, "arm64.exe")
 	if _, err := os.Stat(exe); err == nil {

@@ -143,6 +143,12 @@ const (
 // ErrNoModule says the PC is in no known module.
 var ErrNoModule = errors.New("winunwind: pc in no module")
 
+// ErrNoProgress says a step's unwind data gave a caller whose stack
+// pointer is not above the callee's (on arm64, where a leaf returns with
+// its SP: below it, or at the same SP and PC): the stack grows down, so
+// the data or the stack is corrupt, and a walk that went on would loop.
+var ErrNoProgress = errors.New("winunwind: the caller's stack pointer is not above the callee's")
+
 // UnwindError describes bad unwind data.
 type UnwindError struct {
 	PC  uint64
@@ -271,8 +277,20 @@ func (s *stepper) restore(win uint8, addr uint64) error {
 
 // Step unwinds one frame: on return c holds the caller's registers (RIP is
 // the return address). It needs RIP and RSP; other registers are used when
-// the unwind data refers to them.
+// the unwind data refers to them. A step moves RSP up or fails: a caller
+// whose RSP is not above the callee's is ErrNoProgress.
 func (u *Unwinder) Step(c *Context, mem arch.Memory) error {
+	sp := c.Regs.R[arch.AMD64RSP]
+	if err := u.step(c, mem); err != nil {
+		return err
+	}
+	if c.Regs.R[arch.AMD64RSP] <= sp {
+		return ErrNoProgress
+	}
+	return nil
+}
+
+func (u *Unwinder) step(c *Context, mem arch.Memory) error {
 	u.st = stepper{c: c, mem: mem, pc: c.Regs.R[arch.AMD64RIP], u: u}
 	s := &u.st
 	defer func() { u.st = stepper{} }() // hold no reference to the caller's memory
@@ -596,8 +614,8 @@ func (s *stepper) emulateEpilog(m *Module, rva uint32) error {
 }
 
 // Unwind walks the stack from regs and appends the PCs to pcs, leaf first,
-// until a step fails, the return address is 0 or the stack pointer stops
-// growing. It returns pcs.
+// until a step fails (the stack pointer stopping to grow included) or the
+// return address is 0. It returns pcs.
 func (u *Unwinder) Unwind(regs *arch.Regs, mem arch.Memory, pcs []uint64) []uint64 {
 	c := Context{Regs: *regs}
 	const maxFrames = 1024
@@ -607,11 +625,7 @@ func (u *Unwinder) Unwind(regs *arch.Regs, mem arch.Memory, pcs []uint64) []uint
 			break
 		}
 		pcs = append(pcs, pc)
-		sp := c.Regs.R[arch.AMD64RSP]
 		if err := u.Step(&c, mem); err != nil {
-			break
-		}
-		if c.Regs.R[arch.AMD64RSP] <= sp {
 			break
 		}
 	}

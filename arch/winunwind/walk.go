@@ -28,6 +28,8 @@ func (u *Unwinder) Walk(c *Context, mem arch.Memory, pcs []uint64, max int) ([]u
 			err = fpStep(c, mem)
 		}
 		switch {
+		case err == ErrNoProgress:
+			return pcs, arch.StopNoProgress
 		case err != nil:
 			if _, ok := err.(*UnwindError); ok { // (errors.As would allocate)
 				return pcs, arch.StopNoRule

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/wine"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
@@ -36,11 +37,7 @@ type wineSample struct {
 // is cached too (its first boot takes a minute).
 func runSelfUnwind(t *testing.T, compiler []string) (exe string, base, size uint64, samples []wineSample) {
 	t.Helper()
-	for _, tool := range []string{compiler[0], "wine"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: cannot run the RtlVirtualUnwind comparison", tool)
-		}
-	}
+	testbuild.NeedAll(t, "cannot run the RtlVirtualUnwind comparison", compiler[0], "wine")
 	src, _ := filepath.Abs("testdata/selfunwind.c")
 	code, err := os.ReadFile(src)
 	if err != nil {
@@ -49,10 +46,7 @@ func runSelfUnwind(t *testing.T, compiler []string) (exe string, base, size uint
 	h := sha256.New()
 	h.Write(code)
 	fmt.Fprintf(h, "%q", compiler)
-	cacheRoot, err := os.UserCacheDir()
-	if err != nil {
-		cacheRoot = os.TempDir()
-	}
+	cacheRoot := testbuild.CacheRoot()
 	cacheRoot = filepath.Join(cacheRoot, "rawstack-test")
 	dir := filepath.Join(cacheRoot, "winunwind", hex.EncodeToString(h.Sum(nil))[:16])
 	exe = filepath.Join(dir, "selfunwind.exe")

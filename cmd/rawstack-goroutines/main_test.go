@@ -20,7 +20,7 @@ import (
 // checks the group of its 50 workers, then the one-by-one listing.
 func TestSnapshotGoroutinesGroup(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for ptrace of a child under yama (ptrace_scope)")
+		testbuild.Skip(t, "needs root for ptrace of a child under yama (ptrace_scope)")
 	}
 	goTool := testbuild.Need(t, "go", "builds rawstack and the fixture")
 	dir := t.TempDir()

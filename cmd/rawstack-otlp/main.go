@@ -4,7 +4,7 @@
 // gates, a JSON codec) would slow the start of every rawstack command, so
 // it is a binary of its own, looked for next to rawstack and then on PATH.
 //
-//	rawstack-otlp convert FILE [--raw] [-o OUT] [--debug-dir DIR]... [--path-map OLD=NEW]... [--no-debuginfod] [--kallsyms FILE] [--raw-kernel] [--no-file-hash]
+//	rawstack-otlp convert FILE [--raw] [-o OUT] [--debug-dir DIR]... [--path-map OLD=NEW]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N] [--raw-kernel] [--no-file-hash]
 //	rawstack-otlp stream --endpoint HOST:PORT [--raw [--raw-kernel]] [--interval D] [--queue N] [--tls] [--ca FILE] [--header K=V]... [--service NAME] [--compression gzip|none] < STREAM
 //
 // stream reads a rawstack stream on standard input (record writes it as
@@ -26,9 +26,8 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
-	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
-	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel symbols
+	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
 type multiFlag []string
@@ -61,11 +60,8 @@ func convert(args []string) error {
 	fs := flag.NewFlagSet("convert", flag.ExitOnError)
 	raw := fs.Bool("raw", false, "leave locations unsymbolized")
 	out := fs.String("o", "", "output file (default: standard output)")
-	var debugDirs, pathMaps multiFlag
-	fs.Var(&debugDirs, "debug-dir", "directory of separate debug files (repeatable)")
-	fs.Var(&pathMaps, "path-map", "OLD=NEW (repeatable)")
-	noDebuginfod := fs.Bool("no-debuginfod", false, "do not ask debuginfod servers")
-	kallsyms := fs.String("kallsyms", "", "kernel symbol table of the recorded kernel")
+	var sf sources.Flags
+	sf.Register(fs)
 	rawKernel := fs.Bool("raw-kernel", false, "with --raw, leave kernel frames unnamed too")
 	noFileHash := fs.Bool("no-file-hash", false, "leave out process.executable.build_id.htlhash (the files at the recorded paths are not the recorded ones)")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -73,13 +69,9 @@ func convert(args []string) error {
 	}
 	file := args[0]
 	fs.Parse(args[1:])
-	o := &symbolizer.Options{DebugDirs: debugDirs, NoDebuginfod: *noDebuginfod, Kallsyms: *kallsyms}
-	for _, pm := range pathMaps {
-		m, err := symbolizer.ParsePathMap(pm)
-		if err != nil {
-			return err
-		}
-		o.PathMap = append(o.PathMap, m)
+	o, err := sf.Options()
+	if err != nil {
+		return err
 	}
 	warned := map[string]bool{}
 	o.Warn = func(err error) {

@@ -13,8 +13,7 @@ import (
 	"sync"
 
 	"github.com/rawstack/rawstack/symbolizer"
-	"github.com/rawstack/rawstack/symbolizer/elfsrc"
-	"github.com/rawstack/rawstack/symbolizer/pesrc"
+	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
 func init() {
@@ -49,16 +48,12 @@ func runAddr2line(args []string, stdout, stderr io.Writer) error {
 	// only if the heap grows past 2 GiB.
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(2 << 30)
-	var src symbolizer.Source
-	var err error
-	if pesrc.IsPE(*obj) {
-		src, err = openPESource(*obj, debugDirs, *debugFile)
-	} else {
-		// The one location path report uses: build id under the debug
-		// directories, .gnu_debuglink, debuginfod.
-		opts := &symbolizer.Options{DebugDirs: debugDirs, NoDebuginfod: *noDebuginfod}
-		src, err = elfsrc.OpenLocated(*obj, opts, &elfsrc.Options{DebugFile: *debugFile})
-	}
+	// The one location path report uses: ELF by build id under the debug
+	// directories, .gnu_debuglink, debuginfod; PE with its PDB (given,
+	// next to the image, in the debug directories, at the path the image
+	// records or along _NT_SYMBOL_PATH), its DWARF, Go's tables and its
+	// symbol tables, per address.
+	src, err := sources.OpenFile(*obj, &symbolizer.Options{DebugDirs: debugDirs, NoDebuginfod: *noDebuginfod}, *debugFile)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func TestAddr2lineFindsLibcDebugFile(t *testing.T) {
 	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(libc)
 	if err != nil {
-		t.Skipf("no %s: %v", libc, err)
+		testbuild.Skip(t, "no %s: %v", libc, err)
 	}
 	id := locate.BuildID(f)
 	f.Close()
@@ -66,7 +66,7 @@ func TestAddr2lineFindsLibcDebugFile(t *testing.T) {
 	}
 	dbg := filepath.Join(locate.DefaultDebugDir, ".build-id", h[:2], h[2:]+".debug")
 	if _, err := os.Stat(dbg); err != nil {
-		t.Skipf("glibc's debug file %s is not installed (apt-get install libc6-dbg)", dbg)
+		testbuild.Skip(t, "glibc's debug file %s is not installed (apt-get install libc6-dbg)", dbg)
 	}
 	addrs := textAddrs(t, libc, 4099)
 	want := llvmSymbolize(t, addrs, "--obj", libc)

@@ -11,18 +11,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer/pesrc"
+	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
 // TestAddr2linePE symbolizes every byte of .text of a clang/lld-link PE
-// image through openPESource and the addr2line printer and compares the
+// image through sources.OpenFile and the addr2line printer and compares the
 // text with llvm-symbolizer's.
 func TestAddr2linePE(t *testing.T) {
-	for _, tool := range []string{"clang", "lld-link", "llvm-symbolizer-19"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testbuild.NeedAll(t, "the test runs it", "clang", "lld-link", "llvm-symbolizer-19")
 	src, _ := filepath.Abs("../../symbolizer/pdb/testdata")
 	dir := t.TempDir()
 	cc := []string{"clang", "--target=x86_64-pc-windows-msvc", "-O2", "-g", "-gcodeview", "-fno-exceptions", "-fno-rtti", "-c"}
@@ -64,7 +62,7 @@ func TestAddr2linePE(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err := openPESource(exe, nil, "")
+	s, err := sources.OpenFile(exe, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

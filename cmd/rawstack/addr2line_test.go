@@ -30,7 +30,7 @@ func buildProg(t *testing.T) string {
 func TestAddr2lineMatchesLLVMSymbolizer(t *testing.T) {
 	llvm, err := exec.LookPath("llvm-symbolizer")
 	if err != nil {
-		t.Skip("llvm-symbolizer not installed (apt-get install llvm)")
+		testbuild.Skip(t, "llvm-symbolizer not installed (apt-get install llvm)")
 	}
 	bin := buildProg(t)
 	f, err := elf.Open(bin)

@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
 		short: "symbolize a trace and write it as pprof, folded stacks, a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope) or an OTLP profiles request",
 		run:   runConvert,
 	})

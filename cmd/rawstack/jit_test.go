@@ -3,12 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +17,6 @@ import (
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -28,12 +27,7 @@ import (
 
 func needPerfEvents(t *testing.T) {
 	t.Helper()
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 }
 
 // jitRecord records argv (run by sh in dir) with extra record flags and
@@ -431,10 +425,13 @@ func TestJITNodeDWARF(t *testing.T) {
 }
 
 // python312 returns a Python with the perf trampoline (3.12 or later):
-// $RAWSTACK_TEST_PYTHON, else python3.13 or python3.12 on PATH. Debian 12
-// ships 3.11, which has none.
+// $RAWSTACK_TEST_PYTHON, else python3.13 or python3.12 on PATH, else
+// pyenv's 3.13 or 3.12 (under $PYENV_ROOT, `pyenv root` or ~/.pyenv).
+// Debian 12 ships 3.11, which has none.
 func python312(t *testing.T) string {
-	cands := []string{os.Getenv("RAWSTACK_TEST_PYTHON"), "python3.13", "python3.12", "python3"}
+	cands := []string{os.Getenv("RAWSTACK_TEST_PYTHON"), "python3.13", "python3.12"}
+	cands = append(cands, pyenvPythons()...)
+	cands = append(cands, "python3")
 	for _, c := range cands {
 		if c == "" {
 			continue
@@ -447,8 +444,33 @@ func python312(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Python >= 3.12 with the perf trampoline (set RAWSTACK_TEST_PYTHON; Debian 12 has 3.11)")
+	testbuild.Skip(t, "no Python >= 3.12 with the perf trampoline on PATH or under pyenv (set RAWSTACK_TEST_PYTHON; Debian 12 has 3.11)")
 	return ""
+}
+
+// pyenvPythons lists the python3.13 and python3.12 binaries of pyenv's
+// installed versions, newest first.
+func pyenvPythons() []string {
+	var roots []string
+	roots = append(roots, os.Getenv("PYENV_ROOT"))
+	if out, err := exec.Command("pyenv", "root").Output(); err == nil {
+		roots = append(roots, strings.TrimSpace(string(out)))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		roots = append(roots, filepath.Join(home, ".pyenv"))
+	}
+	var found []string
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		for _, v := range []string{"3.13", "3.12"} {
+			m, _ := filepath.Glob(filepath.Join(root, "versions", v+"*", "bin", "python"+v))
+			sort.Sort(sort.Reverse(sort.StringSlice(m)))
+			found = append(found, m...)
+		}
+	}
+	return found
 }
 
 // TestJITPythonTrampoline records Python 3.12's perf trampoline (-X perf):

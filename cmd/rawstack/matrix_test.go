@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -23,7 +22,6 @@ import (
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/wine"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -197,13 +195,7 @@ func matrixLinux(t *testing.T, be string) matrixTrace {
 	if be == "ebpf" {
 		probe = linux.ProbeBPF
 	}
-	if err := probe(); err != nil {
-		var pe *platform.PermissionError
-		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, probe())
 	bin := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "cc",
 		Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-o", "{dir}/chain", "{in0}"},

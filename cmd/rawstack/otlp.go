@@ -25,18 +25,7 @@ func runOTLPConvert(file string, raw bool, out string, sf *symFlags, stdout, std
 	if out != "" {
 		args = append(args, "-o", out)
 	}
-	for _, d := range sf.debugDirs {
-		args = append(args, "--debug-dir", d)
-	}
-	for _, m := range sf.pathMaps {
-		args = append(args, "--path-map", m)
-	}
-	if sf.noDebuginfod {
-		args = append(args, "--no-debuginfod")
-	}
-	if sf.kallsyms != "" {
-		args = append(args, "--kallsyms", sf.kallsyms)
-	}
+	args = append(args, sf.Args()...)
 	path, err := otlpHelperPath()
 	if err != nil {
 		return err

@@ -2,27 +2,23 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
 func TestConvertOTLP(t *testing.T) {
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	bin := buildChain(t)
 	dir := t.TempDir()
 	// convert --to otlp runs rawstack-otlp, found on PATH here.
@@ -81,7 +77,60 @@ func TestConvertOTLP(t *testing.T) {
 		if has == raw {
 			t.Errorf("%q: functions %v", args, names)
 		}
+		// The on-CPU values are ns of CPU (format/SPEC.md §6.10): the 0.3 s
+		// chain spent, and what pprof's cpu values add up to.
+		var cpu int64
+		for _, rp := range p.ResourceProfiles().All() {
+			for _, sp := range rp.ScopeProfiles().All() {
+				for _, pr := range sp.Profiles().All() {
+					if d.StringTable().At(int(pr.SampleType().TypeStrindex())) != "cpu" {
+						continue
+					}
+					for _, s := range pr.Samples().All() {
+						for _, v := range s.Values().All() {
+							cpu += v
+						}
+					}
+				}
+			}
+		}
+		t.Logf("%q: %v on CPU", args, time.Duration(cpu))
+		if cpu < 200e6 || cpu > 450e6 {
+			t.Errorf("%q: %v on CPU, the program spent 0.3s", args, time.Duration(cpu))
+		}
+		if !raw {
+			if pcpu := pprofCPU(t, trace); pcpu != cpu {
+				t.Errorf("otlp: %v on CPU, pprof %v", time.Duration(cpu), time.Duration(pcpu))
+			}
+		}
 	}
+}
+
+// pprofCPU converts trace to pprof and returns its cpu/nanoseconds total.
+func pprofCPU(t *testing.T, trace string) int64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "t.pb.gz")
+	var so, se bytes.Buffer
+	if code := run([]string{"convert", trace, "--to", "pprof", "-o", out}, &so, &se); code != 0 {
+		t.Fatalf("convert --to pprof exited %d: %s", code, se.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.ParseData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpu int64
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" && st.Unit == "nanoseconds" {
+			for _, s := range p.Sample {
+				cpu += s.Value[i]
+			}
+		}
+	}
+	return cpu
 }
 
 func TestOTLPUsage(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -19,15 +18,10 @@ import (
 // --to folded that the chain main;a;b;c;d;e;leaf is there in nearly every
 // sample either way.
 func TestRecordDWARF(t *testing.T) {
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	cc, err := exec.LookPath("cc")
 	if err != nil {
-		t.Skip("no C compiler (cc) to build the fixture")
+		testbuild.Skip(t, "no C compiler (cc) to build the fixture")
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "dwarfchain")

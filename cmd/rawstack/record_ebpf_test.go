@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	_ "github.com/rawstack/rawstack/platform/linux/ebpf" // in-process here; the rawstack binary runs rawstack-ebpf
 )
@@ -20,13 +18,7 @@ import (
 // main → waiter → nap, then convert --to folded --value offcpu: that
 // stack's nanoseconds are within 10% of what the program measured.
 func TestRecordEBPFOffCPU(t *testing.T) {
-	if err := linux.ProbeBPF(); err != nil {
-		var pe *platform.PermissionError
-		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.ProbeBPF())
 	bin := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "cc",
 		Args:   []string{"-O2", "-fomit-frame-pointer", "-o", "{dir}/ebpf_sleep", "{in0}"},

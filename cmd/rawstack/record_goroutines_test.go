@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -22,12 +20,7 @@ import (
 // -tags for the time per label: it must split as the goroutines' own
 // thread CPU times do, within 5 points.
 func TestRecordGoroutinesPprofTags(t *testing.T) {
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	goTool := testbuild.Need(t, "go", "go tool pprof is the oracle")
 	src, _ := filepath.Abs("../../tracer/testdata/labelled")
 	bin := testbuild.Build(t, testbuild.Cmd{

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -23,12 +21,7 @@ import (
 // stack, runtime.mcall the word above the g0 frame it switched to); those
 // words showed up as outermost frames such as 0x1.
 func TestRecordGoOutermost(t *testing.T) {
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	testbuild.Need(t, "go", "builds the Go fixture")
 	src, _ := filepath.Abs("testdata/pingpong")
 	bin := testbuild.Build(t, testbuild.Cmd{

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -29,12 +27,7 @@ func buildChain(t *testing.T) string {
 }
 
 func TestRecordCommand(t *testing.T) {
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	bin := buildChain(t)
 	out := filepath.Join(t.TempDir(), "t.rawstack")
 	var stdout, stderr bytes.Buffer
@@ -68,12 +61,7 @@ func TestRecordUsage(t *testing.T) {
 }
 
 func TestRecordPidDuration(t *testing.T) {
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	bin := buildChain(t)
 	target := exec.Command(bin, "30")
 	if err := target.Start(); err != nil {

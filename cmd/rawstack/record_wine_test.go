@@ -84,7 +84,7 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 	var mods []format.ModuleLoad
 	stacks := map[uint64][]uint64{}
 	count := map[uint64]int{}
-	ended := false
+	ended, badWeight := false, false
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
@@ -100,6 +100,13 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 			stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
 		case format.KindSample:
 			count[ev.Sample.Stack]++
+			// A sample weighs the ns of CPU it stands for (format/SPEC.md
+			// §6.10): the CPU its thread used since its previous sample,
+			// more than nothing and less than the 3 s the program ran.
+			if w := ev.Sample.Weight; (w == 0 || w > uint64(3*time.Second)) && !badWeight {
+				badWeight = true
+				t.Errorf("a sample weighs %d ns: not the CPU time of a thread of a 3 s program", w)
+			}
 		case format.KindProcessEnd:
 			ended = true
 		}
@@ -116,6 +123,27 @@ func TestRecordWindowsUnderWine(t *testing.T) {
 	for _, fn := range []string{"leaf_work", "middle", "outer", "main", "dll_inner", "dll_spin"} {
 		if !regexp.MustCompile(`(?m) ` + fn + `  \[`).Match(rep.Bytes()) {
 			t.Errorf("rawstack report does not name %s:\n%s", fn, rep.String())
+			break
+		}
+	}
+	// Its totals are CPU time: about the 3 s the program spent on CPU.
+	if m := regexp.MustCompile(`, ([0-9.]+s) on CPU`).FindSubmatch(rep.Bytes()); m == nil {
+		t.Errorf("the report gives no CPU time:\n%.300s", rep.String())
+	} else {
+		t.Logf("report: %s on CPU", m[1])
+	}
+	// Every output names the chains, OTLP included.
+	checkNamedEverywhere(t, trace, []string{"leaf_work", "middle", "outer", "dll_inner", "dll_spin"},
+		"--debug-dir", filepath.Dir(exe), "--debug-dir", filepath.Dir(dll))
+	// Without --debug-dir: the images are where Wine ran them, recorded
+	// as Z:\... paths, which are tried as the Unix paths they are.
+	rep.Reset()
+	if err := runReport([]string{trace, "--top", "30", "--no-debuginfod"}, &rep, io.Discard); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	for _, fn := range []string{"leaf_work", "middle", "outer", "main", "dll_inner", "dll_spin"} {
+		if !regexp.MustCompile(`(?m) ` + fn + `  \[`).Match(rep.Bytes()) {
+			t.Errorf("rawstack report without --debug-dir does not name %s:\n%s", fn, rep.String())
 			break
 		}
 	}

@@ -10,50 +10,34 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
-	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/text"
-	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel symbols
+	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
 func init() {
 	register(&command{
 		name:  "report",
-		usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [-j N]",
+		usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
 		short: "symbolize a trace and print the top functions by self and total samples",
 		run:   runReport,
 	})
 }
 
-// symFlags are the options shared by the commands that symbolize a trace.
-type symFlags struct {
-	pathMaps     multiFlag
-	debugDirs    multiFlag
-	noDebuginfod bool
-	kallsyms     string
-	workers      int
-}
+// symFlags are the options shared by the commands that symbolize a trace:
+// the one set every symbolizing command takes (symbolizer/sources).
+type symFlags struct{ sources.Flags }
 
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
-func (s *symFlags) register(fs *flag.FlagSet) {
-	fs.Var(&s.pathMaps, "path-map", "OLD=NEW: read files recorded under OLD from NEW (repeatable)")
-	fs.Var(&s.debugDirs, "debug-dir", "directory of separate debug files, searched before /usr/lib/debug (repeatable)")
-	fs.BoolVar(&s.noDebuginfod, "no-debuginfod", false, "do not ask DEBUGINFOD_URLS servers for missing debug files")
-	fs.IntVar(&s.workers, "j", 2, "modules symbolized in parallel")
-	fs.StringVar(&s.kallsyms, "kallsyms", "", "kernel symbol table of the recorded kernel (default: /proc/kallsyms if the running kernel is the recorded one)")
-}
+func (s *symFlags) register(fs *flag.FlagSet) { s.Flags.Register(fs) }
 
 func (s *symFlags) options(stderr io.Writer) (*symbolizer.Options, error) {
-	o := &symbolizer.Options{DebugDirs: s.debugDirs, NoDebuginfod: s.noDebuginfod, Workers: s.workers, Kallsyms: s.kallsyms}
-	for _, pm := range s.pathMaps {
-		m, err := symbolizer.ParsePathMap(pm)
-		if err != nil {
-			return nil, &usageError{err.Error()}
-		}
-		o.PathMap = append(o.PathMap, m)
+	o, err := s.Flags.Options()
+	if err != nil {
+		return nil, &usageError{err.Error()}
 	}
 	warned := map[string]bool{}
 	o.Warn = func(err error) {

@@ -23,7 +23,7 @@ import (
 // loaded machine's scheduling; the log gives the figure.
 func TestSIGKILLLosesAtMostTheFlushInterval(t *testing.T) {
 	if err := linux.Probe(); err != nil {
-		t.Skipf("perf_event_open: %v", err)
+		testbuild.Skip(t, "perf_event_open: %v", err)
 	}
 	cli := buildCLI(t)
 	work := testbuild.Build(t, testbuild.Cmd{

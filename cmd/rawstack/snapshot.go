@@ -17,6 +17,7 @@ import (
 	"github.com/rawstack/rawstack/platform/snapshot"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
+	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
 func init() {
@@ -125,7 +126,7 @@ type nameMode int
 const (
 	symtabNames nameMode = iota // ELF symbol tables, as eu-stack names frames
 	noNames
-	dwarfNames // elfsrc: DWARF, inlined functions, file:line
+	dwarfNames // symbolizer/sources: DWARF, inlined functions, file:line
 )
 
 // printSnapshot prints snap as eu-stack does: "TID n:" and one
@@ -248,17 +249,16 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if m.Kind == format.ModulePE {
-				out[i] = openPENamer(m.File)
-				return
-			}
-			dbg := debugFileFor(m.File, m.BuildID)
-			if dwarf {
-				if src, err := elfsrc.Open(m.File, &elfsrc.Options{DebugFile: dbg}); err == nil {
-					out[i] = &dwarfNamer{src: src}
+			if dwarf || m.Kind == format.ModulePE {
+				// The one entry every command names frames through: a PE
+				// image from its PDB, DWARF, Go tables or symbol tables
+				// (per address), an ELF file from its DWARF.
+				if src, err := sources.OpenFile(m.File, &symbolizer.Options{NoDebuginfod: true}, ""); err == nil {
+					out[i] = &srcNamer{src: src, where: dwarf}
 				}
 				return
 			}
+			dbg := debugFileFor(m.File, m.BuildID)
 			// A separate debug file holds the full .symtab of a stripped
 			// library, with its local functions.
 			for _, p := range []string{dbg, m.File} {
@@ -303,19 +303,24 @@ func (n *frameNamer) close() {
 	}
 }
 
-type dwarfNamer struct {
-	src *elfsrc.Source
-	buf []symbolizer.Frame
+// srcNamer names frames from a symbol source; with where, it adds the
+// file:line of the innermost frame.
+type srcNamer struct {
+	src   symbolizer.Source
+	where bool
+	buf   []symbolizer.Frame
 }
 
-func (d *dwarfNamer) name(addr uint64) (string, string) {
+func (d *srcNamer) name(addr uint64) (string, string) {
 	fr, err := d.src.Symbolize(addr, d.buf[:0])
 	d.buf = fr
 	if err != nil || len(fr) == 0 {
 		return "", ""
 	}
+	// The outermost frame is the function the address is in; inlined
+	// frames come first.
 	where := ""
-	if fr[0].File != "" && fr[0].Line > 0 {
+	if d.where && fr[0].File != "" && fr[0].Line > 0 {
 		where = fmt.Sprintf("%s:%d", fr[0].File, fr[0].Line)
 		if len(fr) > 1 {
 			where = fr[0].Function + " inlined at " + where
@@ -324,7 +329,7 @@ func (d *dwarfNamer) name(addr uint64) (string, string) {
 	return fr[len(fr)-1].Function, where
 }
 
-func (d *dwarfNamer) close() { d.src.Close() }
+func (d *srcNamer) close() { d.src.Close() }
 
 // symNames is the names of the frames of one ELF file, by link-time
 // address, from [elfsrc.SymtabNames]; it knows only the addresses it was

@@ -4,7 +4,6 @@ import (
 	"os"
 
 	"github.com/rawstack/rawstack/platform/snapshot"
-	"github.com/rawstack/rawstack/symbolizer"
 )
 
 func btoi(b bool) int {
@@ -52,28 +51,3 @@ func snapshotDump(pid int, path, writePath string, opts *snapshot.Options) (*sna
 	s.Stopped = d.Stopped()
 	return s, nil
 }
-
-// peNamer names frames of a PE image from its PDB, DWARF, Go tables or
-// symbol tables (pesrc decides per address); addresses
-// are virtual addresses (ImageBase + RVA).
-type peNamer struct{ src symbolizer.Source }
-
-func openPENamer(path string) namer {
-	src, err := openPESource(path, nil, "")
-	if err != nil {
-		return nil
-	}
-	return &peNamer{src: src}
-}
-
-func (n *peNamer) name(addr uint64) (string, string) {
-	fs, err := n.src.Symbolize(addr, nil)
-	if err != nil || len(fs) == 0 {
-		return "", ""
-	}
-	// The outermost frame is the function the address is in; inlined
-	// frames come first.
-	return fs[len(fs)-1].Function, ""
-}
-
-func (n *peNamer) close() { n.src.Close() }

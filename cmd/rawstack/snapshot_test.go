@@ -13,6 +13,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/snapshot"
 )
 
@@ -22,7 +23,7 @@ import (
 func fakeSnapshot(t *testing.T) *snapshot.Snapshot {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skipf("gcc not installed: %v", err)
+		testbuild.Skip(t, "gcc not installed: %v", err)
 	}
 	exe := filepath.Join(t.TempDir(), "snapshot_syms")
 	if out, err := exec.Command("gcc", "-O2", "-o", exe, filepath.Join("testdata", "snapshot_syms.c")).CombinedOutput(); err != nil {

@@ -109,9 +109,10 @@ func TestSnapshotLiveUnderWine(t *testing.T) {
 			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
 	}
-	// record -p: every parked thread is sampled (wall-clock) in the chain.
+	// record -p --off-cpu: every parked thread is sampled off CPU in the
+	// chain (on-CPU samples skip threads that do not run).
 	trace := filepath.Join(dir, "threads.rawstack")
-	out, err := w.Command(ctx, rawstack, "record", "-p", strconv.Itoa(pid), "-F", "20", "--duration", "2s", "-o", wine.Path(trace)).CombinedOutput()
+	out, err := w.Command(ctx, rawstack, "record", "-p", strconv.Itoa(pid), "--off-cpu", "-F", "20", "--duration", "2s", "-o", wine.Path(trace)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("wine rawstack.exe record -p %d: %v\n%s", pid, err, out)
 	}

@@ -19,7 +19,7 @@ import (
 // snapshot, instead of a permission error or an empty trace.
 func TestKernelThreadTarget(t *testing.T) {
 	if !procinfo.KernelThread(2) {
-		t.Skip("pid 2 is not a kernel thread here (a PID namespace?)")
+		testbuild.Skip(t, "pid 2 is not a kernel thread here (a PID namespace?)")
 	}
 	out := t.TempDir() + "/k.rawstack"
 	for _, args := range [][]string{{"record", "-p", "2", "--duration", "1s", "-o", out}, {"snapshot", "-p", "2"}} {
@@ -38,7 +38,7 @@ func TestKernelThreadTarget(t *testing.T) {
 func TestAlreadyTracedTarget(t *testing.T) {
 	strace := testbuild.Need(t, "strace", "a second tracer holding the target")
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to ptrace")
+		testbuild.Skip(t, "needs root to ptrace")
 	}
 	sleep := exec.Command("sleep", "30")
 	if err := sleep.Start(); err != nil {

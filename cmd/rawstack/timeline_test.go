@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
@@ -28,12 +27,7 @@ import (
 // with markers and a counter. It returns the raw trace.
 func spansRecording(t *testing.T) string {
 	t.Helper()
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "spans")
 	if b, err := exec.Command("go", "build", "-o", bin, "../../examples/spans").CombinedOutput(); err != nil {
@@ -95,7 +89,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no chromium to drive (apt-get install chromium, or set RAWSTACK_CHROMIUM)")
+	testbuild.Skip(t, "no chromium to drive (apt-get install chromium, or set RAWSTACK_CHROMIUM)")
 	return ""
 }
 
@@ -235,7 +229,7 @@ func speedscopeDir(t *testing.T) string {
 			return d
 		}
 	}
-	t.Skip("speedscope not installed: npm install --prefix ~/.cache/rawstack-tools speedscope (or set RAWSTACK_SPEEDSCOPE to its dist/release)")
+	testbuild.Skip(t, "speedscope not installed: npm install --prefix ~/.cache/rawstack-tools speedscope (or set RAWSTACK_SPEEDSCOPE to its dist/release)")
 	return ""
 }
 

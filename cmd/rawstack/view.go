@@ -23,7 +23,7 @@ const viewHelper = "rawstack-view"
 func init() {
 	register(&command{
 		name:  "view",
-		usage: "FILE [--http ADDR] [--no-browser] [--bucket DUR] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE]",
+		usage: "FILE [--http ADDR] [--no-browser] [--bucket DUR] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
 		short: "symbolize a trace and serve pprof's web UI (flame graph, top, source) on localhost",
 		run: func(args []string, stdout, stderr io.Writer) error {
 			// Ctrl-C stops rawstack-view (it gets the signal too) and

@@ -56,6 +56,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "selfprofile: threads suspended %d times, p50 %v, p99 %v, max %v\n",
 			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax)
 	}
+	if st.TickHz > 0 { // back ends that measure the rate they achieve (Windows)
+		fmt.Fprintf(os.Stderr, "selfprofile: %.0f samples per CPU-second of %d Hz asked (%.0f rounds/s)\n",
+			st.AchievedHz, st.AskedHz, st.TickHz)
+	}
 }
 
 //go:noinline

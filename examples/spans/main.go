@@ -25,9 +25,8 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
-	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/perfetto"
-	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel symbols
+	_ "github.com/rawstack/rawstack/symbolizer/sources" // every symbol source
 	"github.com/rawstack/rawstack/tracer"
 )
 

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // note encodes one note with 4-byte alignment.
@@ -47,24 +49,32 @@ func TestGNUBuildID(t *testing.T) {
 	}
 }
 
-// TestAgainstReadelf checks the build id of a real binary against
-// readelf's --notes output.
+// TestAgainstReadelf checks the build id of real binaries against
+// readelf's --notes output: a C fixture linked with a GNU build id, and the
+// test binary, which go test links without one (both must then say none).
 func TestAgainstReadelf(t *testing.T) {
+	testbuild.Need(t, "readelf", "binutils' readelf is the oracle")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		t.Skipf("test binary is not ELF: %v", err)
+	withID := testbuild.CC(t, "cc", "", []string{"testdata/empty.c"}, "-Wl,--build-id=sha1")
+	for _, path := range []string{withID, exe} {
+		want, got := readelfBuildID(t, path), ourBuildID(t, path)
+		if path == withID && want == "" {
+			t.Fatalf("%s: readelf sees no GNU build id although it was linked with --build-id", path)
+		}
+		if g := hex.EncodeToString(got); g != want {
+			t.Errorf("%s: build id %q, readelf says %q", path, g, want)
+		}
 	}
-	defer f.Close()
-	if _, err := exec.LookPath("readelf"); err != nil {
-		t.Skip("readelf not installed (binutils)")
-	}
-	out, err := exec.Command("readelf", "--notes", exe).Output()
+}
+
+func readelfBuildID(t *testing.T, path string) string {
+	t.Helper()
+	out, err := exec.Command("readelf", "--notes", path).Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("readelf --notes %s: %v", path, err)
 	}
 	want := ""
 	for _, line := range strings.Split(string(out), "\n") {
@@ -72,6 +82,16 @@ func TestAgainstReadelf(t *testing.T) {
 			want = strings.TrimSpace(line[i+len("Build ID: "):])
 		}
 	}
+	return want
+}
+
+func ourBuildID(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	var got []byte
 	for _, s := range f.Sections {
 		if s.Type == elf.SHT_NOTE {
@@ -81,15 +101,7 @@ func TestAgainstReadelf(t *testing.T) {
 			}
 		}
 	}
-	if want == "" {
-		if got != nil {
-			t.Fatalf("readelf sees no GNU build id, we read %x", got)
-		}
-		t.Skip("test binary has no GNU build id (go test links without one)")
-	}
-	if g := hex.EncodeToString(got); g != want {
-		t.Fatalf("build id %s, readelf says %s", g, want)
-	}
+	return got
 }
 
 func FuzzForEach(f *testing.F) {

@@ -4,11 +4,13 @@ import (
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 func TestProcinfo(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
+		testbuild.Impossible(t, "not-linux") // reads /proc
 	}
 	if KernelThread(os.Getpid()) {
 		t.Error("this test process reads as a kernel thread")

@@ -5,10 +5,11 @@
 // A build is a command line plus the files whose contents decide its result.
 // The cache key is a hash of the tool's path, size and modification time,
 // the arguments, the extra environment and every input's contents; the
-// outputs live under the user cache directory ($XDG_CACHE_HOME, else
-// ~/.cache) in rawstack-fixtures/KEY/. A build writes into a fresh
-// directory and renames it into place, so test binaries of several packages
-// running at once never see half-written fixtures.
+// outputs live under [CacheRoot] ($RAWSTACK_FIXTURE_CACHE, else the user
+// cache directory: $XDG_CACHE_HOME, else ~/.cache) in
+// rawstack-fixtures/KEY/. A build writes into a fresh directory and renames
+// it into place, so test binaries of several packages running at once never
+// see half-written fixtures.
 //
 //	exe := testbuild.Build(t, testbuild.Cmd{
 //		Tool:   "cc",
@@ -17,7 +18,11 @@
 //		Out:    "chain",
 //	})
 //
-// A test whose tool is not installed is skipped with the tool's name.
+// A test whose tool is not installed is skipped with the tool's name, or
+// under CI=true fails with it: every prerequisite a test lacks goes through
+// [Skip], every probe's answer through [Feature], and what cannot exist on
+// the test machines at all is listed, with reasons, in one table read by
+// [Impossible].
 package testbuild
 
 import (
@@ -58,13 +63,14 @@ type Cmd struct {
 }
 
 // Build runs c once per distinct key and returns the path of c.Out. It
-// skips the test when c.Tool is not installed and fails it when the
-// command fails, printing the command and its output.
+// skips the test (fails it under CI=true, see [Skip]) when c.Tool is not
+// installed and fails it when the command fails, printing the command and
+// its output.
 func Build(t testing.TB, c Cmd) string {
 	t.Helper()
 	path, err := exec.LookPath(c.Tool)
 	if err != nil {
-		t.Skipf("%s not installed: cannot build fixture %s", c.Tool, c.Out)
+		Skip(t, "%s not installed: cannot build fixture %s", c.Tool, c.Out)
 	}
 	out, err := build(path, c)
 	if err != nil {
@@ -73,23 +79,46 @@ func Build(t testing.TB, c Cmd) string {
 	return out
 }
 
-// Need returns the path of tool, or skips the test saying why it needs it.
+// Need returns the path of tool, or skips the test (fails it under
+// CI=true, see [Skip]) saying why it needs it.
 func Need(t testing.TB, tool, why string) string {
 	t.Helper()
 	p, err := exec.LookPath(tool)
 	if err != nil {
-		t.Skipf("%s not installed: %s", tool, why)
+		Skip(t, "%s not installed: %s", tool, why)
 	}
 	return p
 }
 
+// NeedAll is [Need] for several tools that serve one purpose.
+func NeedAll(t testing.TB, why string, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		Need(t, tool, why)
+	}
+}
+
+// CC compiles the C or C++ sources srcs (paths relative to the test's
+// directory, e.g. "testdata/deep.c") with the compiler cc into a binary
+// named out, the flags after the sources (so libraries link), cached like
+// any [Build]; it returns the binary's path. An empty out names the binary
+// after the first source, without its extension. A missing cc goes
+// through [Skip].
+func CC(t testing.TB, cc, out string, srcs []string, flags ...string) string {
+	t.Helper()
+	if out == "" && len(srcs) > 0 {
+		out = strings.TrimSuffix(filepath.Base(srcs[0]), filepath.Ext(srcs[0]))
+	}
+	args := []string{"-o", "{dir}/" + out}
+	for i := range srcs {
+		args = append(args, "{in"+strconv.Itoa(i)+"}")
+	}
+	return Build(t, Cmd{Tool: cc, Args: append(args, flags...), Inputs: srcs, Out: out})
+}
+
 // CacheDir returns the directory fixtures are cached in, creating it.
 func CacheDir() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "rawstack-fixtures")
+	dir := filepath.Join(CacheRoot(), "rawstack-fixtures")
 	return dir, os.MkdirAll(dir, 0o755)
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 func TestBuildCachesAndRuns(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("RAWSTACK_FIXTURE_CACHE", t.TempDir())
 	c := Cmd{Tool: "cc", Args: []string{"-O2", "-o", "{dir}/hello", "{in0}"}, Inputs: []string{"testdata/hello.c"}, Out: "hello"}
 	a := Build(t, c)
 	out, err := exec.Command(a).Output()
@@ -34,9 +34,9 @@ func TestBuildCachesAndRuns(t *testing.T) {
 }
 
 func TestBuildReportsFailure(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("RAWSTACK_FIXTURE_CACHE", t.TempDir())
 	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("cc not installed")
+		Skip(t, "cc not installed")
 	}
 	_, err := build("cc", Cmd{Tool: "cc", Args: []string{"-o", "{dir}/x", "{in0}"}, Inputs: []string{"testdata/missing.c"}, Out: "x"})
 	if err == nil || !strings.Contains(err.Error(), "missing.c") {

@@ -29,6 +29,7 @@ const (
 	EINTR      = unix.EINTR
 	EBUSY      = unix.EBUSY
 	EMFILE     = unix.EMFILE
+	E2BIG      = unix.E2BIG
 )
 
 // perf_event_attr constants.
@@ -148,6 +149,17 @@ var mono struct {
 	once sync.Once
 	base int64     // CLOCK_MONOTONIC at ref
 	ref  time.Time // with its monotonic reading
+}
+
+// LockFile takes an exclusive flock(2) lock on f, waiting while another
+// open file description holds it; closing f releases it.
+func LockFile(f *os.File) error {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // ProcessAlive reports whether pid exists (zombies count as alive).

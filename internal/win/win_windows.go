@@ -5,6 +5,7 @@ package win
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -29,6 +30,7 @@ var (
 	procCreateThread        = kernel32.NewProc("CreateThread")
 	procGetThreadId         = kernel32.NewProc("GetThreadId")
 	procGetThreadDesc       = kernel32.NewProc("GetThreadDescription")
+	procGetThreadTimes      = kernel32.NewProc("GetThreadTimes")
 	procLdrRegister         = ntdll.NewProc("LdrRegisterDllNotification")
 	procLdrUnregister       = ntdll.NewProc("LdrUnregisterDllNotification")
 )
@@ -237,9 +239,32 @@ func VirtualAlloc(size uintptr) (uintptr, error) {
 // VirtualFree releases memory VirtualAlloc returned.
 func VirtualFree(addr uintptr) error { return windows.VirtualFree(addr, 0, windows.MEM_RELEASE) }
 
+// ThreadCPUTime returns the CPU time thread h has used, kernel and user
+// mode together, in ns (GetThreadTimes; 100 ns units, advancing by the
+// accounting quantum: the clock interrupt on Windows, the Linux clock
+// tick under Wine, which reads /proc/PID/task/TID/stat). ok is false when
+// the thread cannot be queried (it has ended). It does not allocate.
+func ThreadCPUTime(h Handle) (ns int64, ok bool) {
+	var t [4]windows.Filetime // creation, exit, kernel, user
+	r, _, _ := syscall.SyscallN(procGetThreadTimes.Addr(), uintptr(h), uintptr(unsafe.Pointer(&t[0])),
+		uintptr(unsafe.Pointer(&t[1])), uintptr(unsafe.Pointer(&t[2])), uintptr(unsafe.Pointer(&t[3])))
+	if r == 0 {
+		return 0, false
+	}
+	k := int64(t[2].HighDateTime)<<32 | int64(t[2].LowDateTime)
+	u := int64(t[3].HighDateTime)<<32 | int64(t[3].LowDateTime)
+	return (k + u) * 100, true
+}
+
+// HasThreadNames reports whether the OS has GetThreadDescription
+// (Windows 10 1607 and later; Wine 8 has it). The answer is cached.
+func HasThreadNames() bool { return hasThreadNames() }
+
+var hasThreadNames = sync.OnceValue(func() bool { return procGetThreadDesc.Find() == nil })
+
 // ThreadName returns a thread's description (Windows 10 1607+), or "".
 func ThreadName(h Handle) string {
-	if procGetThreadDesc.Find() != nil {
+	if !HasThreadNames() {
 		return ""
 	}
 	var p *uint16

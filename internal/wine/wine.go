@@ -1,5 +1,7 @@
 // Package wine runs Windows test programs under Wine on a Linux host: one
-// cached Wine prefix shared by every package's tests, the ProcessPrng shim
+// cached Wine prefix shared by every package's tests (booted by one test
+// process under a file lock while the others wait, and used only once
+// its boot is complete), the ProcessPrng shim
 // Go programs need on Wine 8, Windows builds of Go test binaries and
 // conversions between Unix paths and the Z: drive Wine maps them to.
 //
@@ -46,8 +48,11 @@ var (
 // missing and fails it when the prefix cannot be set up.
 func Need(t testing.TB) *Wine {
 	t.Helper()
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skipf("Wine tests run on linux/amd64 hosts, not %s/%s", runtime.GOOS, runtime.GOARCH)
+	if runtime.GOOS != "linux" {
+		testbuild.Impossible(t, "not-linux") // Wine runs on Linux hosts
+	}
+	if runtime.GOARCH != "amd64" {
+		testbuild.Impossible(t, "amd64-only") // x86-64 Wine runs amd64 binaries
 	}
 	wineBin := testbuild.Need(t, "wine", "runs the Windows back end's tests")
 	shim := testbuild.Build(t, testbuild.Cmd{
@@ -70,14 +75,10 @@ func ShimSource() string {
 	return filepath.Join(filepath.Dir(file), "testdata", "processprng.c")
 }
 
-// PrefixDir is where the shared prefix lives: the directory
-// arch/winunwind's tests use too.
+// PrefixDir is where the shared prefix lives, under the fixture cache
+// (testbuild.CacheRoot): the directory arch/winunwind's tests use too.
 func PrefixDir() string {
-	root, err := os.UserCacheDir()
-	if err != nil {
-		root = os.TempDir()
-	}
-	return filepath.Join(root, "rawstack-test", "wineprefix")
+	return filepath.Join(testbuild.CacheRoot(), "rawstack-test", "wineprefix")
 }
 
 // Open sets up the shared prefix outside a test (the benchmarks) with a
@@ -90,25 +91,41 @@ func Open(shimDLL string) (*Wine, error) {
 	return setup(wineBin, shimDLL)
 }
 
+// readyFile marks a prefix whose boot finished: written after wineboot
+// and every Wine process it started have exited.
+const readyFile = ".rawstack-ready"
+
+// setup boots the shared prefix if it has not been booted yet and
+// installs the shim. Test binaries of several packages run at once (go
+// test ./...) and share the prefix, so the work is done under a file
+// lock: one process boots, the others wait for it and then find the
+// prefix ready. A prefix is ready when readyFile exists, not when its
+// directories do: Wine creates drive_c/windows/system32 in the first
+// tenth of a second of a boot that takes seconds to a minute, and a
+// program started in a half-made prefix fails in ways that depend on
+// timing (the likely cause of a child process that once failed to start
+// with Wine's "Internal error" on a fresh machine).
 func setup(wineBin, shim string) (*Wine, error) {
 	w := &Wine{Prefix: PrefixDir(), wine: wineBin}
-	sys32 := filepath.Join(w.Prefix, "drive_c", "windows", "system32")
-	if _, err := os.Stat(sys32); err != nil {
-		// The first boot creates the prefix; a Wine that hangs must
-		// not hold the test run forever.
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, wineBin, "wineboot", "-i")
-		cmd.Env = w.Env()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("wineboot in %s: %v\n%s", w.Prefix, err, out)
+	// Wine creates the prefix directory but not its parents.
+	if err := os.MkdirAll(filepath.Dir(w.Prefix), 0o755); err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(w.Prefix + ".lock")
+	if err != nil {
+		return nil, fmt.Errorf("locking the wine prefix %s: %w", w.Prefix, err)
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(w.Prefix, readyFile)); err != nil {
+		if err := w.boot(); err != nil {
+			return nil, err
 		}
 	}
 	b, err := os.ReadFile(shim)
 	if err != nil {
 		return nil, err
 	}
-	dst := filepath.Join(sys32, "bcryptprimitives.dll")
+	dst := filepath.Join(w.Prefix, "drive_c", "windows", "system32", "bcryptprimitives.dll")
 	if old, err := os.ReadFile(dst); err != nil || string(old) != string(b) {
 		tmp := dst + ".tmp" + fmt.Sprint(os.Getpid())
 		if err := os.WriteFile(tmp, b, 0o644); err != nil {
@@ -119,6 +136,36 @@ func setup(wineBin, shim string) (*Wine, error) {
 		}
 	}
 	return w, nil
+}
+
+// boot creates the prefix afresh (a prefix without readyFile is one whose
+// boot was cut short) and waits until it is complete: wineboot -i
+// returns while the services it started are still running, so boot then
+// waits for the prefix's wineserver to exit (wineserver -w), which it
+// does once every process of the prefix has ended and the registry is
+// written.
+func (w *Wine) boot() error {
+	if err := os.RemoveAll(w.Prefix); err != nil {
+		return err
+	}
+	server, err := exec.LookPath("wineserver")
+	if err != nil {
+		return fmt.Errorf("wineserver, which boots the prefix with wine: %w", err)
+	}
+	// A Wine that hangs must not hold the test run forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, cmd := range []*exec.Cmd{
+		exec.CommandContext(ctx, w.wine, "wineboot", "-i"),
+		exec.CommandContext(ctx, server, "-w"),
+	} {
+		cmd.Env = w.Env()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("booting the wine prefix %s: %s: %v\n%s", w.Prefix, strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+	version, _ := exec.Command(w.wine, "--version").Output()
+	return os.WriteFile(filepath.Join(w.Prefix, readyFile), version, 0o644)
 }
 
 // Env is the environment Windows programs run with: the prefix, no Wine

@@ -2,7 +2,6 @@ package rawstackprocessor
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/wine"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	_ "github.com/rawstack/rawstack/platform/linux/ebpf" // linux.ProbeBPF probes with the loader; rawstack runs rawstack-ebpf
 )
@@ -33,13 +31,7 @@ func TestMatrixOTLPSink(t *testing.T) {
 		{"ebpf", linux.ProbeBPF},
 	} {
 		t.Run(be.name, func(t *testing.T) {
-			if err := be.probe(); err != nil {
-				var pe *platform.PermissionError
-				if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-					t.Skip(err)
-				}
-				t.Fatal(err)
-			}
+			testbuild.Feature(t, be.probe())
 			bin, dbg := chain(t)
 			c := startCollector(t, &Config{DebugDirs: []string{dbg}}, "")
 			cmd, se, file := startRecord(t, bin, c.addr, "0.6", "--backend", be.name)

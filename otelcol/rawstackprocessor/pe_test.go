@@ -35,7 +35,7 @@ func clangPDB(t *testing.T) string {
 	testbuild.Need(t, "clang++", "to build the PE+PDB fixture")
 	testbuild.Need(t, "ld.lld", "to link the PE+PDB fixture")
 	if _, err := os.Stat(mingwLibDir); err != nil {
-		t.Skipf("mingw-w64 libgcc dir %s missing (apt-get install mingw-w64): %v", mingwLibDir, err)
+		testbuild.Skip(t, "mingw-w64 libgcc dir %s missing (apt-get install mingw-w64): %v", mingwLibDir, err)
 	}
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool: "clang++",

@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -39,7 +38,6 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	"github.com/rawstack/rawstack/symbolizer/locate"
@@ -80,12 +78,7 @@ func rawstackCLI(t testing.TB) string {
 
 func needPerf(t testing.TB) {
 	t.Helper()
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 }
 
 // chain builds the main→a→b→c fixture and returns it and a debug

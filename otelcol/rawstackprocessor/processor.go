@@ -17,9 +17,8 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
-	_ "github.com/rawstack/rawstack/symbolizer/elfsrc" // ELF, DWARF and Go symbol sources
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
-	_ "github.com/rawstack/rawstack/symbolizer/pesrc" // PE images, PDBs and symbol servers
+	_ "github.com/rawstack/rawstack/symbolizer/sources" // every symbol source, as every rawstack command has them
 )
 
 // maxBuildID caps a build id attribute (hex): GNU build ids are 20 bytes

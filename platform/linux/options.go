@@ -6,7 +6,8 @@ import (
 	"github.com/rawstack/rawstack/platform"
 )
 
-// maxBPFStack is what the eBPF back end copies at most per sample.
+// maxBPFStack is what the eBPF back end copies at most per sample
+// (MAX_STACK of platform/linux/ebpf/bpf/rawstack.bpf.c, bpfMaxStack there).
 const maxBPFStack = 16384
 
 // checkConfig returns a *platform.OptionError for the first option of cfg

@@ -12,8 +12,8 @@ import (
 // buildCgo builds testdata/cgo with the go command into a cached binary.
 func buildCgo(t *testing.T) string {
 	t.Helper()
-	goTool := needTool(t, "go")
-	needTool(t, "gcc")
+	goTool := testbuild.Need(t, "go", "builds the cgo fixture")
+	testbuild.Need(t, "gcc", "builds the cgo fixture's C part")
 	v, _ := exec.Command(goTool, "version").Output()
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool:   "go",

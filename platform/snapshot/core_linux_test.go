@@ -8,18 +8,20 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // gcoreOf dumps pid's core with gdb's gcore into dir and returns its path.
 func gcoreOf(t *testing.T, pid int, dir string) string {
 	t.Helper()
-	needTool(t, "gcore")
+	testbuild.Need(t, "gcore", "gdb's gcore writes the core file read back")
 	prefix := filepath.Join(dir, "core")
 	out, err := exec.Command("gcore", "-o", prefix, strconv.Itoa(pid)).CombinedOutput()
 	path := prefix + "." + strconv.Itoa(pid)
 	if err != nil {
 		if strings.Contains(string(out), "ptrace") {
-			t.Skipf("gcore cannot attach here: %s", out)
+			testbuild.Skip(t, "gcore cannot attach here: %s", out)
 		}
 		t.Fatalf("gcore: %v\n%s", err, out)
 	}
@@ -39,7 +41,7 @@ func gdbCoreStacks(t *testing.T, bin, core string) stacks {
 // with a live snapshot; then again with the executable gone from the path
 // the core names, found through Options.Exe.
 func TestCoreMatchesGDB(t *testing.T) {
-	orig := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	orig := testbuild.CC(t, "gcc", "", []string{"testdata/threads.c"}, fixtures[0].flags...)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "threads")
 	b, err := os.ReadFile(orig)
@@ -114,9 +116,9 @@ func TestCoreMatchesGDB(t *testing.T) {
 func TestKernelCore(t *testing.T) {
 	pat, err := os.ReadFile("/proc/sys/kernel/core_pattern")
 	if err != nil || strings.TrimSpace(string(pat)) != "core" {
-		t.Skipf("kernel.core_pattern is %q, not the plain \"core\" this test needs", strings.TrimSpace(string(pat)))
+		testbuild.Skip(t, "kernel.core_pattern is %q, not the plain \"core\" this test needs", strings.TrimSpace(string(pat)))
 	}
-	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/threads.c"}, fixtures[0].flags...)
 	dir := t.TempDir()
 	// Raise the soft limit as far as the hard one allows; with a hard
 	// limit of 0 no core appears and the test skips.
@@ -130,7 +132,7 @@ func TestKernelCore(t *testing.T) {
 	core := filepath.Join(dir, "core")
 	if _, err := os.Stat(core); err != nil {
 		if _, err2 := os.Stat(core + "." + strconv.Itoa(pid)); err2 != nil {
-			t.Skipf("the kernel wrote no core (%v): RLIMIT_CORE may be capped", err)
+			testbuild.Skip(t, "the kernel wrote no core (%v): RLIMIT_CORE may be capped", err)
 		}
 		core += "." + strconv.Itoa(pid)
 	}

@@ -13,31 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rawstack/rawstack/internal/testbuild"
 )
-
-// buildC compiles testdata/src with cc and flags into a binary cached by
-// the shared fixture builder. It skips the test when cc is not installed.
-func buildC(t testing.TB, cc, src string, flags ...string) string {
-	t.Helper()
-	out := strings.TrimSuffix(src, filepath.Ext(src)) + "-" + cc
-	return testbuild.Build(t, testbuild.Cmd{
-		Tool:   cc,
-		Args:   append(append([]string{}, flags...), "-o", "{dir}/"+out, "{in0}"),
-		Inputs: []string{filepath.Join("testdata", src)},
-		Out:    out,
-	})
-}
-
-func needTool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return p
-}
 
 // startFixture runs bin with args, waits for it to print "ready" and
 // kills it when the test ends.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // TestLazyOutlivesCache drops the cache and file information of a lazily
@@ -17,7 +18,7 @@ func TestLazyOutlivesCache(t *testing.T) {
 	const path = "/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(path)
 	if err != nil {
-		t.Skipf("%s: %v", path, err)
+		testbuild.Skip(t, "%s: %v", path, err)
 	}
 	syms, err := f.DynamicSymbols()
 	f.Close()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -40,7 +41,7 @@ func snapshotOrSkip(t *testing.T, pid int, opts *Options) *Snapshot {
 	snap, err := Process(pid, opts)
 	var pe *platform.PermissionError
 	if errors.As(err, &pe) {
-		t.Skipf("ptrace not permitted here: %v", err)
+		testbuild.Skip(t, "ptrace not permitted here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func (s *Snapshot) stacks() stacks {
 // the stack, and are dropped.
 func gdbStacks(t *testing.T, pid int) stacks {
 	t.Helper()
-	needTool(t, "gdb")
+	testbuild.Need(t, "gdb", "gdb is the stack oracle")
 	script, _ := filepath.Abs(filepath.Join("testdata", "gdbstacks.py"))
 	out := runOracle(t, "gdb", "-batch", "-nx", "-p", strconv.Itoa(pid), "-x", script)
 	return parseGDBStacks(t, out)
@@ -101,7 +102,7 @@ func parseGDBStacks(t *testing.T, out []byte) stacks {
 // euStacks runs eu-stack -p pid and returns each thread's pcs.
 func euStacks(t *testing.T, pid int) stacks {
 	t.Helper()
-	needTool(t, "eu-stack")
+	testbuild.Need(t, "eu-stack", "elfutils' eu-stack is the stack oracle")
 	// eu-stack exits 1 when it cannot unwind some thread to its end (Go
 	// threads); what it printed still counts.
 	out := runOracleStatus(t, true, "eu-stack", "-p", strconv.Itoa(pid))
@@ -197,7 +198,7 @@ func checkReleased(t *testing.T, pid int) {
 func TestProcessMatchesGDB(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
-			bin := buildC(t, fx.cc, fx.src, fx.flags...)
+			bin := testbuild.CC(t, fx.cc, "", []string{filepath.Join("testdata", fx.src)}, fx.flags...)
 			cmd := startFixture(t, bin, "5", "7")
 			pid := cmd.Process.Pid
 			snap := snapshotOrSkip(t, pid, nil)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/arch/winunwind"
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 func sampleMinidump() *MinidumpData {
@@ -95,7 +96,7 @@ func TestMinidumpObj2yaml(t *testing.T) {
 		}
 	}
 	if tool == "" {
-		t.Skip("obj2yaml not installed (llvm): the independent minidump reader")
+		testbuild.Skip(t, "obj2yaml not installed (llvm): the independent minidump reader")
 	}
 	var buf bytes.Buffer
 	if err := WriteMinidump(&buf, sampleMinidump()); err != nil {
@@ -122,20 +123,94 @@ func TestMinidumpObj2yaml(t *testing.T) {
 }
 
 // FuzzMinidump feeds the reader arbitrary bytes, seeded with a dump
-// WriteMinidump wrote: it must fail cleanly or read memory within the file.
+// WriteMinidump wrote: it must fail cleanly or give a dump whose every
+// read stays within the file. Counts are bounded by the file's size, the
+// memory ranges lie in the file, and reading the dump's memory reads only
+// the bytes of the range that holds the address, and returns them.
 func FuzzMinidump(f *testing.F) {
 	var buf bytes.Buffer
 	WriteMinidump(&buf, sampleMinidump())
 	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := NewMinidump(bytes.NewReader(b), int64(len(b)), "fuzz.dmp")
+		r := &readRecorder{b: b}
+		d, err := NewMinidump(r, int64(len(b)), "fuzz.dmp")
+		r.check(t, "parsing", 0, int64(len(b)))
 		if err != nil {
 			return
 		}
-		p := make([]byte, 64)
-		for _, th := range d.Threads {
-			d.ReadMemory(th.StackStart, p)
+		if len(d.Threads)*mdThreadSize > len(b) || len(d.Modules)*mdModuleSize > len(b) || len(d.Memory)*mdMemDescSize > len(b) {
+			t.Fatalf("%d threads, %d modules, %d memory ranges from %d bytes", len(d.Threads), len(d.Modules), len(d.Memory), len(b))
 		}
+		for _, m := range d.Memory {
+			if m.Off < 0 || uint64(m.Off) > uint64(len(b)) || m.Size > uint64(len(b))-uint64(m.Off) {
+				t.Fatalf("memory range %#x+%d at file offset %#x is not in the %d-byte file", m.Start, m.Size, m.Off, len(b))
+			}
+		}
+		// Read at each range's first and last byte and across its end.
+		var addrs []uint64
+		for _, m := range d.Memory {
+			addrs = append(addrs, m.Start, m.Start+m.Size-1, m.Start+m.Size-3)
+		}
+		for _, th := range d.Threads {
+			addrs = append(addrs, th.StackStart)
+		}
+		p := make([]byte, 8)
+		for _, a := range addrs {
+			r.reads = r.reads[:0]
+			if err := d.ReadMemory(a, p); err != nil {
+				continue
+			}
+			// Byte by byte: a range holds a+i, and the file byte it
+			// maps to is the one read (ranges may overlap).
+			for i := range p {
+				if !holds(d.Memory, b, a+uint64(i), p[i]) {
+					t.Fatalf("ReadMemory(%#x) gave byte %d %#x, which no range maps %#x to", a, i, p[i], a+uint64(i))
+				}
+			}
+			for _, rd := range r.reads {
+				in := false
+				for _, m := range d.Memory {
+					in = in || rd[0] >= m.Off && rd[0]+rd[1] <= m.Off+int64(m.Size)
+				}
+				if !in {
+					t.Fatalf("ReadMemory(%#x) read %d bytes at file offset %#x, outside every memory range", a, rd[1], rd[0])
+				}
+			}
+		}
+		r.reads = r.reads[:0]
 		d.Snapshot(nil)
+		r.check(t, "snapshot", 0, int64(len(b)))
 	})
+}
+
+// holds reports whether a range of rs holds addr and maps it to a file
+// byte (of b) equal to v.
+func holds(rs []MinidumpRange, b []byte, addr uint64, v byte) bool {
+	for _, m := range rs {
+		if addr >= m.Start && addr-m.Start < m.Size && b[m.Off+int64(addr-m.Start)] == v {
+			return true
+		}
+	}
+	return false
+}
+
+// readRecorder is an io.ReaderAt over b that records every read.
+type readRecorder struct {
+	b     []byte
+	reads [][2]int64 // offset, length
+}
+
+func (r *readRecorder) ReadAt(p []byte, off int64) (int, error) {
+	r.reads = append(r.reads, [2]int64{off, int64(len(p))})
+	return bytes.NewReader(r.b).ReadAt(p, off)
+}
+
+// check fails t unless every recorded read lies within [lo, hi).
+func (r *readRecorder) check(t *testing.T, what string, lo, hi int64) {
+	t.Helper()
+	for _, rd := range r.reads {
+		if rd[0] < lo || rd[1] > hi-rd[0] {
+			t.Fatalf("%s read %d bytes at %#x, outside the %d-byte file", what, rd[1], rd[0], hi)
+		}
+	}
 }

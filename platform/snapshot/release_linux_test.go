@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -41,7 +42,7 @@ func startNoWait(t *testing.T, bin string) *exec.Cmd {
 // is being stopped: every snapshot succeeds and no thread is left stopped
 // or traced.
 func TestProcessChurn(t *testing.T) {
-	bin := buildC(t, "gcc", "churn.c", "-O2", "-pthread")
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/churn.c"}, "-O2", "-pthread")
 	cmd := startNoWait(t, bin)
 	pid := cmd.Process.Pid
 	threads := 0
@@ -90,8 +91,8 @@ func maxTid(t *testing.T, pid, not int) int {
 // tracer holds it) and checks that the snapshot fails with a
 // PermissionError and leaves every other thread running and untraced.
 func TestProcessReleasesOnError(t *testing.T) {
-	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
-	seize := buildC(t, "gcc", "seize.c", "-O2")
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/threads.c"}, fixtures[0].flags...)
+	seize := testbuild.CC(t, "gcc", "", []string{"testdata/seize.c"}, "-O2")
 	cmd := startFixture(t, bin, "6", "4")
 	pid := cmd.Process.Pid
 	snapshotOrSkip(t, pid, nil) // skips where ptrace is not permitted
@@ -132,7 +133,7 @@ func TestProcessReleasesOnError(t *testing.T) {
 // are those of the running process, and the process stays stopped until
 // SIGCONT.
 func TestProcessStopped(t *testing.T) {
-	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/threads.c"}, fixtures[0].flags...)
 	cmd := startFixture(t, bin, "3", "4")
 	pid := cmd.Process.Pid
 	running := snapshotOrSkip(t, pid, nil).stacks()
@@ -184,7 +185,7 @@ func waitState(t *testing.T, pid int, state string) {
 // before the interrupt does must be delivered at detach, so the process
 // counts every one.
 func TestProcessKeepsSignals(t *testing.T) {
-	bin := buildC(t, "gcc", "sigcount.c", "-O2")
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/sigcount.c"}, "-O2")
 	cmd := exec.Command(bin)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -247,7 +248,7 @@ func TestProcessKeepsSignals(t *testing.T) {
 // kernels or sandboxes without process_vm_readv, and expects the stacks
 // process_vm_readv gives.
 func TestProcessProcMem(t *testing.T) {
-	bin := buildC(t, "gcc", "threads.c", fixtures[0].flags...)
+	bin := testbuild.CC(t, "gcc", "", []string{"testdata/threads.c"}, fixtures[0].flags...)
 	cmd := startFixture(t, bin, "4", "6")
 	pid := cmd.Process.Pid
 	want := snapshotOrSkip(t, pid, nil).stacks()

@@ -11,6 +11,7 @@ type hist struct {
 	b   [64 * 16]atomic.Uint64
 	n   atomic.Uint64
 	max atomic.Int64
+	sum atomic.Int64
 }
 
 func histBucket(v int64) int {
@@ -34,6 +35,7 @@ func histValue(i int) int64 {
 func (h *hist) add(v int64) {
 	h.b[histBucket(v)].Add(1)
 	h.n.Add(1)
+	h.sum.Add(v)
 	for {
 		m := h.max.Load()
 		if v <= m || h.max.CompareAndSwap(m, v) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestDLLLoadedAfterStart(t *testing.T) {
 	dllPath := os.Getenv("RAWSTACK_WINE_DLL")
 	if dllPath == "" {
-		t.Skip("RAWSTACK_WINE_DLL not set: the DLL fixture is built by the Linux side (wine_test.go)")
+		testbuild.Skip(t, "RAWSTACK_WINE_DLL not set: the DLL fixture is built by the Linux side (wine_test.go)")
 	}
 	c := newCollector()
 	s, err := Open(platform.Config{Frequency: 500}, c)
@@ -166,7 +167,11 @@ func TestHeapHammerNoDeadlock(t *testing.T) {
 	st := s.Stats()
 	t.Logf("%v at 1 kHz: %d samples of %d threads, %d HeapAlloc/Free pairs, %d Go allocations; suspended p50 %v p99 %v max %v",
 		dur, st.Samples, len(c.threads), heapOps.Load(), goOps.Load(), time.Duration(st.SuspendP50), time.Duration(st.SuspendP99), time.Duration(st.SuspendMax))
-	if st.Samples < 100 || heapOps.Load() == 0 || goOps.Load() == 0 {
+	// Every sample is of a thread that ran since its previous one (idle
+	// threads are not suspended): nearly all suspended the hammering
+	// threads, where the heap locks are held. (Sampling every thread, 100
+	// samples of 10 threads held about 30 of theirs.)
+	if st.Samples < 50 || heapOps.Load() == 0 || goOps.Load() == 0 {
 		t.Errorf("too little happened: %+v", st)
 	}
 }

@@ -4,7 +4,8 @@ import "github.com/rawstack/rawstack/platform"
 
 // checkConfig returns a *platform.OptionError for the first option of cfg
 // the suspend-and-copy sampler does not implement. It honours Pid,
-// Frequency and StackSize; NoKernel and NoJIT hold by construction (it
+// Frequency, StackSize and OffCPU (waits seen through the threads' CPU
+// times, their stacks taken once per wait); NoKernel and NoJIT hold by construction (it
 // reads no kernel frames and no JIT maps); every Unwind mode unwinds with
 // the modules' x64 unwind data (.pdata/.xdata), the one mechanism it has.
 func checkConfig(cfg platform.Config) error {
@@ -16,8 +17,6 @@ func checkConfig(cfg platform.Config) error {
 		return bad("Backend", "Windows has one back end; "+cfg.Backend.String()+" is Linux's")
 	case cfg.System:
 		return bad("System", "whole-system sampling needs ETW (docs/windows-etw.md), which is not implemented")
-	case cfg.OffCPU:
-		return bad("OffCPU", "off-CPU samples are not implemented on Windows yet")
 	case cfg.KeepRaw:
 		return bad("KeepRaw", "samples are unwound on the host; raw stack copies are not written")
 	case cfg.Goroutines:

@@ -30,6 +30,20 @@ const (
 	// syncPollPeriod limits the module snapshots taken because a sample's
 	// PC was in no known module.
 	syncPollPeriod = 50 * time.Millisecond
+	// cpuQuantum is the step by which GetThreadTimes advances: the clock
+	// interrupt on Windows (15.625 ms by default), the Linux clock tick
+	// under Wine (10 ms). A thread whose CPU time has not moved for
+	// longer than two quanta has not run at two clock ticks in a row: it
+	// waits (Config.OffCPU).
+	cpuQuantum = 16 * time.Millisecond
+	waitAfter  = int64(2*cpuQuantum + cpuQuantum/4)
+	// waitFlush bounds how long a wait goes unreported: a thread waiting
+	// longer is reported in parts of at most this much.
+	waitFlush = int64(time.Second)
+	// nameTries is how many thread list refreshes (100 ms apart) a thread
+	// without a name is asked for one again: threads name themselves
+	// after they start.
+	nameTries = 10
 )
 
 // Session samples one process.
@@ -72,9 +86,20 @@ type Session struct {
 	mem          stackMem
 	sample       platform.Sample
 	samples      atomic.Uint64
+	onCPU        atomic.Uint64
 	lost         atomic.Uint64
 	suspended    hist
 	closeOnce    sync.Once
+
+	// The on-CPU filter and the achieved rate.
+	wallClock  bool  // sample every thread at every tick (tests: the cost the filter saves)
+	prevTick   int64 // stream time of the previous round
+	ticks      atomic.Uint64
+	idleSkips  atomic.Uint64
+	cpuNs      atomic.Int64 // on-CPU weight reported
+	ranFrom    atomic.Int64 // stream time Run began
+	ranTo      atomic.Int64 // stream time of the last round
+	threadName bool         // GetThreadDescription exists
 }
 
 // lists are the thread and module lists of one Toolhelp32 round. Under
@@ -91,7 +116,25 @@ type thread struct {
 	tid  uint32
 	h    win.Handle
 	seen bool
+	// cpu is the thread's CPU time (ns) at its last sample; lastRun the
+	// stream time of the last round at which it had advanced.
+	cpu, lastRun int64
+	want         uint8 // what the current batch takes of it: wantCPU or wantWait
+	weight       int64 // the CPU ns the sample being taken stands for
+	// A waiting thread (Config.OffCPU): its stack, taken once when the
+	// wait was seen, and the stream time the unreported part began.
+	waiting  bool
+	waitFrom int64
+	waitPCs  []uint64
+	named    bool
+	tries    int
 }
+
+// What a round takes of a thread.
+const (
+	wantCPU  = iota + 1 // an on-CPU sample
+	wantWait            // the stack of a thread that began to wait
+)
 
 type module struct {
 	id, base, size uint64
@@ -178,7 +221,8 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	}
 	cfg.StackSize = min((cfg.StackSize+7)&^7, 1<<20)
 	return &Session{cfg: cfg, h: h, byTid: map[uint32]*thread{}, mods: map[uint64]*module{},
-		unw: &winunwind.Unwinder{}, qpcFreq: win.QPCFrequency(), pcs: make([]uint64, 0, maxFrames)}
+		unw: &winunwind.Unwinder{}, qpcFreq: win.QPCFrequency(), pcs: make([]uint64, 0, maxFrames),
+		threadName: win.HasThreadNames()}
 }
 
 // start creates the native thread, registers for DLL notifications (in
@@ -270,11 +314,20 @@ func (s *Session) ExitErr() error {
 	}
 }
 
-// Stats returns the running totals, with the suspended windows.
+// Stats returns the running totals, with the suspended windows and the
+// achieved rate.
 func (s *Session) Stats() platform.Stats {
-	return platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(),
+	st := platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(),
 		Suspensions: s.suspended.n.Load(), SuspendP50: s.suspended.quantile(0.5),
-		SuspendP99: s.suspended.quantile(0.99), SuspendMax: s.suspended.max.Load()}
+		SuspendP99: s.suspended.quantile(0.99), SuspendMax: s.suspended.max.Load(),
+		SuspendTotal: s.suspended.sum.Load(), IdleSkips: s.idleSkips.Load(), AskedHz: s.cfg.Frequency}
+	if d := s.ranTo.Load() - s.ranFrom.Load(); d > 0 && s.ranFrom.Load() != 0 {
+		st.TickHz = float64(s.ticks.Load()) / (float64(d) / 1e9)
+	}
+	if cpu := s.cpuNs.Load(); cpu > 0 {
+		st.AchievedHz = float64(s.onCPU.Load()) / (float64(cpu) / 1e9)
+	}
+	return st
 }
 
 // now is the stream time: QueryPerformanceCounter in ns.
@@ -301,6 +354,8 @@ func (s *Session) Run(ctx context.Context) error {
 		}
 	}
 	period := time.Second / time.Duration(s.cfg.Frequency)
+	s.prevTick = s.now()
+	s.ranFrom.Store(s.prevTick)
 	tk := time.NewTicker(period)
 	defer tk.Stop()
 	lctx, stopLister := context.WithCancel(ctx)
@@ -310,8 +365,10 @@ func (s *Session) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			s.flushWaits(s.now())
 			return nil
 		case <-s.waited:
+			s.flushWaits(s.now())
 			s.end()
 			return nil
 		case l := <-s.lists:
@@ -320,6 +377,7 @@ func (s *Session) Run(ctx context.Context) error {
 				if s.waited != nil {
 					<-s.waited
 				}
+				s.flushWaits(now)
 				s.end()
 				return nil
 			}
@@ -352,10 +410,45 @@ func (s *Session) end() {
 	s.h.ProcessEnd(&format.ProcessEnd{Time: s.now(), Pid: s.pid, ExitCode: code})
 }
 
-// sampleAll samples every thread once, in batches.
+// sampleAll is one round. Each thread's CPU time (GetThreadTimes) says
+// whether it ran since its last sample: a thread that did is suspended and
+// sampled, weighted by the CPU ns it used since; one that did not is left
+// alone, so an idle thread costs one query and no suspension. With
+// Config.OffCPU a thread whose CPU time has stood still for waitAfter is
+// suspended once to take the stack it waits in; its wait is reported as
+// an off-CPU sample when it runs again (or after waitFlush, or at the end).
 func (s *Session) sampleAll() {
-	for i := 0; i < len(s.threads); i += batchSize {
-		b := s.threads[i:min(i+batchSize, len(s.threads))]
+	now := s.now()
+	s.batch = s.batch[:0]
+	for _, t := range s.threads {
+		cpu, ok := win.ThreadCPUTime(t.h)
+		if !ok {
+			continue // ended: the next refresh reports it
+		}
+		t.want = 0
+		switch {
+		case cpu > t.cpu || s.wallClock:
+			if t.waiting {
+				s.endWait(t, s.prevTick)
+			}
+			t.want, t.weight, t.cpu, t.lastRun = wantCPU, cpu-t.cpu, cpu, now
+		case !s.cfg.OffCPU:
+			s.idleSkips.Add(1)
+		case !t.waiting && now-t.lastRun >= waitAfter:
+			t.want = wantWait
+		case t.waiting && now-t.waitFrom >= waitFlush:
+			s.endWait(t, now)
+			t.waiting, t.waitFrom = true, now
+			s.idleSkips.Add(1)
+		default:
+			s.idleSkips.Add(1)
+		}
+		if t.want != 0 {
+			s.batch = append(s.batch, t)
+		}
+	}
+	for i := 0; i < len(s.batch); i += batchSize {
+		b := s.batch[i:min(i+batchSize, len(s.batch))]
 		s.handles = s.handles[:0]
 		for _, t := range b {
 			s.handles = append(s.handles, t.h)
@@ -363,6 +456,31 @@ func (s *Session) sampleAll() {
 		s.win.run(s.handles)
 		for j, t := range b {
 			s.emit(j, t)
+		}
+	}
+	s.prevTick = now
+	s.ticks.Add(1)
+	s.ranTo.Store(now)
+}
+
+// endWait reports the wait of t from t.waitFrom to end as an off-CPU
+// sample with the stack it waited in, stamped with the time it began.
+func (s *Session) endWait(t *thread, end int64) {
+	t.waiting = false
+	if end <= t.waitFrom {
+		return
+	}
+	s.sample = platform.Sample{Time: t.waitFrom, Pid: s.pid, Tid: t.tid, Weight: uint64(end - t.waitFrom),
+		Flags: format.SampleOffCPU, PCs: t.waitPCs}
+	s.samples.Add(1)
+	s.h.Sample(&s.sample)
+}
+
+// flushWaits reports the waits still under way at the end of sampling.
+func (s *Session) flushWaits(now int64) {
+	for _, t := range s.threads {
+		if t.waiting {
+			s.endWait(t, now)
 		}
 	}
 }
@@ -393,8 +511,16 @@ func (s *Session) emit(j int, t *thread) {
 		s.applyModules(ms, err, s.lastModPoll)
 	}
 	s.pcs, _ = s.unw.Walk(c, mem, s.pcs[:0], maxFrames)
-	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: 1, PCs: s.pcs}
+	if t.want == wantWait {
+		// The thread has not run since lastRun: its wait began then.
+		t.waitPCs = append(t.waitPCs[:0], s.pcs...)
+		t.waiting, t.waitFrom = true, t.lastRun
+		return
+	}
+	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: uint64(t.weight), PCs: s.pcs}
 	s.samples.Add(1)
+	s.onCPU.Add(1)
+	s.cpuNs.Add(t.weight)
 	s.h.Sample(&s.sample)
 }
 
@@ -410,19 +536,20 @@ func (s *Session) applyThreads(list []win.Thread, now int64) {
 		}
 		if t := s.byTid[x.Tid]; t != nil {
 			t.seen = true
+			s.nameThread(t, now)
 			continue
 		}
 		h, err := win.OpenThread(x.Tid)
 		if err != nil {
 			continue
 		}
-		t := &thread{tid: x.Tid, h: h, seen: true}
+		// The CPU it used before it was seen is no sample's.
+		cpu, _ := win.ThreadCPUTime(h)
+		t := &thread{tid: x.Tid, h: h, seen: true, cpu: cpu, lastRun: now}
 		s.byTid[x.Tid] = t
 		s.threads = append(s.threads, t)
 		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: s.pid, Tid: x.Tid})
-		if name := win.ThreadName(h); name != "" {
-			s.h.ThreadName(&format.ThreadName{Time: now, Pid: s.pid, Tid: x.Tid, Name: name})
-		}
+		s.nameThread(t, now)
 	}
 	for i := 0; i < len(s.threads); {
 		t := s.threads[i]
@@ -434,7 +561,23 @@ func (s *Session) applyThreads(list []win.Thread, now int64) {
 	}
 }
 
+// nameThread reports t's name (GetThreadDescription) once it has one,
+// asking at most nameTries times.
+func (s *Session) nameThread(t *thread, now int64) {
+	if t.named || t.tries >= nameTries || !s.threadName {
+		return
+	}
+	t.tries++
+	if name := win.ThreadName(t.h); name != "" {
+		t.named = true
+		s.h.ThreadName(&format.ThreadName{Time: now, Pid: s.pid, Tid: t.tid, Name: name})
+	}
+}
+
 func (s *Session) dropThread(t *thread, now int64) {
+	if t.waiting {
+		s.endWait(t, now)
+	}
 	for i, x := range s.threads {
 		if x == t {
 			s.threads = append(s.threads[:i], s.threads[i+1:]...)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/win"
 	"github.com/rawstack/rawstack/platform"
 )
@@ -26,6 +27,7 @@ type collector struct {
 	modules  []format.ModuleLoad
 	unloads  []format.ModuleUnload
 	samples  []platform.Sample
+	names    map[uint32]string
 	lastTime int64
 }
 
@@ -46,8 +48,15 @@ func (c *collector) ThreadStart(e *format.ThreadStart) {
 	c.threads[e.Tid] = true
 	c.mu.Unlock()
 }
-func (c *collector) ThreadName(e *format.ThreadName) {}
-func (c *collector) ThreadEnd(e *format.ThreadEnd)   {}
+func (c *collector) ThreadName(e *format.ThreadName) {
+	c.mu.Lock()
+	if c.names == nil {
+		c.names = map[uint32]string{}
+	}
+	c.names[e.Tid] = e.Name
+	c.mu.Unlock()
+}
+func (c *collector) ThreadEnd(e *format.ThreadEnd) {}
 func (c *collector) ModuleLoad(e *format.ModuleLoad) {
 	c.mu.Lock()
 	c.modules = append(c.modules, *e)
@@ -148,13 +157,22 @@ func TestSelfSampling(t *testing.T) {
 	if st.Suspensions == 0 || st.SuspendP50 <= 0 {
 		t.Errorf("no suspended windows measured: %+v", st)
 	}
+	// A sample weighs the nanoseconds of CPU it stands for (format/SPEC.md
+	// §6.10): what its thread used since its previous sample, more than
+	// nothing and at most the test's run.
+	for _, smp := range c.samples {
+		if smp.Weight == 0 || smp.Weight > uint64(10*time.Second) {
+			t.Errorf("sample of thread %d weighs %d ns: not a thread's CPU time since its previous sample", smp.Tid, smp.Weight)
+			break
+		}
+	}
 }
 
 // TestLaunchExits launches a command, samples it and sees it exit.
 func TestLaunchExits(t *testing.T) {
 	exe := os.Getenv("RAWSTACK_WINE_CHAIN")
 	if exe == "" {
-		t.Skip("RAWSTACK_WINE_CHAIN not set: the C fixture is built by the Linux side (wine_linux_test.go)")
+		testbuild.Skip(t, "RAWSTACK_WINE_CHAIN not set: the C fixture is built by the Linux side (wine_linux_test.go)")
 	}
 	c := newCollector()
 	s, err := Launch(exec.Command(exe, "1"), platform.Config{Frequency: 200}, c)
@@ -193,13 +211,34 @@ func TestSampleAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// A thread that runs, so that rounds sample it (idle threads are
+	// skipped).
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				spinB(1)
+			}
+		}
+	}()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	time.Sleep(50 * time.Millisecond) // the spinner's thread starts and is listed
+	ts, err := win.Threads(s.pid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.samplerID = win.CurrentThreadID()
 	if th := s.byTid[s.samplerID]; th != nil {
 		s.dropThread(th, s.now())
 	}
+	s.applyThreads(ts, s.now())
 	for i := 0; i < 5; i++ {
+		time.Sleep(25 * time.Millisecond) // more than a CPU accounting quantum
 		s.sampleAll()
 	}
 	n := testing.AllocsPerRun(20, s.sampleAll)

@@ -35,8 +35,16 @@ func TestUnderWine(t *testing.T) {
 		Inputs: []string{"testdata/spin.c"},
 		Out:    "spin.dll",
 	})
+	threads := testbuild.Build(t, testbuild.Cmd{
+		Tool: "clang",
+		Args: []string{"--target=x86_64-w64-mingw32", "-O2", "-g", "-gcodeview", "-fuse-ld=lld",
+			"-Wl,--pdb={dir}/threads.pdb", mingwLib, "-o", "{dir}/threads.exe", "{in0}", "-ldbghelp"},
+		Inputs: []string{"testdata/threads.c"},
+		Out:    "threads.exe",
+	})
 	exe := w.GoTest(t, ".")
-	tests := []string{"TestSelfSampling", "TestLaunchExits", "TestDLLLoadedAfterStart", "TestHeapHammerNoDeadlock", "TestSampleAllocs"}
+	tests := []string{"TestSelfSampling", "TestLaunchExits", "TestDLLLoadedAfterStart", "TestHeapHammerNoDeadlock", "TestSampleAllocs",
+		"TestOnCPUFilter", "TestOffCPUParked"}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	args := []string{"-test.v", "-test.run", "^(" + strings.Join(tests, "|") + ")$"}
@@ -45,7 +53,8 @@ func TestUnderWine(t *testing.T) {
 	}
 	cmd := w.Command(ctx, exe, args...)
 	cmd.Dir = "."
-	cmd.Env = append(cmd.Env, "RAWSTACK_WINE_CHAIN="+wine.Path(chain), "RAWSTACK_WINE_DLL="+wine.Path(dll))
+	cmd.Env = append(cmd.Env, "RAWSTACK_WINE_CHAIN="+wine.Path(chain), "RAWSTACK_WINE_DLL="+wine.Path(dll),
+		"RAWSTACK_WINE_THREADS="+wine.Path(threads))
 	out, err := cmd.CombinedOutput()
 	t.Logf("wine %s:\n%s", exe, out)
 	if err != nil {

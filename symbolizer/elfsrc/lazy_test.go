@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/locate"
 )
@@ -18,13 +19,13 @@ func TestLazyIndexMatchesWhole(t *testing.T) {
 	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	f, err := elf.Open(libc)
 	if err != nil {
-		t.Skipf("no %s: %v", libc, err)
+		testbuild.Skip(t, "no %s: %v", libc, err)
 	}
 	id := locate.BuildID(f)
 	f.Close()
 	res, err := locate.Find(locate.Request{Path: libc, BuildID: id}, nil)
 	if err != nil || res.Debug == "" {
-		t.Skipf("glibc's debug file is not installed (apt-get install libc6-dbg): %v", err)
+		testbuild.Skip(t, "glibc's debug file is not installed (apt-get install libc6-dbg): %v", err)
 	}
 	addrs := textAddrs(t, libc, 3000)
 	rand.New(rand.NewSource(1)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })

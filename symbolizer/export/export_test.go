@@ -181,8 +181,8 @@ func TestOffCPUExports(t *testing.T) {
 		if tc.types < 3 {
 			continue
 		}
-		if st := p.SampleType[2]; st.Type != "off-cpu" || st.Unit != "nanoseconds" {
-			t.Errorf("third sample type %s/%s, want off-cpu/nanoseconds", st.Type, st.Unit)
+		if st := p.SampleType[2]; st.Type != "off_cpu" || st.Unit != "nanoseconds" {
+			t.Errorf("third sample type %s/%s, want off_cpu/nanoseconds", st.Type, st.Unit)
 		}
 		var off int64
 		for _, s := range p.Sample {

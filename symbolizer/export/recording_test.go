@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -12,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc"
 	"github.com/rawstack/rawstack/symbolizer/export/chrome"
@@ -39,12 +38,7 @@ func spinTimeline(d time.Duration) uint64 {
 func TestRealRecording(t *testing.T) {
 	var raw bytes.Buffer
 	tr, err := tracer.Start(context.Background(), tracer.Options{Frequency: 999, Streams: []io.Writer{&raw}})
-	if errors.Is(err, platform.ErrNotSupported) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, err) // skips or fails on a start error
 	const rounds = 20
 	var wg sync.WaitGroup
 	for w := 0; w < 2; w++ {

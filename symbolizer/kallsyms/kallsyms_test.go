@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/locate"
 )
@@ -60,16 +61,16 @@ func TestParseErrors(t *testing.T) {
 func TestRunningKernel(t *testing.T) {
 	notes, err := os.ReadFile("/sys/kernel/notes")
 	if err != nil {
-		t.Skipf("no kernel notes: %v", err)
+		testbuild.Skip(t, "no kernel notes: %v", err)
 	}
 	id := locate.NoteBuildID(notes, binary.NativeEndian)
 	data, err := os.ReadFile("/proc/kallsyms")
 	if err != nil {
-		t.Skipf("no /proc/kallsyms: %v", err)
+		testbuild.Skip(t, "no /proc/kallsyms: %v", err)
 	}
 	tab, err := Parse(bytes.NewReader(data), "/proc/kallsyms")
 	if errors.Is(err, ErrHidden) {
-		t.Skip("kallsyms addresses hidden from this user")
+		testbuild.Skip(t, "kallsyms addresses hidden from this user")
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer/internal/fixture"
 )
 
@@ -101,7 +102,7 @@ func freePort(t *testing.T) int {
 // TestDebuginfodServer runs Debian's debuginfod on loopback over a
 // directory holding the debug file, and fetches it by build id.
 func TestDebuginfodServer(t *testing.T) {
-	server := fixture.Tool(t, "debuginfod")
+	server := testbuild.Need(t, "debuginfod", "the loopback debuginfod server")
 	_, dbg, bare, id := split(t)
 	serve := t.TempDir()
 	copyFile(t, dbg, filepath.Join(serve, "prog.debug"))

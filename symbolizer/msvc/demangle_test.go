@@ -1,6 +1,7 @@
 package msvc
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,19 +12,10 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
-func needTool(t testing.TB, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s not installed", n)
-		}
-	}
-}
-
 // corpus compiles testdata/names.cpp for x86_64-pc-windows-msvc (cached by
 // the shared fixture builder) and returns the decorated names of its object file.
 func corpus(t *testing.T) []string {
-	needTool(t, "clang", "llvm-nm")
+	testbuild.NeedAll(t, "build and list the MSVC-mangled names", "clang", "llvm-nm")
 	obj := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "clang",
 		Args:   []string{"--target=x86_64-pc-windows-msvc", "-std=c++17", "-O0", "-c", "{in0}", "-o", "{dir}/names.obj"},
@@ -91,7 +83,7 @@ func undname(t *testing.T, names []string, args ...string) []string {
 }
 
 func TestAgreeWithLLVMUndname(t *testing.T) {
-	needTool(t, "llvm-undname")
+	testbuild.Need(t, "llvm-undname", "the demangling oracle")
 	names := corpus(t)
 	extra, err := os.ReadFile("testdata/extra.txt")
 	if err != nil {
@@ -173,7 +165,37 @@ func FuzzDemangle(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		Demangle(s, 0)
-		Demangle(s, Symbolizer)
+		full, err := Demangle(s, 0)
+		short, err2 := Demangle(s, Symbolizer)
+		// The flags shape the output, not what parses.
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("%q: error %v without flags, %v with Symbolizer", s, err, err2)
+		}
+		if again, _ := Demangle(s, 0); again != full {
+			t.Fatalf("%q demangles to %q, then to %q", s, full, again)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || full != "" {
+				t.Fatalf("%q: %q with error %v, want \"\" and ErrInvalid", s, full, err)
+			}
+			return
+		}
+		// Text comes from the name or from the demangler's own words:
+		// no control byte the name does not hold.
+		for _, out := range []string{full, short} {
+			for i := 0; i < len(out); i++ {
+				if out[i] < 0x20 && strings.IndexByte(s, out[i]) < 0 {
+					t.Fatalf("%q demangles to %q, with byte %#x at %d", s, out, out[i], i)
+				}
+			}
+		}
+		if len(full) > maxGrowth*len(s) || len(short) > len(full) {
+			t.Fatalf("%d bytes demangle to %d (%d with Symbolizer)", len(s), len(full), len(short))
+		}
 	})
 }
+
+// maxGrowth bounds how much longer a demangled name is than the mangled
+// one: back references (ten names, ten parameter types) copy text
+// already printed.
+const maxGrowth = 64

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // fixture is a PE image and its PDB built by clang from testdata.
@@ -35,20 +37,11 @@ const mingwLibDir = "/usr/lib/gcc/x86_64-w64-mingw32/12-win32"
 // "msvc-columns" (the same with column numbers in the line tables).
 var fixtureKinds = []string{"mingw", "msvc", "msvc-columns"}
 
-func needTool(t testing.TB, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s not installed: cannot build or check PDB fixtures", n)
-		}
-	}
-}
-
 // buildFixture builds (or takes from the cache) the fixture of a kind. The
 // cache key is a hash of the sources and the commands.
 func buildFixture(t testing.TB, kind string) *fixture {
 	t.Helper()
-	needTool(t, "clang", "lld-link", "ld.lld")
+	testbuild.NeedAll(t, "cannot build or check PDB fixtures", "clang", "lld-link", "ld.lld")
 	fixtureMu.Lock()
 	defer fixtureMu.Unlock()
 	if fx := fixtureCache[kind]; fx != nil {
@@ -62,7 +55,7 @@ func buildFixture(t testing.TB, kind string) *fixture {
 	switch kind {
 	case "mingw":
 		if _, err := os.Stat(mingwLibDir); err != nil {
-			t.Skipf("mingw-w64 libgcc dir %s missing: %v", mingwLibDir, err)
+			testbuild.Skip(t, "mingw-w64 libgcc dir %s missing: %v", mingwLibDir, err)
 		}
 		cmds = [][]string{{"clang++", "--target=x86_64-w64-mingw32", "-O2", "-g", "-gcodeview", "-fuse-ld=lld",
 			"-Wl,--pdb=prog.pdb", "-L" + mingwLibDir, "-fno-exceptions", "-fno-rtti",
@@ -93,10 +86,7 @@ func buildFixture(t testing.TB, kind string) *fixture {
 		h.Write(b)
 	}
 	fmt.Fprintf(h, "%q %s", cmds, src)
-	cacheRoot, err := os.UserCacheDir()
-	if err != nil {
-		cacheRoot = os.TempDir()
-	}
+	cacheRoot := testbuild.CacheRoot()
 	dir := filepath.Join(cacheRoot, "rawstack-test", "pdb", kind+"-"+hex.EncodeToString(h.Sum(nil))[:16])
 	fx := &fixture{name: kind, exe: filepath.Join(dir, "prog.exe"), pdb: filepath.Join(dir, "prog.pdb")}
 	if _, err := os.Stat(filepath.Join(dir, "ok")); err != nil {
@@ -183,7 +173,7 @@ func withoutDWARF(t testing.TB, exe string) string {
 // line, file:line:column line, per frame).
 func llvmSymbolize(t testing.TB, exe string, vas []uint64) [][]string {
 	t.Helper()
-	needTool(t, "llvm-symbolizer-19")
+	testbuild.Need(t, "llvm-symbolizer-19", "the oracle of PDB line and inline lookups")
 	var in bytes.Buffer
 	for _, va := range vas {
 		fmt.Fprintf(&in, "%#x\n", va)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 )
 
@@ -77,7 +78,7 @@ func streamsOf(t testing.TB, f *File) [][]byte {
 // round trip of the MSF reader and the test's writer).
 func TestWriteTinySeed(t *testing.T) {
 	if *update {
-		needTool(t, "clang", "lld-link")
+		testbuild.NeedAll(t, "cannot build or check PDB fixtures", "clang", "lld-link")
 		dir := t.TempDir()
 		src, _ := filepath.Abs("testdata/tiny.c")
 		for _, c := range [][]string{

@@ -8,11 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 func pdbutil(t *testing.T, args ...string) string {
 	t.Helper()
-	needTool(t, "llvm-pdbutil")
+	testbuild.Need(t, "llvm-pdbutil", "the oracle of the PDB tables")
 	out, err := exec.Command("llvm-pdbutil", args...).Output()
 	if err != nil {
 		t.Fatalf("llvm-pdbutil %v: %v", args, err)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 // TestTypeIndex checks that records found through the hash stream's
@@ -59,7 +61,7 @@ func TestTypeIndex(t *testing.T) {
 // enough (tens of kilobytes) for the linker to write several index
 // entries.
 func buildManyTypes(t *testing.T) *fixture {
-	needTool(t, "clang", "lld-link")
+	testbuild.NeedAll(t, "cannot build or check PDB fixtures", "clang", "lld-link")
 	var b strings.Builder
 	// The runtime pieces a CRT-less -O0 build needs.
 	b.WriteString("extern \"C\" { int _fltused; void __chkstk() {}\n")
@@ -73,10 +75,7 @@ func buildManyTypes(t *testing.T) *fixture {
 	}
 	b.WriteString("return s; }\n")
 	sum := sha256.Sum256([]byte(b.String()))
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
+	cache := testbuild.CacheRoot()
 	dir := filepath.Join(cache, "rawstack-test", "pdb", "many-"+hex.EncodeToString(sum[:8]))
 	fx := &fixture{name: "many-types", exe: filepath.Join(dir, "many.exe"), pdb: filepath.Join(dir, "many.pdb")}
 	if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
 const mingwLibDir = "/usr/lib/gcc/x86_64-w64-mingw32/12-win32"
@@ -26,13 +28,9 @@ var (
 // hash) and returns its path.
 func buildDLL(t testing.TB) string {
 	t.Helper()
-	for _, tool := range []string{"clang", "ld.lld", "llvm-readobj"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: cannot build the PE fixture", tool)
-		}
-	}
+	testbuild.NeedAll(t, "cannot build the PE fixture", "clang", "ld.lld", "llvm-readobj")
 	if _, err := os.Stat(mingwLibDir); err != nil {
-		t.Skipf("mingw-w64 libgcc dir missing: %v", err)
+		testbuild.Skip(t, "mingw-w64 libgcc dir missing: %v", err)
 	}
 	dllOnce.Do(func() {
 		src, _ := filepath.Abs("testdata")
@@ -45,10 +43,7 @@ func buildDLL(t testing.TB) string {
 			}
 			h.Write(b)
 		}
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
-		}
+		cache := testbuild.CacheRoot()
 		dir := filepath.Join(cache, "rawstack-test", "pe", hex.EncodeToString(h.Sum(nil))[:16])
 		dllPath = filepath.Join(dir, "lib.dll")
 		if _, err := os.Stat(filepath.Join(dir, "ok")); err == nil {

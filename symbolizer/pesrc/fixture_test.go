@@ -59,7 +59,7 @@ func clangPE(t testing.TB, pdb bool) string {
 	t.Helper()
 	testbuild.Need(t, "ld.lld", "to link the clang PE fixtures")
 	if _, err := os.Stat(mingwLibDir); err != nil {
-		t.Skipf("mingw-w64 libgcc dir %s missing (apt-get install mingw-w64): %v", mingwLibDir, err)
+		testbuild.Skip(t, "mingw-w64 libgcc dir %s missing (apt-get install mingw-w64): %v", mingwLibDir, err)
 	}
 	args := []string{"--target=x86_64-w64-mingw32", "-O2", "-g", "-fuse-ld=lld", "-L" + mingwLibDir, "-fno-exceptions", "-fno-rtti"}
 	if pdb {
@@ -107,7 +107,7 @@ func rustPE(t testing.TB) string {
 	t.Helper()
 	const rustc = "/usr/bin/rustc" // rustup's rustc has no Windows std here
 	if _, err := os.Stat("/usr/lib/rustlib/x86_64-pc-windows-gnu"); err != nil {
-		t.Skip("Rust's Windows standard library is not installed (apt-get install libstd-rust-dev-windows)")
+		testbuild.Skip(t, "Rust's Windows standard library is not installed (apt-get install libstd-rust-dev-windows)")
 	}
 	return testbuild.Build(t, testbuild.Cmd{
 		Tool:   rustc,

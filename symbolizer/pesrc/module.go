@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/rawstack/rawstack/format"
@@ -26,8 +27,10 @@ var ErrImageMismatch = errors.New("pesrc: image does not match the recorded code
 // recorded path (after --path-map), then by its base name and code id in
 // the debug directories (flat and in symbol-store layout, NAME/CODEID/NAME)
 // and along _NT_SYMBOL_PATH, symbol servers included
-// ([symsrv.LocateImage]), and taken only when its code id (TimeDateStamp,
-// SizeOfImage) is the recorded one; its PDB is then found as [Open] finds
+// ([symsrv.LocateImage]), then in Options.TraceDir, and taken only when
+// its code id (TimeDateStamp, SizeOfImage) is the recorded one. A path
+// recorded under Wine on its Z: drive (Z:\tmp\app.exe) is tried as the
+// Unix path it is (/tmp/app.exe) too; its PDB is then found as [Open] finds
 // it, with _NT_SYMBOL_PATH. Without the image, the PDB alone is found by
 // the recorded RSDS identity (GUID, age, name) next to the recorded path,
 // in the debug directories and along _NT_SYMBOL_PATH, symbol servers
@@ -48,6 +51,9 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		}
 		po.CacheDir = opts.SymbolCache
 		byID = opts.NoRecordedPaths
+		if opts.TraceDir != "" {
+			dirs = append(dirs[:len(dirs):len(dirs)], opts.TraceDir)
+		}
 	}
 	po.DebugDirs = dirs
 	if byID {
@@ -107,6 +113,11 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 		where := ""
 		if recorded != "" {
 			where = recorded
+			if u := wineUnixPath(recorded); u != "" {
+				if _, err := os.Stat(filepath.Dir(u)); err == nil {
+					where = u // the PDB next to the image Wine ran
+				}
+			}
 		}
 		p, err := symsrv.Locate(context.Background(), where, cv, &symsrv.Options{DebugDirs: dirs, SymbolPath: po.SymbolPath, CacheDir: po.CacheDir, NoRecordedPath: byID})
 		if err == nil {
@@ -132,7 +143,22 @@ func imageCandidates(mapped string) []string {
 	if s := strings.ReplaceAll(mapped, `\`, "/"); s != mapped {
 		out = append(out, s)
 	}
+	if u := wineUnixPath(mapped); u != "" {
+		out = append(out, u)
+	}
 	return out
+}
+
+// wineUnixPath returns the Unix path of a path on Wine's Z: drive, which
+// Wine maps to the root of the Unix file system ("Z:\tmp\a.exe" is
+// "/tmp/a.exe"), or "" for any other path. The candidate is only taken
+// when its code id is the recorded one, so a real Z: drive of a Windows
+// host costs a failed open.
+func wineUnixPath(p string) string {
+	if len(p) < 3 || (p[0] != 'Z' && p[0] != 'z') || p[1] != ':' || (p[2] != '\\' && p[2] != '/') {
+		return ""
+	}
+	return strings.ReplaceAll(p[2:], `\`, "/")
 }
 
 // winBase is the last element of a path with / or \ separators.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
@@ -16,11 +17,7 @@ import (
 // DLL without debug information through the export fallback and compares
 // with llvm-symbolizer, which also names such addresses by exports.
 func TestExportsAgainstLLVMSymbolizer(t *testing.T) {
-	for _, tool := range []string{"clang", "lld-link", "llvm-symbolizer"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testbuild.NeedAll(t, "the test runs it", "clang", "lld-link", "llvm-symbolizer")
 	src, _ := filepath.Abs("../pe/testdata")
 	dir := t.TempDir()
 	for _, c := range [][]string{

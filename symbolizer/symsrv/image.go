@@ -21,7 +21,12 @@ var ErrImageNotFound = errors.New("symsrv: no matching image found")
 // (NAME/CODEID/NAME, compressed NAME with its last character '_', or a
 // file.ptr), and along the symbol path, downloading from symbol servers
 // (GET server/NAME/CODEID/NAME) into the cache. Every candidate's code id
-// is checked; the local path of the first match is returned.
+// is checked; the local path of the first match is returned. The code id
+// is all a store knows of an image: two links of different code that
+// share TimeDateStamp and SizeOfImage are the same build to LocateImage
+// (and to every symbol server), so a build that must be told apart needs
+// its own timestamp (link /timestamp:N, or /Brepro, which stamps a hash
+// of the output).
 func LocateImage(ctx context.Context, name, codeID string, o *Options) (string, error) {
 	if o == nil {
 		o = &Options{}

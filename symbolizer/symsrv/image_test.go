@@ -24,6 +24,14 @@ func TestLocateImage(t *testing.T) {
 	}
 	id := img.CodeID()
 	img.Close()
+	oimg, err := pe.Open(other.exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oid := oimg.CodeID(); oid == id {
+		t.Fatalf("both builds have code id %s: they are one build as far as a store can tell", id)
+	}
+	oimg.Close()
 	data, err := os.ReadFile(b.exe)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,12 @@
 // cabinet-compressed name.pd_ files). Downloads land in the cache in the
 // same layout, so the cache is itself a symbol store.
 //
+// Identity is all a store goes by: a PDB is the one whose GUID and age
+// match the image's CodeView record, and an image ([LocateImage]) the one
+// whose code id (TimeDateStamp and SizeOfImage) matches. Two images with
+// the same code id are the same build as far as a store can tell, even
+// when their code differs.
+//
 // [OpenPE] puts it together: it returns a symbolizer.Source for an image
 // path, backed by the matching PDB, or by the export table when no PDB is
 // found.

@@ -32,24 +32,28 @@ var (
 
 // buildHello builds testdata/hello.c with VARIANT=v with the shared
 // fixture builder (prog.exe and prog.pdb) and returns its paths.
+// helloTimestamp is the TimeDateStamp of variant 0 of the hello fixture
+// (2020-09-13); variant v is linked v seconds later.
+const helloTimestamp = 1600000000
+
 func buildHello(t *testing.T, v int) *build {
 	t.Helper()
-	for _, tool := range []string{"clang", "lld-link"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: cannot build the PE+PDB fixture", tool)
-		}
-	}
+	testbuild.NeedAll(t, "cannot build the PE+PDB fixture", "clang", "lld-link")
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if b := buildCache[v]; b != nil {
 		return b
 	}
 	// The PDB records the object's path, so the build runs in the output
-	// directory and names its files relatively.
+	// directory and names its files relatively. Each variant is linked
+	// with its own fixed TimeDateStamp: lld-link otherwise stamps the
+	// current second, so two variants linked within one second (a fresh
+	// fixture cache) share TimeDateStamp and SizeOfImage, that is one
+	// code id, and are the same build as far as a store can tell.
 	exe := testbuild.Build(t, testbuild.Cmd{
 		Tool: "sh",
 		Args: []string{"-ec", fmt.Sprintf(`clang --target=x86_64-pc-windows-msvc -O1 -g -gcodeview -DVARIANT=%d -c {in0} -o hello.obj
-lld-link /debug /nodefaultlib /entry:main /subsystem:console hello.obj /out:prog.exe /pdb:prog.pdb`, v)},
+lld-link /debug /nodefaultlib /entry:main /subsystem:console /timestamp:%d hello.obj /out:prog.exe /pdb:prog.pdb`, v, helloTimestamp+v)},
 		Inputs: []string{filepath.Join("testdata", "hello.c")},
 		Out:    "prog.exe",
 	})
@@ -218,7 +222,7 @@ func TestLocateLocal(t *testing.T) {
 func makeCab(t *testing.T, src, name string) []byte {
 	t.Helper()
 	if _, err := exec.LookPath("gcab"); err != nil {
-		t.Skip("gcab not installed: cannot make cabinet-compressed fixtures")
+		testbuild.Skip(t, "gcab not installed: cannot make cabinet-compressed fixtures")
 	}
 	dir := t.TempDir()
 	copyFile(t, src, filepath.Join(dir, name))

@@ -47,7 +47,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.KeepRaw, "keep-raw", false, "with --unwind dwarf/auto: write registers and stack copies (RawStack) and unwind offline in report")
 	fs.StringVar(&f.Backend, "backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
 	fs.BoolVar(&f.System, "a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
-	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf: also record where threads wait, weighted by the time off CPU")
+	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf (Linux) or on Windows: also record where threads wait, weighted by the time off CPU")
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	f.otlp.register(fs)
 	return f

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"syscall"
@@ -89,6 +90,12 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)
+		if errors.Is(cmd.Err, exec.ErrDot) {
+			// Go does not run a command found in the current directory
+			// by a bare name (Windows looks there first, and a PATH of
+			// "." does): it has to be asked for by a path.
+			return &UsageError{fmt.Sprintf("%s is in the current directory, which is not searched for commands: write .%c%s", rest[0], filepath.Separator, rest[0])}
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 		opts.Command = cmd
 	}
@@ -120,8 +127,12 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
 	if st.Suspensions > 0 {
-		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v\n",
-			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax)
+		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v (%v in all); %d idle thread-ticks skipped\n",
+			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax, st.SuspendTotal, st.IdleSkips)
+	}
+	if st.TickHz > 0 {
+		fmt.Fprintf(stderr, "rawstack record: achieved %.0f samples per CPU-second of %d Hz asked (%.0f rounds/s)\n",
+			st.AchievedHz, st.AskedHz, st.TickHz)
 	}
 	if exitErr != nil {
 		var ee *exec.ExitError

@@ -1,17 +1,114 @@
-// Package ebpf is the kernel side of rawstack's eBPF back end: the BPF
-// programs (bpf/rawstack.bpf.c, compiled by bpf/build.sh into the object
-// embedded here; `go generate` rebuilds it, CI checks it is current),
-// loaded and attached with github.com/cilium/ebpf. Importing it, for its
-// effect, enables [platform.BackendEBPF] in package tracer and
-// platform/linux:
+// Package ebpf is rawstack's eBPF back end on Linux: the BPF programs
+// (bpf/rawstack.bpf.c, compiled by bpf/build.sh into the object embedded
+// here; `go generate` rebuilds it, CI checks it is current), loaded and
+// attached with github.com/cilium/ebpf, and the host side that reads
+// what they record: a [Session] of its own, which reports through the
+// same [platform.Handler] path as the perf back end (package
+// platform/linux/perf) with the process, thread and module tracking and
+// the unwinder both share (package platform/linux/tracking). Importing
+// it, for its effect, enables [platform.BackendEBPF] in package tracer
+// and in platform/linux's Open and Launch:
 //
 //	import _ "github.com/rawstack/rawstack/platform/linux/ebpf"
 //
-// It is a package of its own so that programs that do not sample with
-// eBPF (the rawstack command among them; `rawstack record --backend ebpf`
-// runs the rawstack-ebpf command) do not link cilium/ebpf and pay its
-// package initialisation at start-up. What the programs record and how the
-// recorder reads it is documented in package platform/linux. x86-64 only;
-// elsewhere importing it changes nothing and the back end reports
+// It is a package of its own, reached through a registration
+// (tracking.RegisterEBPF, from its init), so that programs that do not
+// sample with eBPF (the rawstack command among them; `rawstack record
+// --backend ebpf` runs the rawstack-ebpf command) do not link
+// cilium/ebpf and pay its package initialisation at start-up. x86-64
+// only; elsewhere [Open], [Launch] and [Probe] return an error wrapping
 // platform.ErrNotSupported.
+//
+// # What the programs record
+//
+// One cpu-clock perf event per CPU, in frequency mode, runs the on_cpu program
+// for every process (System) or for the target and its descendants (a BPF
+// hash map, extended at fork by a sched_process_fork program). The program
+// writes pid, tid, CPU, time, the kernel stack (bpf_get_stack) and the
+// user stack into one BPF ring buffer; it returns 0 so that the kernel
+// writes no perf sample, and the same events' small perf rings carry the
+// MMAP2, COMM, FORK and EXIT records that the perf back end's module and
+// thread tracking reads (mappings and build ids through /proc/PID/root).
+// The reader ([Session.ReadAll]) merges both by time and reports through
+// the same path as the perf back end. It needs CAP_BPF and CAP_PERFMON
+// (or CAP_SYS_ADMIN) and a kernel with BTF; [Probe] says which is
+// missing.
+//
+// User stacks without frame pointers: the program copies the user
+// registers (bpf_task_pt_regs) and a window of the user stack from the
+// stack pointer up (StackSize, 8 KiB by default, at most 16 KiB; copied
+// page by page so that a window reaching past the top of the stack keeps
+// what lies below it), and the reader unwinds it with package arch's CFI
+// engine exactly as DWARF mode does. The alternative, the OpenTelemetry
+// profiler's, walks per-module tables derived from .eh_frame inside BPF;
+// it moves only addresses, but must extract and load tables for every
+// executable on the host into BPF maps (that profiler's maps are where
+// its hundreds of MB go) and fit each walk in the verifier's limits. The
+// measurements that decided (this machine, 2 vCPUs shared with other
+// jobs; TestBPFBytesPerSample, TestEBPFChain, benchmarks -run ebpf):
+//
+//   - bytes per sample through the ring: 225-250 with the kernel's
+//     frame-pointer walk (--unwind fp), 1.4-5.7 KB with an 8 KiB window
+//     (less than 8 KiB because the copy stops at the top of the stack);
+//     at 100 Hz on 2 CPUs that is at most 1.2 MB/s, nothing for a ring
+//     buffer.
+//
+//   - completeness: a C program built with -fomit-frame-pointer keeps
+//     main → a → … → leaf in 561 of 561 samples with the window and 0 of
+//     506 with the frame-pointer walk.
+//
+//   - cost, whole host at 100 Hz against perf record -a -g (benchmarks
+//     -run ebpf, 11 interleaved rounds, median pair ratios). At a machine
+//     load of 5-14 (other jobs): recorder CPU 0.81x perf's with the window
+//     (230 vs 282 ms), 0.76x with --unwind fp; the workload's slowdown is
+//     perf's within 3%. At a load of 13-19 made of busy loops and a
+//     stream of Go binaries copied to new paths and run (a host running
+//     go test): 0.94x with the window, 0.82x with --unwind fp. Peak RSS
+//     (VmHWM of rawstack and rawstack-ebpf together) 28.5-29.1 MiB
+//     against perf's 12.6-12.8 MiB. BPF memory: 4.1 MiB (the 4 MiB ring,
+//     43 KiB of per-CPU scratch), 5.3 MiB with --off-cpu. With --off-cpu
+//     against perf recording sched_switch as well: 1.01x at load 5-14,
+//     1.21x at 13-19 (every new process has off-CPU stacks to unwind).
+//
+//     What made the window's cost perf's: the reader parks in Go's
+//     network poller (a goroutine blocked in poll(2) kept the runtime's
+//     sysmon thread polling every 20 µs: a third of the recorder's CPU);
+//     the BPF programs wake it only when a quarter of the ring is used
+//     and it reads every 100 ms otherwise (a wakeup per sample before);
+//     the ring is read in place, not copied out; tables are lazy (libc's
+//     first touch: 0.45 ms instead of 8.3 ms, and a Go binary's
+//     .debug_frame 5.5 ms instead of 33), shared by build id and
+//     forgotten with the last process that maps their file; perf maps
+//     are watched from a process's first sample, not for every process of
+//     the host, and looked for less and less often while missing; the
+//     clock is read through the vDSO. Before, at loads of 20-35, the
+//     recorder used 1.5-4.8x perf's CPU. Per sample, once its modules'
+//     tables are warm, the host work (decode, unwind, report) is 250-310
+//     ns for 8 frames (BenchmarkBPFRecord).
+//
+// So the window: complete chains for any code with CFI, no per-host table
+// pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
+// scratch buffer; the price is unwinding on the host. With System set, a
+// sample the reader reaches more than half a second late makes no new
+// tables (it is unwound with those made, frame pointers elsewhere);
+// samples more than two seconds late are dropped and reported
+// (LostUnwind); a full ring is reported as LostRingOverflow and a full
+// map of threads off CPU as LostUnknown, from BPF counters read at every
+// read, and a record the decoder rejects counts as lost too. A reader
+// that gets too little CPU on an oversubscribed host loses samples that
+// way. At a load of about 30 (busy loops and a stream of new binaries)
+// an 8 s -a recording kept 1330-1545 of about 1600 samples with none
+// lost; the build before the changes above kept 912-1487 under the same
+// load, with up to 40 lost (the 981 lost at a load of 32 made by other
+// jobs, measured earlier, was not reproduced by artificial load).
+//
+// Off-CPU time (Config.OffCPU) needs only the sched_switch tracepoint
+// (tp_btf), not a kprobe (many kernels, this one among them, have no
+// kprobes, and finish_task_switch is often renamed): when a selected
+// thread leaves the CPU, its kernel and user stack are captured in its
+// own context and written at once; when it comes back, a 48-byte record
+// gives the time it left. The reader holds the unwound stack per thread
+// and reports one sample flagged format.SampleOffCPU, stamped with the
+// time the thread left, weighted by the nanoseconds it was away. With
+// System set this copies a stack at every context switch of the host.
 package ebpf

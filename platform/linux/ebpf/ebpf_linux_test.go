@@ -4,7 +4,6 @@ package ebpf_test
 
 import (
 	"context"
-	"errors"
 	"os/exec"
 	"testing"
 	"time"
@@ -13,18 +12,12 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
-	_ "github.com/rawstack/rawstack/platform/linux/ebpf"
+	"github.com/rawstack/rawstack/platform/linux/ebpf"
 )
 
 func needBPF(t *testing.T) {
 	t.Helper()
-	if err := linux.ProbeBPF(); err != nil {
-		var pe *platform.PermissionError
-		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.ProbeBPF())
 }
 
 // countHandler ignores events: the test reads the session's totals.
@@ -58,7 +51,7 @@ func TestBPFBytesPerSample(t *testing.T) {
 		stack int
 	}{{platform.UnwindFP, 0}, {platform.UnwindDWARF, 4096}, {platform.UnwindDWARF, 8192}} {
 		h := &countHandler{}
-		s, err := linux.Launch(exec.Command(bin, "0.3"), platform.Config{Backend: platform.BackendEBPF, Unwind: c.mode, StackSize: c.stack, Frequency: 999}, h)
+		s, err := ebpf.Launch(exec.Command(bin, "0.3"), platform.Config{Backend: platform.BackendEBPF, Unwind: c.mode, StackSize: c.stack, Frequency: 999}, h)
 		if err != nil {
 			t.Fatal(err)
 		}

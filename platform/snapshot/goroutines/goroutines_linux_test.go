@@ -131,7 +131,7 @@ func processOrSkip(t *testing.T, pid int) *Dump {
 	d, err := Process(pid, nil)
 	var pe *platform.PermissionError
 	if errors.As(err, &pe) {
-		t.Skipf("ptrace not permitted: %v", err)
+		testbuild.Skip(t, "ptrace not permitted: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestCore(t *testing.T) {
 	out, err := exec.Command("gcore", "-o", prefix, strconv.Itoa(pid)).CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "ptrace") {
-			t.Skipf("gcore cannot attach here: %s", out)
+			testbuild.Skip(t, "gcore cannot attach here: %s", out)
 		}
 		t.Fatalf("gcore: %v\n%s", err, out)
 	}
@@ -246,7 +246,7 @@ func TestNoDWARF(t *testing.T) {
 	}
 	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("no sh")
+		testbuild.Skip(t, "no sh")
 	}
 	if err := CheckBinary(sh); !errors.Is(err, ErrNotGo) {
 		t.Errorf("CheckBinary(%s): %v, want ErrNotGo", sh, err)

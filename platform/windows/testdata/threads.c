@@ -1,5 +1,7 @@
-/* Threads parked in a known call chain, for snapshots: worker -> outer ->
- * middle -> leaf_wait, blocked in WaitForSingleObject.
+/* Threads parked in a known call chain, for snapshots and off-CPU
+ * samples: worker -> outer -> middle -> leaf_wait, blocked in
+ * WaitForSingleObject. Each worker names itself "parked-I" with
+ * SetThreadDescription where the OS has it.
  *
  *   threads.exe N SECONDS PIDFILE        park N threads, write the pid to
  *                                        PIDFILE, live SECONDS seconds
@@ -35,8 +37,16 @@ __attribute__((noinline)) void outer(int i)
 	sink ^= 2;
 }
 
+typedef HRESULT(WINAPI *set_desc_fn)(HANDLE, PCWSTR);
+
 __attribute__((noinline)) DWORD WINAPI worker(LPVOID arg)
 {
+	set_desc_fn set_desc = (set_desc_fn)GetProcAddress(GetModuleHandleA("kernel32.dll"), "SetThreadDescription");
+	if (set_desc) {
+		WCHAR name[16] = L"parked-0";
+		name[7] = L'0' + (int)(INT_PTR)arg % 10;
+		set_desc(GetCurrentThread(), name);
+	}
 	outer((int)(INT_PTR)arg);
 	sink ^= 3;
 	return 0;

@@ -197,8 +197,11 @@ func Convert(p *symbolizer.Profile) (*Profile, error) {
 		}
 		out.Threads = append(out.Threads, gt)
 	}
+	// The interval is the mean on-CPU weight (ns, format/SPEC.md §6.10),
+	// so the profiler's sample counts read as time; a profile whose
+	// on-CPU samples all weigh 1 has no time to give: 1 ms.
 	out.Meta.Interval = 1
-	if n > 0 && total > 0 {
+	if n > 0 && total > 0 && !p.Unweighted {
 		out.Meta.Interval = float64(total) / float64(n) / 1e6
 	}
 	if out.Threads == nil {

@@ -9,6 +9,7 @@ package folded
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"sort"
 	"strconv"
@@ -26,8 +27,15 @@ const (
 	OffCPUNanos              // off-CPU nanoseconds (time threads waited)
 )
 
+// ErrNoCPUTime says CPUNanos was asked of a profile whose on-CPU samples
+// all weigh 1: counts, not time (format/SPEC.md §6.10).
+var ErrNoCPUTime = errors.New("folded: the trace's on-CPU samples carry no CPU time (every one weighs 1, as in recordings older than ns weights and snapshots): use samples")
+
 // Write writes the folded stacks of p, sorted by stack text.
 func Write(w io.Writer, p *symbolizer.Profile, v Value) error {
+	if v == CPUNanos && p.Unweighted {
+		return ErrNoCPUTime
+	}
 	sums := map[string]int64{}
 	var sb strings.Builder
 	for _, s := range p.Samples {

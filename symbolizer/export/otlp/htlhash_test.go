@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 )
 
@@ -18,11 +19,7 @@ import (
 // sha256sum, the first 32 hex digits.
 func shellHTLHash(t *testing.T, path string) string {
 	t.Helper()
-	for _, tool := range []string{"head", "tail", "xxd", "sha256sum", "stat"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found (coreutils, xxd): the oracle needs it", tool)
-		}
-	}
+	testbuild.NeedAll(t, "the oracle needs it (coreutils, xxd)", "head", "tail", "xxd", "sha256sum", "stat")
 	out, err := exec.Command("bash", "-c", `f="$1"; n=$(stat -L -c %s "$f"); { head -c 4096 "$f"; tail -c 4096 "$f"; printf '%016x' "$n" | xxd -r -p; } | sha256sum | cut -c1-32`, "-", path).Output()
 	if err != nil {
 		t.Fatal(err)

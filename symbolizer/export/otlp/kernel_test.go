@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	"github.com/rawstack/rawstack/tracer"
 )
@@ -41,7 +42,7 @@ func readKallsyms(t *testing.T) *kallsymsOracle {
 	t.Helper()
 	f, err := os.Open("/proc/kallsyms")
 	if err != nil {
-		t.Skip(err)
+		testbuild.Skip(t, "%v", err)
 	}
 	defer f.Close()
 	o := &kallsymsOracle{names: map[uint64][]string{}}
@@ -61,7 +62,7 @@ func readKallsyms(t *testing.T) *kallsymsOracle {
 		o.names[a] = append(o.names[a], fs[2])
 	}
 	if len(o.addrs) == 0 {
-		t.Skip("/proc/kallsyms addresses are hidden (kptr_restrict): run as root")
+		testbuild.Skip(t, "/proc/kallsyms addresses are hidden (kptr_restrict): run as root")
 	}
 	sort.Slice(o.addrs, func(i, j int) bool { return o.addrs[i] < o.addrs[j] })
 	return o

@@ -10,12 +10,15 @@
 //     resource attributes process.pid, process.parent_pid,
 //     process.executable.name, process.command_args, host.name, os.type
 //     and host.arch;
-//   - a "samples"/"count" profile of on-CPU samples (period type
-//     "cpu"/"nanoseconds") and, when there are off-CPU samples, an
-//     "off_cpu"/"nanoseconds" profile, as the OpenTelemetry eBPF profiler
-//     writes them: each Sample is one (stack, thread) with one timestamp
-//     per observation (and, off CPU, one value per timestamp: ns blocked),
-//     and the attributes thread.id and thread.name;
+//   - a "cpu"/"nanoseconds" profile of on-CPU samples (period type
+//     "cpu"/"nanoseconds", the mean weight) and, when there are off-CPU
+//     samples, an "off_cpu"/"nanoseconds" profile: each Sample is one
+//     (stack, thread) with one timestamp per observation and one value
+//     per timestamp, the sample's weight (format/SPEC.md §6.10: ns of CPU,
+//     ns blocked), and the attributes thread.id and thread.name. A stream
+//     whose on-CPU samples all weigh 1 (counts, not time) gets a
+//     "samples"/"count" profile with timestamps only, as the OpenTelemetry
+//     eBPF profiler writes;
 //   - mappings with the attributes process.executable.build_id.gnu,
 //     process.executable.build_id.go and, for every file found at its
 //     recorded path when the batch is built, process.executable.build_id.htlhash
@@ -57,7 +60,7 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
-	_ "github.com/rawstack/rawstack/symbolizer/kallsyms" // kernel frames, on the recording host
+	_ "github.com/rawstack/rawstack/symbolizer/sources" // the resolver it makes when given none names every kind of module
 )
 
 // Attribute names (OpenTelemetry semantic conventions and the
@@ -153,6 +156,9 @@ type Builder struct {
 	endedProcs   []uint32
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
+	// weighted: an on-CPU sample of the stream weighed other than 1, so
+	// on-CPU weights are nanoseconds, not counts (format/SPEC.md §6.10).
+	weighted bool
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
 }
@@ -207,6 +213,9 @@ func (b *Builder) Event(ev *format.Event) {
 		s := &ev.Sample
 		b.samples++
 		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0})
+		if s.Flags&format.SampleOffCPU == 0 && s.Weight != 1 {
+			b.weighted = true
+		}
 	}
 }
 
@@ -337,15 +346,27 @@ type sampleKey struct {
 }
 
 func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample, off bool) {
-	if off {
+	// Weights are nanoseconds (format/SPEC.md §6.10), one value per
+	// timestamp; on-CPU weights that are all 1 so far in the stream are
+	// counts (an older Windows recording, a snapshot): no values then.
+	values := off || b.weighted
+	switch {
+	case off:
 		pr.SampleType().SetTypeStrindex(d.str("off_cpu"))
 		pr.SampleType().SetUnitStrindex(d.str("nanoseconds"))
-	} else {
-		pr.SampleType().SetTypeStrindex(d.str("samples"))
-		pr.SampleType().SetUnitStrindex(d.str("count"))
+	case values:
+		pr.SampleType().SetTypeStrindex(d.str("cpu"))
+		pr.SampleType().SetUnitStrindex(d.str("nanoseconds"))
 		pr.PeriodType().SetTypeStrindex(d.str("cpu"))
 		pr.PeriodType().SetUnitStrindex(d.str("nanoseconds"))
-		pr.SetPeriod(int64(samples[0].weight))
+		var sum uint64
+		for _, s := range samples {
+			sum += s.weight
+		}
+		pr.SetPeriod(int64(sum / uint64(len(samples))))
+	default:
+		pr.SampleType().SetTypeStrindex(d.str("samples"))
+		pr.SampleType().SetUnitStrindex(d.str("count"))
 	}
 	var id pprofile.ProfileID
 	rand.Read(id[:])
@@ -367,7 +388,7 @@ func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample,
 			agg[k] = ps
 		}
 		ps.TimestampsUnixNano().Append(b.wall(s.time))
-		if off {
+		if values {
 			ps.Values().Append(int64(s.weight))
 		}
 	}

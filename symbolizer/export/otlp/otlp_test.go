@@ -3,7 +3,6 @@ package otlp_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/symbolizer"
 	_ "github.com/rawstack/rawstack/symbolizer/elfsrc"
@@ -36,12 +34,7 @@ var (
 // package's tests and returns the trace and the binary.
 func chainTrace(t testing.TB) ([]byte, string) {
 	t.Helper()
-	if err := linux.Probe(); err != nil {
-		if errors.Is(err, platform.ErrNotSupported) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	testbuild.Feature(t, linux.Probe())
 	bin := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "cc",
 		Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-o", "{dir}/chain", "{in0}"},
@@ -211,8 +204,15 @@ func TestConvertRaw(t *testing.T) {
 		}
 	}
 	pr := rp.ScopeProfiles().At(0).Profiles().At(0)
-	if got := d.StringTable().At(int(pr.SampleType().TypeStrindex())); got != "samples" {
-		t.Errorf("sample type %q", got)
+	// A recording's on-CPU samples weigh the ns of CPU they stand for
+	// (format/SPEC.md §6.10): one value per timestamp.
+	if got, unit := d.StringTable().At(int(pr.SampleType().TypeStrindex())), d.StringTable().At(int(pr.SampleType().UnitStrindex())); got != "cpu" || unit != "nanoseconds" {
+		t.Errorf("sample type %s/%s, want cpu/nanoseconds", got, unit)
+	}
+	for _, s := range pr.Samples().All() {
+		if s.Values().Len() != s.TimestampsUnixNano().Len() {
+			t.Fatalf("a sample has %d values for %d timestamps", s.Values().Len(), s.TimestampsUnixNano().Len())
+		}
 	}
 	smp := pr.Samples().At(0)
 	var keys []string

@@ -2,8 +2,10 @@
 // format (profile.proto of github.com/google/pprof), readable by go tool
 // pprof.
 //
-// Sample values are the sample count and the on-CPU nanoseconds, and the
-// off-CPU nanoseconds when the profile has off-CPU samples; each
+// Sample values are the sample count and the on-CPU nanoseconds (the
+// default view), and the off-CPU nanoseconds when the profile has off-CPU
+// samples (format/SPEC.md §6.10; a profile whose on-CPU samples all weigh
+// 1 has counts only); each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
@@ -44,18 +46,24 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 		cpu += s.CPUNanos
 		off += s.OffCPUNanos
 	}
-	// A third value, off-CPU nanoseconds, only when the profile has
-	// off-CPU time: on-CPU profiles keep their two.
-	nv := 2
+	// The values: samples/count, cpu/nanoseconds (the time on CPU, the
+	// default view: go tool pprof's "Total samples = 3s"), and
+	// off_cpu/nanoseconds only when the profile has off-CPU time. An
+	// Unweighted profile (format/SPEC.md §6.10: its on-CPU weights are
+	// counts) has no cpu value. cols picks them from [count, cpu, off].
 	var m, lb enc
 	m.msg(&e.b, fProfileSampleType, valueType(e, "samples", "count"))
-	m.msg(&e.b, fProfileSampleType, valueType(e, "cpu", "nanoseconds"))
+	cols := []int{0}
+	if !p.Unweighted {
+		m.msg(&e.b, fProfileSampleType, valueType(e, "cpu", "nanoseconds"))
+		cols = append(cols, 1)
+	}
 	if off > 0 {
-		nv = 3
-		m.msg(&e.b, fProfileSampleType, valueType(e, "off-cpu", "nanoseconds"))
+		m.msg(&e.b, fProfileSampleType, valueType(e, "off_cpu", "nanoseconds"))
+		cols = append(cols, 2)
 	}
 	if bucket > 0 && p.Timeline != nil {
-		timelineSamples(e, p.Timeline, bucket, nv)
+		timelineSamples(e, p.Timeline, bucket, cols)
 	}
 	for _, s := range p.Samples {
 		if bucket > 0 && p.Timeline != nil {
@@ -63,7 +71,7 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 		}
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
-		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[i]) })
+		m.packed(fSampleValue, len(cols), func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[cols[i]]) })
 		// A goroutine's pprof labels as string labels (go tool pprof
 		// -tagfocus key=value), the goroutine as a numeric one.
 		for _, l := range s.Labels {
@@ -145,15 +153,25 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 	if p.End > p.Start {
 		e.b.uint(fProfileDuration, uint64(p.End-p.Start))
 	}
-	e.b.msg(&e.b, fProfilePeriodType, valueType(e, "cpu", "nanoseconds"))
-	if count > 0 {
-		e.b.uint(fProfilePeriod, uint64(cpu/count))
+	if p.Unweighted {
+		e.b.msg(&e.b, fProfilePeriodType, valueType(e, "samples", "count"))
+		e.b.uint(fProfilePeriod, 1)
+	} else {
+		e.b.msg(&e.b, fProfilePeriodType, valueType(e, "cpu", "nanoseconds"))
+		if count > 0 {
+			e.b.uint(fProfilePeriod, uint64(cpu/count))
+		}
 	}
 	// pprof shows the last sample type unless told: with off-CPU time
-	// that would hide on-CPU time behind waiting, so cpu stays the default
-	// view and -sample_index=off-cpu picks the other.
-	if nv == 3 {
-		e.b.uint(fProfileDefaultSampleType, uint64(e.str("cpu")))
+	// that would hide on-CPU time behind waiting, so cpu (or, unweighted,
+	// samples) stays the default view and -sample_index=off_cpu picks the
+	// other.
+	if off > 0 {
+		def := "cpu"
+		if p.Unweighted {
+			def = "samples"
+		}
+		e.b.uint(fProfileDefaultSampleType, uint64(e.str(def)))
 	}
 	// The string table last: every string is known by now. pprof reads
 	// fields in any order.

@@ -40,7 +40,7 @@ func WriteTimeline(w io.Writer, p *symbolizer.Profile, bucket int64) error {
 
 // timelineSamples encodes the timeline's samples, aggregated by thread,
 // time bucket and stack.
-func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64, nv int) {
+func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64, cols []int) {
 	type agg struct {
 		thread int
 		bucket int64
@@ -87,7 +87,7 @@ func timelineSamples(e *encoder, tl *symbolizer.Timeline, bucket int64, nv int) 
 	for _, a := range order {
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(a.locs), func(i int) uint64 { return uint64(a.locs[i]) + 1 })
-		m.packed(fSampleValue, nv, func(i int) uint64 { return uint64([3]int64{a.count, a.cpu, a.off}[i]) })
+		m.packed(fSampleValue, len(cols), func(i int) uint64 { return uint64([3]int64{a.count, a.cpu, a.off}[cols[i]]) })
 		l.b = l.b[:0]
 		l.uint(fLabelKey, threadKey)
 		l.uint(fLabelStr, labels[a.thread])

@@ -80,12 +80,18 @@ func Convert(p *symbolizer.Profile, name string) (*File, error) {
 	var spanFrameList []Frame
 	var buf []int
 	busiest, most := -1, 0
+	// Weights are ns (format/SPEC.md §6.10); a profile whose on-CPU
+	// samples all weigh 1 counts samples.
+	unit := "nanoseconds"
+	if p.Unweighted {
+		unit = "none"
+	}
 	for _, th := range tl.Threads {
 		if len(th.Samples) > most {
 			busiest, most = len(f.Profiles), len(th.Samples)
 		}
 		if len(th.Samples) > 0 {
-			sp := Profile{Type: "sampled", Name: frames.ThreadName(th), Unit: "nanoseconds"}
+			sp := Profile{Type: "sampled", Name: frames.ThreadName(th), Unit: unit}
 			for _, s := range th.Samples {
 				buf = frames.RootFirst(ft.Stack(buf[:0], s.Locs))
 				sp.Samples = append(sp.Samples, append([]int{}, buf...))

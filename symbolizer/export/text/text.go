@@ -35,10 +35,12 @@ func Write(w io.Writer, p *symbolizer.Profile, n int) error {
 		}
 		return e
 	}
-	var total int64
+	var total, cpu, off int64
 	seen := map[*entry]bool{}
 	for _, s := range p.Samples {
 		total += s.Count
+		cpu += s.CPUNanos
+		off += s.OffCPUNanos
 		if len(s.Locs) == 0 {
 			continue
 		}
@@ -66,6 +68,14 @@ func Write(w io.Writer, p *symbolizer.Profile, n int) error {
 	fmt.Fprintf(w, "%d samples", total)
 	if p.End > p.Start {
 		fmt.Fprintf(w, " over %v", time.Duration(p.End-p.Start).Round(time.Millisecond))
+	}
+	// Totals in the trace's units (format/SPEC.md §6.10): CPU time when
+	// on-CPU weights are ns, time waited off CPU.
+	if cpu > 0 && !p.Unweighted {
+		fmt.Fprintf(w, ", %v on CPU", time.Duration(cpu))
+	}
+	if off > 0 {
+		fmt.Fprintf(w, ", %v off CPU", time.Duration(off))
 	}
 	fmt.Fprintf(w, ", %d distinct stacks, %d locations, %d modules", len(p.Samples), len(p.Locations), len(p.Modules))
 	if p.Lost > 0 {

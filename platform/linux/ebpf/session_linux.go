@@ -1,0 +1,544 @@
+//go:build linux && amd64
+
+package ebpf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
+)
+
+// Record layout written by the BPF programs (bpf/rawstack.bpf.c).
+const (
+	bpfHdrSize   = 48
+	bpfNRegs     = 17
+	bpfKernelOff = bpfHdrSize + 8*bpfNRegs
+	bpfMaxStack  = 16384 // MAX_STACK in bpf/rawstack.bpf.c; platform/linux.checkConfig refuses a StackSize above it
+
+	bpfKindCPU    = 1
+	bpfKindOffCPU = 2 // a thread left the CPU: its stack
+	bpfKindOnCPU  = 3 // it came back: header only
+
+	maxOffPending = 1 << 16 // threads off CPU whose stacks are held
+
+	bpfFlagRegs       = 1
+	bpfFlagStackFault = 2
+
+	bpfRingBytes = 4 << 20 // default BPF ring buffer size
+	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
+)
+
+// Session samples with the BPF programs: one target and its
+// descendants, or every process of the host (Config.System). Its
+// [tracking.Tracker] follows processes, threads and modules from the
+// side-band records of the same perf events' rings and unwinds samples
+// as the perf back end's does.
+type Session struct {
+	*tracking.Tracker
+	bpf *bpfState
+}
+
+// bpfState is what the eBPF back end reads besides the perf rings.
+type bpfState struct {
+	progs *programs
+	rec   []byte // the record Next returned, until reported
+
+	pending     bool   // rec holds a record not yet reported
+	pendingTime uint64 // its time for merging
+	lost        uint64 // BPF-side drops reported so far: ring buffer full
+	lostOff     uint64 // and off-CPU start map full
+	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
+
+	// Off CPU: the unwound stack of each thread that left the CPU,
+	// until it comes back; entries are reused.
+	offPending map[uint32]*offStack
+	offFree    []*offStack
+}
+
+type offStack struct {
+	time  uint64
+	pid   uint32
+	cpu   uint32
+	flags format.SampleFlags
+	pcs   []uint64
+}
+
+func (b *bpfState) close() {
+	if b.progs != nil {
+		b.progs.Close()
+		b.progs = nil
+	}
+}
+
+var (
+	bpfProbeOnce sync.Once
+	bpfProbeErr  error
+)
+
+// Probe reports whether the eBPF back end can run here: the kernel
+// features it uses (BTF, ring buffers, perf-event and tracing programs)
+// and the capabilities it needs. The error wraps platform.ErrNotSupported
+// for a missing kernel feature, and is a *platform.PermissionError naming
+// the capabilities for missing privileges.
+func Probe() error {
+	bpfProbeOnce.Do(func() { bpfProbeErr = probeBPF() })
+	return bpfProbeErr
+}
+
+func probeBPF() error {
+	caps, err := sys.CapEff()
+	if err == nil {
+		has := func(c uint) bool { return caps&(1<<c) != 0 }
+		if !has(sys.CapSysAdmin) && !(has(sys.CapBPF) && has(sys.CapPerfmon)) {
+			var miss []string
+			if !has(sys.CapBPF) {
+				miss = append(miss, "CAP_BPF")
+			}
+			if !has(sys.CapPerfmon) {
+				miss = append(miss, "CAP_PERFMON")
+			}
+			return &platform.PermissionError{Op: "loading eBPF programs", Need: strings.Join(miss, " and ") + " (or CAP_SYS_ADMIN, e.g. root)", Err: sys.EPERM}
+		}
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "the kernel has no BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF=y is needed for CO-RE)"}
+	}
+	return probeFeatures()
+}
+
+// Open starts sampling the running process cfg.Pid (0: the caller), or
+// every process of the host with cfg.System.
+func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := newSession(cfg, h)
+	if cfg.System {
+		s.WholeHost()
+	} else if cfg.Pid == 0 {
+		s.SetTarget(os.Getpid(), true)
+	} else {
+		s.SetTarget(cfg.Pid, false)
+		if !sys.ProcessAlive(s.Pid()) {
+			return nil, fmt.Errorf("pid %d: no such process", s.Pid())
+		}
+		if procinfo.KernelThread(s.Pid()) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.Pid(), procinfo.Comm(s.Pid()), platform.ErrKernelThread)
+		}
+	}
+	if err := s.attach(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Launch starts cmd (not yet started) stopped at its first instruction,
+// attaches to it and lets it run. The caller must not call cmd.Wait: the
+// session reaps the command; [tracking.Tracker.ExitErr] reports how it
+// ended.
+func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := newSession(cfg, h)
+	if err := s.Launch(cmd, s.attach, s.Close); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSession(cfg platform.Config, h platform.Handler) *Session {
+	s := &Session{Tracker: tracking.New(cfg, h), bpf: &bpfState{}}
+	// The BPF programs wake the reader only when their ring fills
+	// (a quarter of it): reads come from this timeout, in batches.
+	s.PollInterval = bpfReadInterval
+	return s
+}
+
+// bpfReadInterval is how often an eBPF session reads its rings. Every
+// wakeup of a Go program costs a round of its scheduler and a millisecond
+// of sysmon polling; samples need no lower latency than this.
+const bpfReadInterval = 100 * time.Millisecond
+
+// Run reads the rings and reports events until ctx is done or the target
+// is gone, then reads what is left and returns.
+func (s *Session) Run(ctx context.Context) error { return s.Tracker.Run(ctx, s.ReadAll) }
+
+// Close stops sampling and releases the programs, events and rings.
+func (s *Session) Close() error {
+	s.bpf.close()
+	return s.Tracker.Close()
+}
+
+// attach loads the BPF programs, opens one cpu-clock perf event per CPU
+// for them (whose rings carry the mmap, comm, fork and exit records the
+// perf back end reads too), reports the current state and starts sampling.
+func (s *Session) attach() (err error) {
+	if err := tracking.ProbePerf(); err != nil {
+		return err
+	}
+	if err := Probe(); err != nil {
+		return err
+	}
+	s.SetKernel(!s.Config().NoKernel)
+	s.SetEvent("cpu-clock")
+	b := s.bpf
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	spec := bpfSpec{All: s.System(), CopyStack: s.Unwinder() != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.Config().OffCPU}
+	if s.Unwinder() != nil {
+		spec.StackBytes = s.Unwinder().StackBytes()
+	}
+	if s.Config().RingPages > 0 {
+		spec.RingBytes = s.Config().RingPages * sys.PageSize
+		for spec.RingBytes&(spec.RingBytes-1) != 0 {
+			spec.RingBytes &= spec.RingBytes - 1
+		}
+	}
+	// Samples are read in batches: every bpfReadInterval (100 ms),
+	// or when a quarter of the ring is used (a wakeup per sample cost the
+	// recorder a third of its CPU time).
+	spec.WakeupBytes = spec.RingBytes / 4
+	b.progs, err = load(spec)
+	if err != nil {
+		return err
+	}
+	if !s.System() {
+		if err := b.progs.Select(uint32(s.Pid())); err != nil {
+			return err
+		}
+	}
+
+	// One cpu-clock event per CPU, system-wide.
+	attr := sys.PerfEventAttr{
+		Type:        sys.PerfTypeSoftware,
+		Config:      sys.PerfCountSWCPUClock,
+		Sample:      uint64(s.Config().Frequency),
+		Sample_type: sys.PerfSampleTID | sys.PerfSampleTime | sys.PerfSampleCPU,
+		Bits: sys.PerfBitDisabled | sys.PerfBitFreq | sys.PerfBitMmap | sys.PerfBitMmap2 | sys.PerfBitComm |
+			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
+		Clockid: sys.ClockMonotonic,
+	}
+	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && s.Config().Frequency > max {
+		attr.Sample = uint64(max)
+		s.Config().Frequency = max
+	}
+	prog := b.progs.PerfProgramFD()
+	cpus := procfs.OnlineCPUs()
+	s.Rings = make([]*tracking.Ring, len(cpus))
+	for i, cpu := range cpus {
+		fd, err := sys.PerfEventOpen(&attr, -1, cpu, -1)
+		if err != nil {
+			if err == sys.EACCES || err == sys.EPERM {
+				return &platform.PermissionError{Op: fmt.Sprintf("perf_event_open on cpu %d (all processes)", cpu), Need: "CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
+			}
+			return fmt.Errorf("perf_event_open on cpu %d: %w", cpu, err)
+		}
+		s.FDs = append(s.FDs, fd)
+		r, err := tracking.MapRing(fd, sidePages)
+		if err != nil {
+			return fmt.Errorf("mmap of the perf ring buffer of cpu %d: %w", cpu, err)
+		}
+		s.Rings[i] = r
+		s.Polls = append(s.Polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
+		if err := sys.PerfSetBPF(fd, prog); err != nil {
+			return fmt.Errorf("attaching the BPF program to the perf event of cpu %d: %w", cpu, err)
+		}
+	}
+	s.Polls = append(s.Polls, sys.PollFd{Fd: int32(b.progs.RingFD()), Events: sys.POLLIN})
+
+	// Side-band records from now on; then what exists already.
+	for _, fd := range s.FDs {
+		if err := sys.PerfEnable(fd); err != nil {
+			return fmt.Errorf("enabling perf event: %w", err)
+		}
+	}
+	if s.System() {
+		s.reportAll()
+	} else {
+		tids, err := procfs.Tasks(s.Pid())
+		if err != nil {
+			return fmt.Errorf("pid %d: listing threads: %w", s.Pid(), err)
+		}
+		s.ReportInitial(tids)
+	}
+	if s.Config().OffCPU {
+		b.offPending = map[uint32]*offStack{}
+	}
+	return b.progs.Start()
+}
+
+// reportAll reports every process of the host as it is now.
+func (s *Session) reportAll() {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	now := sys.Monotonic()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		tids, err := procfs.Tasks(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		s.ReportProcess(pid, tids, now)
+	}
+}
+
+// ReadAll reads and reports the perf rings' side-band records and the BPF
+// ring buffer's samples, merged by time. Samples stamped after the rings
+// were looked at wait for the next call: the mapping a sample needs may
+// be in a ring record written meanwhile.
+func (s *Session) ReadAll() {
+	b := s.bpf
+	until := uint64(sys.Monotonic())
+	live := s.Live[:0]
+	for _, r := range s.Rings {
+		if r == nil {
+			continue
+		}
+		r.Begin()
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = tracking.RecordTime(r.Pending)
+			live = append(live, r)
+		} else {
+			s.AddBytes(r.Commit())
+		}
+	}
+	if b.progs == nil {
+		return
+	}
+	if !b.pending {
+		b.next()
+	}
+	for len(live) > 0 || (b.pending && b.pendingTime < until) {
+		best := -1
+		for i := range live {
+			if best < 0 || live[i].PendingTime < live[best].PendingTime {
+				best = i
+			}
+		}
+		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].PendingTime) {
+			s.handleBPF(b.rec)
+			b.next()
+			continue
+		}
+		r := live[best]
+		s.handleSide(r.Pending)
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = tracking.RecordTime(r.Pending)
+			continue
+		}
+		s.AddBytes(r.Commit())
+		live[best] = live[len(live)-1]
+		live = live[:len(live)-1]
+	}
+	s.Live = live
+	// Once per read (reads come in batches, at most every few tens of
+	// milliseconds), so that the last read of a session reports them too.
+	s.reportBPFLost()
+}
+
+// next reads the BPF ring's next record into b.rec.
+func (b *bpfState) next() {
+	b.pending = false
+	rec, ok := b.progs.Next()
+	if !ok || len(rec) < bpfHdrSize {
+		return
+	}
+	b.pending, b.rec = true, rec
+	h := rec
+	b.pendingTime = binary.LittleEndian.Uint64(h[16:])
+	if binary.LittleEndian.Uint32(h) == bpfKindOnCPU {
+		b.pendingTime += binary.LittleEndian.Uint64(h[24:]) // written when the thread came back
+	}
+}
+
+// BPFRingBytes returns how many bytes of records the session has read
+// from the BPF ring buffer (headers excluded): divided by Stats().Samples,
+// what each sample moves.
+func (s *Session) BPFRingBytes() uint64 {
+	if s.bpf == nil {
+		return 0
+	}
+	return s.bpf.ringBytes
+}
+
+// reportBPFLost reports the samples the BPF programs could not write.
+func (s *Session) reportBPFLost() {
+	b := s.bpf
+	ring, off := b.progs.Lost()
+	if ring > b.lost {
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
+		b.lost = ring
+	}
+	if off > b.lostOff {
+		// Threads off CPU whose start the map had no room for.
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
+		b.lostOff = off
+	}
+}
+
+// handleSide reports a side-band perf record, in single-process mode only
+// those of the target and its descendants.
+func (s *Session) handleSide(rec []byte) {
+	r := s.Decoded()
+	if err := tracking.DecodeRecord(rec, r); err != nil {
+		return
+	}
+	if r.Type == tracking.RecExit && s.bpf.offPending != nil {
+		if o := s.bpf.offPending[r.Tid]; o != nil {
+			delete(s.bpf.offPending, r.Tid)
+			s.bpf.offFree = append(s.bpf.offFree, o)
+		}
+	}
+	if !s.System() {
+		switch {
+		case r.Type == tracking.RecFork && r.Pid != r.Ppid:
+			if !s.Known(r.Ppid) {
+				return
+			}
+		case !s.Known(r.Pid):
+			return
+		}
+	}
+	s.Dispatch(r)
+}
+
+// errBPFRecord is wrapped by the errors of decodeBPF.
+var errBPFRecord = errors.New("malformed BPF sample record")
+
+// decodeBPF decodes a BPF sample record into r (as decodeRecord does a
+// perf sample) and returns its kind. nRegs is how many user registers
+// the session's unwinder takes (0: none).
+func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
+	le := binary.LittleEndian
+	if len(b) < bpfKernelOff {
+		return 0, fmt.Errorf("%w: %d bytes", errBPFRecord, len(b))
+	}
+	kind = le.Uint32(b)
+	r.Type = tracking.RecSample
+	r.Pid, r.Tid, r.CPU = le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:])
+	r.Time, r.Period = le.Uint64(b[16:]), le.Uint64(b[24:])
+	nk, nu, flags := int(le.Uint16(b[32:])), int(le.Uint16(b[34:])), le.Uint16(b[36:])
+	stack := int(le.Uint32(b[40:]))
+	if nk > 127 || nu > 127 || stack > bpfMaxStack || bpfKernelOff+8*(nk+nu)+stack != len(b) {
+		return 0, fmt.Errorf("%w: %d kernel frames, %d user frames and %d stack bytes in %d bytes", errBPFRecord, nk, nu, stack, len(b))
+	}
+	pcs := r.PCs[:0]
+	for i := 0; i < nk+nu; i++ {
+		pcs = append(pcs, le.Uint64(b[bpfKernelOff+8*i:]))
+	}
+	r.PCs = pcs
+	r.Kernel = nk > 0
+	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
+	if flags&bpfFlagRegs != 0 && r.NUserRegs == bpfNRegs {
+		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
+		for i := 0; i < bpfNRegs; i++ {
+			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
+		}
+		off := bpfKernelOff + 8*(nk+nu)
+		r.UserStack = b[off : off+stack]
+	}
+	return kind, nil
+}
+
+// handleBPF reports one BPF sample record.
+func (s *Session) handleBPF(b []byte) {
+	s.AddBytes(uint64(len(b)))
+	s.bpf.ringBytes += uint64(len(b))
+	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
+		s.onCPU(b)
+		return
+	}
+	r := s.Decoded()
+	kind, err := decodeBPF(b, r)
+	if err != nil {
+		// Not a layout the programs write: a mismatch between the
+		// embedded object and this decoder. Counted, not silent.
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: 1, Reason: format.LostUnknown})
+		return
+	}
+	s.CountRecord()
+	s.EnsureProcess(r.Pid, int64(r.Time))
+	if r.Pid != 0 {
+		s.TrackJIT(r.Pid)
+	}
+	if !s.KernelFrames() && r.Kernel {
+		r.PCs = r.PCs[binary.LittleEndian.Uint16(b[32:]):]
+		r.Kernel = false
+	}
+	switch kind {
+	case bpfKindCPU:
+		s.ReportSample(r, 0)
+	case bpfKindOffCPU:
+		s.offCPU(r)
+	}
+}
+
+// offCPU unwinds the stack of a thread that left the CPU and holds it
+// until the thread comes back.
+func (s *Session) offCPU(r *tracking.Record) {
+	b := s.bpf
+	if b.offPending == nil || !s.PrepareSample(r, format.SampleOffCPU) {
+		return
+	}
+	o := b.offPending[r.Tid]
+	if o != nil {
+		// The thread left the CPU again, so it came back in between,
+		// but no record said when: that interval's weight is unknown.
+		// Counted, not dropped silently (TestEBPFOffCPU has seen this,
+		// rarely, on a loaded host).
+		s.ReportLost(&format.Lost{Time: int64(o.time), Pid: o.pid, Count: 1, Reason: format.LostUnknown})
+	}
+	if o == nil {
+		if len(b.offPending) >= maxOffPending {
+			s.ReportLost(&format.Lost{Time: int64(r.Time), Pid: r.Pid, Count: 1, Reason: format.LostUnknown})
+			return
+		}
+		if n := len(b.offFree); n > 0 {
+			o, b.offFree = b.offFree[n-1], b.offFree[:n-1]
+		} else {
+			o = &offStack{}
+		}
+		b.offPending[r.Tid] = o
+	}
+	sm := s.SampleBuf()
+	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
+	o.pcs = append(o.pcs[:0], sm.PCs...)
+}
+
+// onCPU reports the off-CPU sample of a thread that came back: the stack
+// it left with, weighted by the nanoseconds it was away.
+func (s *Session) onCPU(h []byte) {
+	b := s.bpf
+	le := binary.LittleEndian
+	tid, start, weight := le.Uint32(h[8:]), le.Uint64(h[16:]), le.Uint64(h[24:])
+	o := b.offPending[tid]
+	if o == nil {
+		return // its stack record was lost (and counted) or dropped
+	}
+	delete(b.offPending, tid)
+	b.offFree = append(b.offFree, o)
+	if o.time != start {
+		return // a stack from another switch: its record was lost
+	}
+	sm := s.SampleBuf()
+	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
+	s.Report(sm)
+}

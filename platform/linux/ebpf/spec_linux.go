@@ -1,0 +1,17 @@
+//go:build linux && amd64
+
+package ebpf
+
+// bpfSpec says how the eBPF back end's programs are to be loaded.
+type bpfSpec struct {
+	All        bool // sample every process, not only those selected
+	CopyStack  bool // user registers and a stack window; else the frame-pointer walk
+	StackBytes int  // the window, at most 16 KiB
+	SelfPid    int  // the recorder, never sampled off CPU
+	RingBytes  int  // BPF ring buffer size, a power of two
+	// WakeupBytes: the programs wake the reader only once this many bytes
+	// wait in the ring buffer (0: on the first record after each read);
+	// the reader then reads on a timer too.
+	WakeupBytes int
+	OffCPU      bool // load the sched_switch program
+}

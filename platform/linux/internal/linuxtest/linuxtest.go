@@ -1,0 +1,170 @@
+//go:build linux
+
+// Package linuxtest holds what the tests of the Linux back end's
+// packages share: handlers that count or keep what a session reports,
+// and a capture of raw samples of a real program for replay benchmarks.
+// It imports none of those packages, so that each can use it in its own
+// tests.
+package linuxtest
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// CountHandler counts what a session reports.
+type CountHandler struct {
+	Strict  bool // panic on a kernel-flagged sample whose leaf is a user address
+	mu      sync.Mutex
+	Samples int
+	Kernel  int
+	NLost   uint64
+	Modules int
+	Threads int
+}
+
+func (h *CountHandler) Process(*format.Process)           {}
+func (h *CountHandler) ProcessEnd(*format.ProcessEnd)     {}
+func (h *CountHandler) ThreadName(*format.ThreadName)     {}
+func (h *CountHandler) ThreadEnd(*format.ThreadEnd)       {}
+func (h *CountHandler) ModuleUnload(*format.ModuleUnload) {}
+func (h *CountHandler) ThreadStart(*format.ThreadStart) {
+	h.mu.Lock()
+	h.Threads++
+	h.mu.Unlock()
+}
+func (h *CountHandler) ModuleLoad(*format.ModuleLoad) {
+	h.mu.Lock()
+	h.Modules++
+	h.mu.Unlock()
+}
+func (h *CountHandler) Sample(s *platform.Sample) {
+	h.mu.Lock()
+	h.Samples++
+	if s.Flags&format.SampleKernel != 0 {
+		h.Kernel++
+		if h.Strict && s.PCs[0] < 0xffff800000000000 {
+			panic("kernel sample with a user leaf")
+		}
+	}
+	h.mu.Unlock()
+}
+func (h *CountHandler) Lost(e *format.Lost) {
+	h.mu.Lock()
+	h.NLost += e.Count
+	h.mu.Unlock()
+}
+
+// FrameCounter adds up the frames of the samples reported.
+type FrameCounter struct {
+	CountHandler
+	N *int
+}
+
+func (f *FrameCounter) Sample(s *platform.Sample) { *f.N += len(s.PCs) }
+
+// RawCapture keeps a KeepRaw session's modules and raw samples.
+type RawCapture struct {
+	CountHandler
+	Mods []format.ModuleLoad
+	Raws []platform.Sample
+}
+
+func (h *RawCapture) ModuleLoad(e *format.ModuleLoad) { h.Mods = append(h.Mods, *e) }
+func (h *RawCapture) Sample(s *platform.Sample) {
+	if s.Stack == nil || len(h.Raws) >= 2000 {
+		return
+	}
+	c := *s
+	c.PCs = nil
+	c.Regs = append([]uint64(nil), s.Regs...)
+	c.Stack = append([]byte(nil), s.Stack...)
+	h.Raws = append(h.Raws, c)
+}
+
+// BuildC compiles the C source src (a path from the test's package
+// directory) with cc and flags, cached by the shared fixture builder.
+func BuildC(tb testing.TB, src string, flags ...string) string {
+	tb.Helper()
+	return testbuild.Build(tb, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   append([]string{"-o", "{dir}/fixture", "{in0}"}, flags...),
+		Inputs: []string{filepath.Clean(src)},
+		Out:    "fixture",
+	})
+}
+
+// Session is what CaptureRaw needs of a session.
+type Session interface {
+	Run(ctx context.Context) error
+	Close() error
+	Pid() int
+}
+
+// Launcher starts a session on a command (perf.Launch, wrapped).
+type Launcher func(*exec.Cmd, platform.Config, platform.Handler) (Session, error)
+
+// CaptureRaw records bin (a real program built without frame pointers,
+// run with the argument "300000000") with KeepRaw through launch, after
+// probe says sampling works, and returns its modules and raw samples,
+// with each sample's registers in perf order (as PERF_SAMPLE_REGS_USER
+// and the eBPF back end's records carry them), for replaying.
+func CaptureRaw(b *testing.B, probe func() error, launch Launcher, bin string) (h *RawCapture, pid int, perfRegs [][]uint64) {
+	if runtime.GOARCH != "amd64" {
+		testbuild.Impossible(b, "amd64-only") // the records carry amd64 registers
+	}
+	testbuild.Feature(b, probe())
+	h = &RawCapture{}
+	s, err := launch(exec.Command(bin, "300000000"), platform.Config{Frequency: 2000, Unwind: platform.UnwindDWARF, KeepRaw: true}, h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s.Run(ctx)
+	cancel()
+	s.Close()
+	if len(h.Raws) < 50 {
+		b.Fatalf("only %d raw samples captured", len(h.Raws))
+	}
+	for _, r := range h.Raws {
+		var regs arch.Regs
+		if err := regs.SetMasked(arch.AMD64, r.RegMask, r.Regs); err != nil {
+			b.Fatal(err)
+		}
+		var vals []uint64
+		for p := 0; p < 64; p++ {
+			if arch.PerfRegsAMD64&(1<<uint(p)) != 0 {
+				vals = append(vals, regs.R[arch.PerfToDWARF(arch.AMD64, p)])
+			}
+		}
+		perfRegs = append(perfRegs, vals)
+	}
+	return h, s.Pid(), perfRegs
+}
+
+// RawHandler keeps the last sample and the lost events.
+type RawHandler struct {
+	CountHandler
+	Last    platform.Sample
+	Reasons []format.LostReason
+}
+
+func (h *RawHandler) Sample(s *platform.Sample) {
+	h.Samples++
+	h.Last = *s
+	h.Last.PCs = append([]uint64(nil), s.PCs...)
+}
+func (h *RawHandler) Lost(e *format.Lost) {
+	h.NLost += e.Count
+	h.Reasons = append(h.Reasons, e.Reason)
+}

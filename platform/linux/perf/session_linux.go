@@ -1,0 +1,284 @@
+//go:build linux
+
+package perf
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	sys "github.com/rawstack/rawstack/internal/unix"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
+	"github.com/rawstack/rawstack/platform/linux/tracking"
+)
+
+// Session samples one target process (and the processes it forks) with
+// perf_event_open: one event per thread and CPU, one ring per CPU.
+type Session struct {
+	*tracking.Tracker
+}
+
+// Open starts sampling the running process cfg.Pid (0: the caller).
+func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := &Session{tracking.New(cfg, h)}
+	if cfg.Pid == 0 {
+		s.SetTarget(os.Getpid(), true)
+	} else {
+		s.SetTarget(cfg.Pid, false)
+		if !sys.ProcessAlive(s.Pid()) {
+			return nil, fmt.Errorf("pid %d: no such process", s.Pid())
+		}
+		if procinfo.KernelThread(s.Pid()) {
+			return nil, fmt.Errorf("pid %d (%s): %w", s.Pid(), procinfo.Comm(s.Pid()), platform.ErrKernelThread)
+		}
+	}
+	if err := s.attach(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// goWakeupEvents is how many samples a ring takes before it wakes the
+// reader when goroutines are recorded (a few milliseconds at 1 kHz).
+const goWakeupEvents = 4
+
+// Launch starts cmd (not yet started) stopped at its first instruction,
+// attaches to it and lets it run. The caller must not call cmd.Wait: the
+// session reaps the command; [tracking.Tracker.ExitErr] reports how it
+// ended.
+func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
+	s := &Session{tracking.New(cfg, h)}
+	if err := s.Launch(cmd, s.attach, s.Close); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Probe reports whether sampling with perf_event_open works here; the
+// error wraps platform.ErrNotSupported and says why when it does not.
+func Probe() error { return tracking.ProbePerf() }
+
+// Run reads the rings and reports events until ctx is done or the target
+// is gone, then reads what is left and returns.
+func (s *Session) Run(ctx context.Context) error { return s.Tracker.Run(ctx, s.ReadAll) }
+
+// attach reports the target's current state to the handler and opens and
+// enables the perf events.
+func (s *Session) attach() error {
+	if err := tracking.ProbePerf(); err != nil {
+		return err
+	}
+	privileged := procfs.PerfPrivileged()
+	paranoid := procfs.SysctlInt("kernel.perf_event_paranoid", 2)
+	s.SetKernel(!s.Config().NoKernel && (privileged || paranoid <= 1))
+	freq := s.Config().Frequency
+	if max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 100000); max > 0 && freq > max {
+		freq = max
+	}
+	s.Config().Frequency = freq
+	tids, err := procfs.Tasks(s.Pid())
+	if err != nil {
+		return fmt.Errorf("pid %d: listing threads: %w", s.Pid(), err)
+	}
+	cpus := procfs.OnlineCPUs()
+	pages := s.Config().RingPages
+	for pages&(pages-1) != 0 {
+		pages &= pages - 1 // round down to a power of two
+	}
+	if pages <= 0 {
+		pages = 128
+		if s.Unwinder() != nil {
+			pages = 512 // DWARF samples carry a stack copy: give the unwinding reader slack
+		}
+		if !privileged {
+			// perf_event_mlock_kb (516 KiB by default) is shared by all
+			// rings of the user; keep within it.
+			budget := procfs.SysctlInt("kernel.perf_event_mlock_kb", 516) * 1024 / sys.PageSize
+			for pages > 8 && (pages+1)*len(cpus) > budget {
+				pages /= 2
+			}
+		}
+	}
+	// Pick the event: hardware cycles where the PMU has them, else cpu-clock.
+	attr := tracking.BaseAttr(sys.PerfTypeHardware, sys.PerfCountHWCPUCycles, freq, s.KernelFrames())
+	s.SetEvent("cycles")
+	if fd, err := sys.PerfEventOpen(&attr, tids[0], cpus[0], -1); err != nil {
+		attr = tracking.BaseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, freq, s.KernelFrames())
+		s.SetEvent("cpu-clock")
+	} else {
+		sys.Close(fd)
+	}
+	if s.Unwinder() != nil {
+		s.Unwinder().ChooseAuto(s.Pid())
+	}
+	s.SetUserAttr(&attr)
+	if s.Goroutines() {
+		// A sample's goroutine and labels are read from the target when
+		// the reader gets to it, and a goroutine that has ended has no
+		// labels left to read: wake the reader every few samples rather
+		// than when half the ring is full (or its 50 ms timeout).
+		attr.Wakeup = goWakeupEvents
+	}
+
+	s.ReportInitial(tids)
+
+	s.Rings = make([]*tracking.Ring, len(cpus))
+	openThread := func(tid int) error {
+		for ci, cpu := range cpus {
+			fd, err := sys.PerfEventOpen(&attr, tid, cpu, -1)
+			if err == sys.ESRCH {
+				return nil // the thread exited meanwhile
+			}
+			if err != nil {
+				return s.openError(err, tid, paranoid, privileged)
+			}
+			s.FDs = append(s.FDs, fd)
+			if s.Rings[ci] == nil {
+				r, err := tracking.MapRing(fd, pages)
+				for err != nil && (err == sys.EPERM || err == sys.ENOMEM) && pages > 1 {
+					pages /= 2
+					r, err = tracking.MapRing(fd, pages)
+				}
+				if err != nil {
+					return fmt.Errorf("mmap of the perf ring buffer (%d pages): %w (raise kernel.perf_event_mlock_kb or RLIMIT_MEMLOCK)", pages, err)
+				}
+				s.Rings[ci] = r
+				s.Polls = append(s.Polls, sys.PollFd{Fd: int32(fd), Events: sys.POLLIN})
+			} else if err := sys.PerfSetOutput(fd, s.Rings[ci].FD()); err != nil {
+				return fmt.Errorf("redirecting perf event output: %w", err)
+			}
+			if err := sys.PerfEnable(fd); err != nil {
+				return fmt.Errorf("enabling perf event: %w", err)
+			}
+		}
+		return nil
+	}
+	known := map[int]bool{}
+	for _, tid := range tids {
+		known[tid] = true
+		if err := openThread(tid); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	// A thread created while we were opening events, by a thread that had
+	// none yet, inherited nothing. Threads created by a thread that had an
+	// event were reported by a FORK record. Open the others directly, until
+	// no such thread appears.
+	s.BeginAttach()
+	for round := 0; round < 20; round++ {
+		s.ReadAll()
+		now, err := procfs.Tasks(s.Pid())
+		if err != nil {
+			break // the target exited
+		}
+		var fresh []int
+		for _, tid := range now {
+			if !known[tid] && !s.Forked(uint32(tid)) {
+				fresh = append(fresh, tid)
+			}
+		}
+		if len(fresh) == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond) // let a FORK record being written land
+		s.ReadAll()
+		t := sys.Monotonic()
+		for _, tid := range fresh {
+			known[tid] = true
+			if s.Forked(uint32(tid)) {
+				continue
+			}
+			s.Handler().ThreadStart(&format.ThreadStart{Time: t, Pid: uint32(s.Pid()), Tid: uint32(tid)})
+			if name := procfs.Comm(procfs.Dir(s.Pid()) + "/task/" + strconv.Itoa(tid)); name != "" {
+				s.ThreadName(t, uint32(s.Pid()), uint32(tid), name)
+			}
+			if err := openThread(tid); err != nil {
+				s.Close()
+				return err
+			}
+		}
+	}
+	s.EndAttach()
+	return nil
+}
+
+func (s *Session) openError(err error, tid, paranoid int, privileged bool) error {
+	op := fmt.Sprintf("perf_event_open on pid %d (thread %d)", s.Pid(), tid)
+	if err == sys.EACCES || err == sys.EPERM {
+		need := "CAP_PERFMON (or root)"
+		switch {
+		case paranoid > 2:
+			need = fmt.Sprintf("kernel.perf_event_paranoid<=2 (it is %d) or CAP_PERFMON", paranoid)
+		case !s.Self() && !sameUser(s.Pid()):
+			need = fmt.Sprintf("ptrace access to pid %d: run as its owner (uid %d) or with CAP_SYS_PTRACE, e.g. as root", s.Pid(), ownerUID(s.Pid()))
+		case !s.Self():
+			need = fmt.Sprintf("ptrace access to pid %d (kernel.yama.ptrace_scope=%d allows only descendants unless CAP_SYS_PTRACE)", s.Pid(), procfs.SysctlInt("kernel.yama.ptrace_scope", 0))
+		}
+		return &platform.PermissionError{Op: op, Need: need, Err: err}
+	}
+	if err == sys.EMFILE {
+		return fmt.Errorf("%s: %w (one event per thread and CPU: raise the open-file limit)", op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func sameUser(pid int) bool { return ownerUID(pid) == os.Geteuid() }
+
+// ownerUID returns the uid owning pid, or -1.
+func ownerUID(pid int) int {
+	st, err := os.Stat(procfs.Dir(pid))
+	if err != nil {
+		return -1
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(sys.Uid)
+	}
+	return -1
+}
+
+// ReadAll reads every record now in the rings and reports it.
+//
+// Records of different rings (CPUs) are merged by time, so that a mapping
+// reported on one CPU precedes the samples taken in it on another.
+func (s *Session) ReadAll() {
+	live := s.Live[:0]
+	for _, r := range s.Rings {
+		if r == nil {
+			continue
+		}
+		r.Begin()
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = tracking.RecordTime(r.Pending)
+			live = append(live, r)
+		} else {
+			s.AddBytes(r.Commit())
+		}
+	}
+	for len(live) > 0 {
+		best := 0
+		for i := 1; i < len(live); i++ {
+			if live[i].PendingTime < live[best].PendingTime {
+				best = i
+			}
+		}
+		r := live[best]
+		s.Handle(r.Pending)
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = tracking.RecordTime(r.Pending)
+			continue
+		}
+		s.AddBytes(r.Commit())
+		live[best] = live[len(live)-1]
+		live = live[:len(live)-1]
+	}
+	s.Live = live
+}

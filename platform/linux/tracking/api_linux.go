@@ -1,0 +1,147 @@
+//go:build linux
+
+package tracking
+
+import (
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// What a back end's session calls while it opens its events (perf,
+// ebpf) and reads its rings.
+
+// ProbePerf checks once that perf_event_open is usable at all; both back
+// ends need it. The error wraps platform.ErrNotSupported and says why
+// when it is not.
+func ProbePerf() error { return probe() }
+
+// BaseAttr is the perf_event_attr of a sampling event of typ and config
+// at freq Hz, with the side-band records the Tracker reads.
+func BaseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAttr {
+	return baseAttr(typ, config, freq, kernel)
+}
+
+// DecodeRecord decodes rec (one whole record, header included) into r,
+// reusing r.PCs' storage.
+func DecodeRecord(rec []byte, r *Record) error { return decodeRecord(rec, r) }
+
+// RecordTime returns the time of a record, from its sample_id.
+func RecordTime(rec []byte) uint64 { return recordTime(rec) }
+
+// Record types a back end looks at (include/uapi/linux/perf_event.h).
+const (
+	RecSample = recSample
+	RecExit   = recExit
+	RecFork   = recFork
+)
+
+// Config is the session's configuration; a back end adjusts it to what
+// it opened (the frequency the kernel allows).
+func (s *Tracker) Config() *platform.Config { return &s.cfg }
+
+// Handler is the handler events are reported to.
+func (s *Tracker) Handler() platform.Handler { return s.h }
+
+// SetHandler replaces the handler (replays and benchmarks).
+func (s *Tracker) SetHandler(h platform.Handler) { s.h = h }
+
+// SetTarget sets the target process; self says it is this process.
+func (s *Tracker) SetTarget(pid int, self bool) { s.pid, s.self = pid, self }
+
+// SetKernel records whether kernel frames are recorded.
+func (s *Tracker) SetKernel(on bool) { s.kernel = on }
+
+// SetEvent names the perf event sampled.
+func (s *Tracker) SetEvent(name string) { s.event = name }
+
+// Unwinder is the online unwinder, nil in frame-pointer mode.
+func (s *Tracker) Unwinder() *Unwinder { return s.uw }
+
+// Goroutines reports whether samples' goroutines are read.
+func (s *Tracker) Goroutines() bool { return s.gos != nil }
+
+// BeginAttach starts noting the threads that FORK records report, while
+// a back end opens events thread by thread; EndAttach stops.
+func (s *Tracker) BeginAttach() { s.forked = map[uint32]bool{} }
+
+// EndAttach stops noting forked threads.
+func (s *Tracker) EndAttach() { s.forked = nil }
+
+// Forked reports whether a FORK record reported tid since BeginAttach.
+func (s *Tracker) Forked(tid uint32) bool { return s.forked[tid] }
+
+// ThreadName reports tid's name and remembers it.
+func (s *Tracker) ThreadName(t int64, pid, tid uint32, name string) {
+	s.threadName(t, pid, tid, name)
+}
+
+// ReportInitial reports the target, its threads tids and its executable
+// mappings as they are now.
+func (s *Tracker) ReportInitial(tids []int) { s.reportInitial(tids) }
+
+// ReportProcess reports process pid, its threads and its executable
+// mappings as they are at time now.
+func (s *Tracker) ReportProcess(pid int, tids []int, now int64) { s.reportProcess(pid, tids, now) }
+
+// LoadModule reports an executable mapping of pid, unloading what it
+// replaces.
+func (s *Tracker) LoadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
+	s.loadModule(t, pid, start, end, off, dev, ino, path, bid)
+}
+
+// Handle decodes and reports one perf record.
+func (s *Tracker) Handle(b []byte) { s.handle(b) }
+
+// Decoded is the record buffer Handle decodes into, for a back end that
+// decodes records of its own (with Dispatch and ReportSample after).
+func (s *Tracker) Decoded() *Record { return &s.rec }
+
+// Dispatch reports one decoded perf record.
+func (s *Tracker) Dispatch(r *Record) { s.dispatch(r) }
+
+// ReportSample reports a sample record (a perf sample, or one a back end
+// decoded into the same fields), unwinding its user stack in the DWARF
+// modes; flags are added to the sample's.
+func (s *Tracker) ReportSample(r *Record, flags format.SampleFlags) { s.reportSample(r, flags) }
+
+// PrepareSample fills [Tracker.SampleBuf] from r and unwinds it; it
+// returns false when the sample was dropped.
+func (s *Tracker) PrepareSample(r *Record, flags format.SampleFlags) bool {
+	return s.prepareSample(r, flags)
+}
+
+// SampleBuf is the sample PrepareSample fills.
+func (s *Tracker) SampleBuf() *platform.Sample { return &s.sample }
+
+// Report reports a sample and counts it.
+func (s *Tracker) Report(sm *platform.Sample) {
+	s.samples.Add(1)
+	s.h.Sample(sm)
+}
+
+// ReportLost reports and counts samples lost.
+func (s *Tracker) ReportLost(l *format.Lost) {
+	s.lost.Add(l.Count)
+	s.h.Lost(l)
+}
+
+// CountRecord counts a record read.
+func (s *Tracker) CountRecord() { s.records.Add(1) }
+
+// AddBytes counts bytes of records read.
+func (s *Tracker) AddBytes(n uint64) { s.bytes.Add(n) }
+
+// TrackJIT starts watching pid's perf map, in whole-host sessions where
+// that waits for a process's first sample.
+func (s *Tracker) TrackJIT(pid uint32) {
+	if s.jit != nil && s.jit.OnDemand {
+		s.jit.Track(pid)
+	}
+}
+
+// System reports whether the session samples every process of the host.
+func (s *Tracker) System() bool { return s.system }
+
+// Self reports whether the target is this process.
+func (s *Tracker) Self() bool { return s.self }

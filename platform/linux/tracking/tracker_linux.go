@@ -1,0 +1,803 @@
+//go:build linux
+
+package tracking
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/goruntime"
+	"github.com/rawstack/rawstack/platform/linux/jit"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
+)
+
+// Tracker is what both Linux back ends' sessions hold (they embed it):
+// the processes, threads and modules of what is sampled, kept from /proc
+// and from perf side-band records; the perf rings and their wait; the
+// online unwinder, the JIT tracker and the goroutine reader; and the
+// counters. A back end's session opens the events and reads its rings;
+// the Tracker turns what they carry into handler calls (api_linux.go is
+// what the back ends call).
+type Tracker struct {
+	cfg     platform.Config
+	h       platform.Handler
+	pid     int
+	self    bool
+	cmd     *exec.Cmd     // launched target, or nil
+	waited  chan struct{} // closed when cmd has been reaped
+	exitErr error
+	exitAt  int64
+
+	kernel bool   // kernel frames requested from the kernel
+	event  string // "cycles" or "cpu-clock"
+	FDs    []int
+	Rings  []*Ring
+	Polls  []sys.PollFd
+	// PollInterval, when set, is how long Run waits for a wakeup before
+	// it reads anyway (50 ms when 0).
+	PollInterval time.Duration
+	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
+	waiter   *sys.Waiter
+	nWaited  int  // polls added to waiter
+	noWaiter bool // no epoll: poll(2)
+
+	rec    record
+	Live   []*Ring // a ReadAll's working set
+	sample platform.Sample
+
+	procs     map[uint32]*procState
+	throttled map[uint64]uint64  // event id → time throttling began
+	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
+	maxStack  int                // call chains this long were cut by the kernel
+	forked    map[uint32]bool    // during attach: threads reported by FORK records
+	nextMod   uint64
+	ids       map[idKey]elfIDs
+	samples   atomic.Uint64
+	lost      atomic.Uint64
+	records   atomic.Uint64
+	bytes     atomic.Uint64
+	closeOnce sync.Once
+	uw        *Unwinder // DWARF and auto modes
+	mapsBuf   []byte    // /proc/PID/maps, reused
+	system    bool      // every process of the host (the eBPF back end)
+	jit       *jit.Tracker
+	gos       *goruntime.Sampling // Config.Goroutines
+}
+
+type procState struct {
+	comm    string
+	modules []liveModule
+	names   map[uint32]string // tid → name, for threads that inherit it
+	// live counts the threads known to be running; leaderGone is set by
+	// the leader's EXIT. In an exit_group the leader's EXIT record can
+	// come before its siblings' (the leader waits as a zombie), and those
+	// siblings are still sampled in do_exit with their user stacks: the
+	// process ends, and its modules are unloaded, with its last thread.
+	live       int
+	leaderGone bool
+}
+
+// threadName reports tid's name and remembers it: the kernel writes no
+// COMM record for a new thread, which starts with its creator's name.
+func (s *Tracker) threadName(t int64, pid, tid uint32, name string) {
+	if ps := s.procs[pid]; ps != nil {
+		if ps.names == nil {
+			ps.names = map[uint32]string{}
+		}
+		ps.names[tid] = name
+	}
+	s.h.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: tid, Name: name})
+}
+
+type liveModule struct {
+	id, start, end uint64
+	ml             *format.ModuleLoad // as first reported, for forked children
+}
+
+type idKey struct {
+	path     string
+	dev, ino uint64
+}
+
+// Launch starts cmd (not yet started) stopped at its first instruction,
+// calls attach (the back end's: it opens the events and reports the
+// target) and lets it run; closeSession is the session's Close. The
+// caller must not call cmd.Wait: the Tracker reaps the command;
+// [Tracker.ExitErr] reports how it ended.
+func (s *Tracker) Launch(cmd *exec.Cmd, attach, closeSession func() error) error {
+	if err := probe(); err != nil {
+		return err
+	}
+	// ptrace requests must come from the thread that started the tracee.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.pid, s.cmd = cmd.Process.Pid, cmd
+	sig, exited, _, err := sys.WaitStopped(s.pid)
+	if err != nil || exited || sig != int(syscall.SIGTRAP) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("launching %s: child did not stop at exec (signal %d, exited %v): %v", cmd.Path, sig, exited, err)
+	}
+	if err := attach(); err != nil {
+		cmd.Process.Kill()
+		sys.PtraceDetach(s.pid)
+		cmd.Wait()
+		return err
+	}
+	if err := sys.PtraceDetach(s.pid); err != nil {
+		closeSession()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("launching %s: detaching: %w", cmd.Path, err)
+	}
+	s.waited = make(chan struct{})
+	go func() {
+		s.exitErr = cmd.Wait()
+		s.exitAt = sys.Monotonic()
+		close(s.waited)
+	}()
+	return nil
+}
+
+// New returns a Tracker for cfg that reports to h. Nothing is opened:
+// a back end's session opens its events and sets the fields it fills.
+func New(cfg platform.Config, h platform.Handler) *Tracker {
+	if cfg.Frequency <= 0 {
+		cfg.Frequency = 99
+	}
+	maxStack := procfs.SysctlInt("kernel.perf_event_max_stack", 127)
+	if maxStack <= 0 || maxStack > maxCallchain {
+		maxStack = maxCallchain
+	}
+	s := &Tracker{
+		maxStack: maxStack,
+		cfg:      cfg,
+		h:        h,
+		procs:    map[uint32]*procState{},
+		ids:      map[idKey]elfIDs{},
+		rec:      record{PCs: make([]uint64, 0, maxCallchain)},
+		uw:       newUnwinder(cfg),
+	}
+	if s.uw != nil {
+		s.rec.NUserRegs = s.uw.nRegs()
+	}
+	if s.jit = jit.New(cfg, h); s.jit != nil {
+		s.jit.FileBacked = s.fileBacked
+	}
+	if cfg.Goroutines {
+		s.gos = goruntime.NewSampling()
+	}
+	if s.gos != nil {
+		mask := s.gos.Mask
+		if s.uw != nil {
+			mask = s.uw.mask // holds both registers already
+		} else {
+			s.rec.NUserRegs, s.rec.regsOnly = bits.OnesCount64(mask), true
+		}
+		s.gos.Place(mask)
+	}
+	return s
+}
+
+// Pid returns the target process id.
+func (s *Tracker) Pid() int { return s.pid }
+
+// Event names the perf event sampled: "cycles" or "cpu-clock".
+func (s *Tracker) Event() string { return s.event }
+
+// KernelFrames reports whether kernel frames are recorded.
+func (s *Tracker) KernelFrames() bool { return s.kernel }
+
+// ExitErr returns cmd.Wait's result for a launched command once it has
+// exited, and nil before.
+func (s *Tracker) ExitErr() error {
+	if s.waited == nil {
+		return nil
+	}
+	select {
+	case <-s.waited:
+		return s.exitErr
+	default:
+		return nil
+	}
+}
+
+// Stats returns the running totals.
+func (s *Tracker) Stats() platform.Stats {
+	return platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load()}
+}
+
+var (
+	probeOnce sync.Once
+	probeErr  error
+)
+
+// probe checks once that perf_event_open is usable at all; both
+// back ends need it. The error wraps platform.ErrNotSupported and says
+// why when it is not.
+func probe() error {
+	probeOnce.Do(func() {
+		if _, err := os.Stat("/proc/sys/kernel/perf_event_paranoid"); err != nil {
+			probeErr = &platform.NotSupportedError{Feature: "perf_event_open", Reason: "kernel built without perf events (no /proc/sys/kernel/perf_event_paranoid)"}
+			return
+		}
+		attr := baseAttr(sys.PerfTypeSoftware, sys.PerfCountSWCPUClock, 99, false)
+		fd, err := sys.PerfEventOpen(&attr, 0, -1, -1)
+		if err != nil {
+			probeErr = probeError(err)
+			return
+		}
+		sys.Close(fd)
+	})
+	return probeErr
+}
+
+// probeError sorts the probe's perf_event_open failure three ways: the
+// kernel lacks the feature (ENOENT, ENOSYS, EOPNOTSUPP, ENODEV) is
+// [platform.ErrNotSupported]; no privilege (EACCES, EPERM) is a
+// [platform.PermissionError]; anything else (EINVAL, E2BIG: our attribute
+// is wrong) is a plain error, so that no caller takes a bug of ours for a
+// missing feature.
+func probeError(err error) error {
+	switch err {
+	case sys.ENOSYS, sys.ENOENT, sys.EOPNOTSUPP, sys.ENODEV:
+		return &platform.NotSupportedError{Feature: "perf_event_open", Reason: "perf_event_open is unavailable (kernel config or seccomp): " + err.Error()}
+	case sys.EPERM, sys.EACCES:
+		p := procfs.SysctlInt("kernel.perf_event_paranoid", 2)
+		if p > 2 && !procfs.PerfPrivileged() {
+			return &platform.PermissionError{Op: "perf_event_open of a cpu-clock event on this process", Need: fmt.Sprintf("kernel.perf_event_paranoid<=2 (it is %d) or CAP_PERFMON", p), Err: err}
+		}
+		return &platform.PermissionError{Op: "perf_event_open of a cpu-clock event on this process", Need: fmt.Sprintf("a seccomp profile (containers) or LSM that allows perf_event_open; kernel.perf_event_paranoid=%d already does", p), Err: err}
+	}
+	return fmt.Errorf("perf_event_open of a cpu-clock event on this process: %w (the attribute is wrong, not a missing feature)", err)
+}
+
+func baseAttr(typ uint32, config uint64, freq int, kernel bool) sys.PerfEventAttr {
+	// mmap must be set along with mmap2: the kernel only reports mappings
+	// at all while some event has mmap (or mmap_data) set.
+	attr := sys.PerfEventAttr{
+		Type:        typ,
+		Config:      config,
+		Sample:      uint64(freq),
+		Sample_type: sys.PerfSampleIP | sys.PerfSampleTID | sys.PerfSampleTime | sys.PerfSampleCPU | sys.PerfSamplePeriod | sys.PerfSampleCallchain,
+		Bits: sys.PerfBitDisabled | sys.PerfBitInherit | sys.PerfBitFreq | sys.PerfBitMmap | sys.PerfBitMmap2 | sys.PerfBitComm |
+			sys.PerfBitTask | sys.PerfBitSampleIDAll | sys.PerfBitCommExec | sys.PerfBitUseClockID | sys.PerfBitExcludeHv,
+		Clockid: sys.ClockMonotonic,
+	}
+	if !kernel {
+		attr.Bits |= sys.PerfBitExcludeKernel
+	}
+	return attr
+}
+
+// reportInitial reports the process, its threads and its executable
+// mappings as they are now.
+func (s *Tracker) reportInitial(tids []int) {
+	s.reportProcess(s.pid, tids, sys.Monotonic())
+}
+
+// reportProcess reports process ipid, its threads and its executable
+// mappings as they are at time now.
+func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
+	pid := uint32(ipid)
+	dir := procfs.Dir(ipid)
+	comm := procfs.Comm(dir)
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid)})
+	ps := &procState{comm: comm, live: len(tids)}
+	s.procs[pid] = ps
+	s.jit.Started(pid)
+	for _, tid := range tids {
+		s.h.ThreadStart(&format.ThreadStart{Time: now, Pid: pid, Tid: uint32(tid)})
+		name := procfs.Comm(dir + "/task/" + strconv.Itoa(tid))
+		if name != "" {
+			s.threadName(now, pid, uint32(tid), name)
+		}
+	}
+	if s.kernel {
+		if k, ok := kernelModule(); ok {
+			k.Time, k.Pid = now, pid
+			s.nextMod++
+			k.ID = s.nextMod
+			s.kernelMod = &k
+			s.h.ModuleLoad(&k) // not in procState: the kernel is never unmapped
+		}
+	}
+	var err error
+	s.mapsBuf, err = procfs.ReadInto(dir+"/maps", s.mapsBuf[:0], 64<<20)
+	if err != nil {
+		return
+	}
+	maps, _ := procfs.ParseMaps(s.mapsBuf)
+	for i := range maps {
+		m := &maps[i]
+		if !m.Exec() {
+			continue
+		}
+		s.loadModule(now, pid, m.Start, m.End, m.Offset, uint64(m.Major)<<32|uint64(m.Minor), m.Inode, m.Path, nil)
+	}
+}
+
+// loadModule reports an executable mapping, unloading what it replaces.
+func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
+	ps := s.procs[pid]
+	if ps == nil {
+		ps = &procState{}
+		s.procs[pid] = ps
+	}
+	kept := ps.modules[:0]
+	for _, m := range ps.modules {
+		if m.start < end && start < m.end {
+			s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: pid, ID: m.id})
+			continue
+		}
+		kept = append(kept, m)
+	}
+	ps.modules = kept
+	s.nextMod++
+	ml := format.ModuleLoad{Time: t, Pid: pid, ID: s.nextMod, Base: start, Size: end - start, FileOffset: off, Path: path}
+	switch {
+	case path == "[vdso]":
+		ml.Kind = format.ModuleVDSO
+	case path == "" || strings.HasPrefix(path, "[") || strings.HasPrefix(path, "//anon") || strings.HasPrefix(path, "/memfd:"):
+		ml.Kind = format.ModuleAnon
+	case strings.HasPrefix(path, "/tmp/perf-") && strings.HasSuffix(path, ".map"):
+		ml.Kind = format.ModuleJIT
+	default:
+		ids, ok := s.moduleIDs(pid, path, dev, ino)
+		if ok {
+			ml.Kind = format.ModuleELF
+			ml.BuildID, ml.GoBuildID = ids.BuildID, ids.GoBuildID
+		}
+		if len(ml.BuildID) == 0 && len(bid) > 0 {
+			ml.BuildID = append([]byte(nil), bid...)
+			ml.Kind = format.ModuleELF
+		}
+	}
+	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
+	s.h.ModuleLoad(&ml)
+}
+
+// moduleIDs reads (and caches) the build ids of path as process pid sees it.
+func (s *Tracker) moduleIDs(pid uint32, path string, dev, ino uint64) (elfIDs, bool) {
+	key := idKey{path, dev, ino}
+	if ids, ok := s.ids[key]; ok {
+		return ids, ids.BuildID != nil || ids.GoBuildID != "" || ino != 0
+	}
+	path = strings.TrimSuffix(path, " (deleted)")
+	var ids elfIDs
+	ok := false
+	for _, p := range []string{procfs.Dir(int(pid)) + "/root" + path, path} {
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			continue // never block reading a device or FIFO
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		ids, err = readBuildIDs(f)
+		f.Close()
+		if err == nil {
+			ok = true
+			break
+		}
+	}
+	if len(s.ids) > 4096 {
+		clear(s.ids)
+	}
+	s.ids[key] = ids
+	return ids, ok
+}
+
+var (
+	kernelOnce sync.Once
+	kernelMod  format.ModuleLoad
+	kernelOK   bool
+)
+
+// kernelModule returns the kernel text range from /proc/kallsyms and the
+// kernel build id from /sys/kernel/notes, when readable.
+func kernelModule() (format.ModuleLoad, bool) {
+	kernelOnce.Do(func() {
+		f, err := os.Open("/proc/kallsyms")
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		var start, end uint64
+		sc := bufio.NewScanner(f)
+		for sc.Scan() && (start == 0 || end == 0) {
+			line := sc.Text()
+			sp := strings.IndexByte(line, ' ')
+			if sp < 0 {
+				continue
+			}
+			name := line[sp+3:]
+			if name == "_stext" || name == "_etext" {
+				v, err := strconv.ParseUint(line[:sp], 16, 64)
+				if err != nil || v == 0 {
+					return // addresses hidden by kptr_restrict
+				}
+				if name == "_stext" {
+					start = v
+				} else {
+					end = v
+				}
+			}
+		}
+		if start == 0 || end <= start {
+			return
+		}
+		kernelMod = format.ModuleLoad{Base: start, Size: end - start, Kind: format.ModuleKernel, Path: "[kernel.kallsyms]"}
+		if notes, err := procfs.ReadSmall("/sys/kernel/notes", maxNoteBytes); err == nil {
+			var ids elfIDs
+			parseNotes(notes, nativeEndian(), 4, &ids)
+			kernelMod.BuildID = ids.BuildID
+		}
+		kernelOK = true
+	})
+	return kernelMod, kernelOK
+}
+
+// Run reads the rings with readAll (the back end's) and reports events
+// until ctx is done or the target is gone, then reads what is left and
+// returns.
+func (s *Tracker) Run(ctx context.Context, readAll func()) error {
+	lastCheck := time.Now()
+	interval := s.PollInterval
+	if interval == 0 {
+		interval = 50 * time.Millisecond
+	}
+	defer s.closeWaiter()
+	for {
+		if err := s.wait(interval); err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		readAll()
+		s.jit.Poll()
+		if ctx.Err() != nil {
+			readAll()
+			s.jit.Finish()
+			return nil
+		}
+		if s.waited != nil {
+			select {
+			case <-s.waited:
+				readAll()
+				s.jit.Finish()
+				s.h.ProcessEnd(&format.ProcessEnd{Time: s.exitAt, Pid: uint32(s.pid), ExitCode: exitCode(s.exitErr)})
+				return nil
+			default:
+			}
+		} else if !s.self && !s.system && time.Since(lastCheck) > 100*time.Millisecond {
+			lastCheck = time.Now()
+			if !sys.ProcessAlive(s.pid) {
+				readAll()
+				s.jit.Finish()
+				return nil
+			}
+		}
+	}
+}
+
+func exitCode(err error) int64 {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+			return -int64(st.Signal())
+		}
+		return int64(ee.ExitCode())
+	}
+	return -1
+}
+
+// handle decodes and reports one record.
+func (s *Tracker) handle(b []byte) {
+	r := &s.rec
+	if err := decodeRecord(b, r); err != nil {
+		return
+	}
+	s.dispatch(r)
+}
+
+// dispatch reports one decoded record.
+func (s *Tracker) dispatch(r *record) {
+	s.records.Add(1)
+	t := int64(r.Time)
+	switch r.Type {
+	case recSample:
+		s.reportSample(r, 0)
+	case recMmap2:
+		if s.jit.MMap(r.Pid, string(r.Filename)) {
+			return // a jitdump file announced by its runtime, not code
+		}
+		if r.Prot&0x4 == 0 { // PROT_EXEC
+			return
+		}
+		s.loadModule(t, r.Pid, r.Addr, r.Addr+r.Len, r.Pgoff, uint64(r.Maj)<<32|uint64(r.Min), r.Ino, string(r.Filename), r.BuildID)
+	case recComm:
+		name := string(r.Comm)
+		if r.Misc&miscCommExec != 0 && r.Pid == r.Tid {
+			ps := s.procs[r.Pid]
+			if ps != nil {
+				for _, m := range ps.modules {
+					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+				}
+				ps.modules = ps.modules[:0]
+				ps.comm = name
+			}
+			if s.gos != nil {
+				s.gos.Forget(r.Pid)
+			}
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid))})
+		}
+		s.threadName(t, r.Pid, r.Tid, name)
+	case recFork:
+		if r.Pid != r.Ppid {
+			// A new process: it starts with a copy of its parent's mappings.
+			parent := s.procs[r.Ppid]
+			ps := &procState{live: 1}
+			comm := ""
+			if parent != nil {
+				comm = parent.comm
+			}
+			ps.comm = comm
+			s.procs[r.Pid] = ps
+			s.jit.Started(r.Pid)
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
+			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+			if parent != nil {
+				for _, m := range parent.modules {
+					s.copyModule(t, r.Ppid, r.Pid, m)
+				}
+			}
+			if s.kernelMod != nil {
+				k := *s.kernelMod
+				s.nextMod++
+				k.Time, k.Pid, k.ID = t, r.Pid, s.nextMod
+				s.h.ModuleLoad(&k)
+			}
+			return
+		}
+		if s.forked != nil {
+			s.forked[r.Tid] = true
+		}
+		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+		if ps := s.procs[r.Pid]; ps != nil {
+			ps.live++
+			name := ps.names[r.Ptid]
+			if name == "" {
+				name = ps.comm
+			}
+			if name != "" {
+				s.threadName(t, r.Pid, r.Tid, name)
+			}
+		}
+	case recExit:
+		s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+		ps := s.procs[r.Pid]
+		if ps != nil {
+			delete(ps.names, r.Tid)
+			ps.live--
+			if r.Pid == r.Tid {
+				ps.leaderGone = true
+			}
+		}
+		if ps != nil && ps.leaderGone && ps.live <= 0 || ps == nil && r.Pid == r.Tid {
+			s.jit.Exit(r.Pid)
+			if ps != nil {
+				for _, m := range ps.modules {
+					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+				}
+				delete(s.procs, r.Pid)
+			}
+			if s.gos != nil {
+				s.gos.Forget(r.Pid)
+			}
+			if int(r.Pid) != s.pid || s.cmd == nil {
+				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
+			}
+		}
+	case recThrottle:
+		if s.throttled == nil {
+			s.throttled = map[uint64]uint64{}
+		}
+		if len(s.throttled) < 1<<16 {
+			s.throttled[r.ID] = r.Time
+		}
+	case recUnthrottle:
+		// The kernel stopped sampling for a while; report the samples that
+		// the frequency says were due meanwhile.
+		since, ok := s.throttled[r.ID]
+		if !ok || r.Time < since {
+			return
+		}
+		delete(s.throttled, r.ID)
+		n := (r.Time - since) * uint64(s.cfg.Frequency) / 1e9
+		if n == 0 {
+			n = 1
+		}
+		s.lost.Add(n)
+		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: n, Reason: format.LostThrottled})
+	case recLost, recLostSamples:
+		s.lost.Add(r.Lost)
+		s.h.Lost(&format.Lost{Time: t, Pid: r.Pid, Count: r.Lost, Reason: format.LostRingOverflow})
+	}
+}
+
+// reportSample reports a sample record (a perf sample, or one the eBPF
+// back end decoded into the same fields), unwinding its user stack in the
+// DWARF modes. flags are added to the sample's.
+func (s *Tracker) reportSample(r *record, flags format.SampleFlags) {
+	if s.prepareSample(r, flags) {
+		s.samples.Add(1)
+		s.h.Sample(&s.sample)
+	}
+}
+
+// prepareSample fills s.sample from r and unwinds it; it returns false
+// when the sample was dropped.
+func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
+	sm := &s.sample
+	sm.Time, sm.Pid, sm.Tid, sm.CPU, sm.Weight = int64(r.Time), r.Pid, r.Tid, r.CPU, r.Period
+	if s.event == "cycles" { // a period in cycles: the sample stands for 1/Frequency s of CPU (format/SPEC.md §6.10: ns)
+		sm.Weight = uint64(time.Second) / uint64(s.cfg.Frequency)
+	}
+	sm.Flags = flags
+	if r.Kernel {
+		sm.Flags |= format.SampleKernel
+	}
+	if len(r.PCs) >= s.maxStack {
+		sm.Flags |= format.SampleTruncated
+	}
+	sm.PCs = r.PCs
+	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
+	if s.gos != nil && r.UserABI != 0 {
+		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
+	}
+	return s.uw == nil || s.uw.sample(s, r, sm)
+}
+
+// copyModule reports, for a forked child, a module inherited from its parent.
+func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
+	s.nextMod++
+	ml := *m.ml
+	ml.Time, ml.Pid, ml.ID = t, to, s.nextMod
+	ps := s.procs[to]
+	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: m.start, end: m.end, ml: &ml})
+	s.h.ModuleLoad(&ml)
+}
+
+// Close stops sampling and releases the perf events and rings and the
+// JIT tracker's files.
+func (s *Tracker) Close() error {
+	s.closeOnce.Do(func() {
+		for _, fd := range s.FDs {
+			sys.PerfDisable(fd)
+		}
+		for _, r := range s.Rings {
+			if r != nil {
+				sys.Munmap(r.mem)
+			}
+		}
+		for _, fd := range s.FDs {
+			sys.Close(fd)
+		}
+		s.FDs, s.Rings, s.Polls = nil, nil, nil
+		s.jit.Close()
+	})
+	return nil
+}
+
+// NewReplay returns a Tracker with no kernel events behind it: records
+// handed to [Tracker.Replay] go through the same decoding and module and
+// thread tracking as a live session's. It serves benchmarks and fuzzing of
+// the record → handler path, and replaying captured ring contents.
+func NewReplay(pid int, h platform.Handler) *Tracker {
+	s := New(platform.Config{Pid: pid}, h)
+	s.pid = pid
+	return s
+}
+
+// Replay reports the perf records laid out back to back in recs, as in a
+// ring buffer's data area, and returns how many bytes it consumed. It stops
+// at a truncated or malformed record header.
+func (s *Tracker) Replay(recs []byte) int {
+	off := 0
+	for len(recs)-off >= 8 {
+		n := int(recs[off+6]) | int(recs[off+7])<<8
+		if n < 8 || off+n > len(recs) {
+			break
+		}
+		s.handle(recs[off : off+n])
+		off += n
+	}
+	s.bytes.Add(uint64(off))
+	return off
+}
+
+// JITErrors returns the first problems met reading perf maps and jitdump
+// files (malformed lines or records, each naming the file, offset and
+// pid); reading went on past each.
+func (s *Tracker) JITErrors() []error {
+	return s.jit.Errors()
+}
+
+// fileBacked reports whether addr of pid lies in a module mapped from a
+// file (ELF, vDSO): its code is named from the file.
+func (s *Tracker) fileBacked(pid uint32, addr uint64) bool {
+	ps := s.procs[pid]
+	if ps == nil {
+		return false
+	}
+	for _, m := range ps.modules {
+		if addr >= m.start && addr < m.end && m.ml != nil && m.ml.Kind != format.ModuleAnon && m.ml.Kind != format.ModuleJIT {
+			return true
+		}
+	}
+	return false
+}
+
+// WholeHost sets the Tracker up for sampling every process of the host:
+// a late sample makes no new unwind tables (maxBuildLag) and perf maps
+// are watched from a process's first sample, not from its start.
+func (s *Tracker) WholeHost() {
+	s.system = true
+	if s.uw != nil {
+		s.uw.lazyLag = maxBuildLag
+	}
+	if s.jit != nil {
+		s.jit.OnDemand = true
+	}
+}
+
+// Known reports whether process pid has been reported.
+func (s *Tracker) Known(pid uint32) bool { return s.procs[pid] != nil }
+
+// EnsureProcess reports process pid from /proc at time t if it was not
+// reported yet (it started before its FORK record was read, or in a pid
+// namespace race), so that its addresses have modules. A process gone
+// meanwhile is remembered, not looked for again.
+func (s *Tracker) EnsureProcess(pid uint32, t int64) {
+	if s.procs[pid] != nil || pid == 0 {
+		return
+	}
+	if tids, err := procfs.Tasks(int(pid)); err == nil {
+		s.reportProcess(int(pid), tids, t)
+	} else {
+		s.procs[pid] = &procState{}
+	}
+}
+
+// AddProcess records process pid as known, named comm, without reading
+// /proc or reporting it: for replays of records of processes that do not
+// run here.
+func (s *Tracker) AddProcess(pid uint32, comm string) {
+	if s.procs[pid] == nil {
+		s.procs[pid] = &procState{comm: comm}
+	}
+}
