@@ -14,7 +14,7 @@ import (
 	"github.com/go-delve/delve/pkg/goversion"
 	"github.com/go-delve/delve/service/api"
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/platform/linux/goruntime"
 	"github.com/rawstack/rawstack/platform/snapshot"
 	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 )
@@ -44,7 +44,7 @@ type rtLayout struct {
 }
 
 func rtLayoutOf(exe string) (*rtLayout, error) {
-	ms, sizes, err := linux.GoStructMembers(exe, "runtime.g", "runtime.gobuf", "runtime.m", "runtime.stack")
+	ms, sizes, err := goruntime.GoStructMembers(exe, "runtime.g", "runtime.gobuf", "runtime.m", "runtime.stack")
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ type exeInfo struct {
 	ver        goversion.GoVersion
 	arm64      bool
 	readFile   memory // the executable's file-backed memory, by address
-	labels     *linux.LabelReader
+	labels     *goruntime.LabelReader
 	labelRead  memory // what labels reads through, set by collect
 	file       *os.File
 	pie        bool
@@ -173,7 +173,7 @@ func openExe(exe string) (*exeInfo, error) {
 		}
 		return false
 	}
-	x.labels = linux.NewLabelReader(exe, func(addr uint64, p []byte) bool { return x.labelRead != nil && x.labelRead(addr, p) })
+	x.labels = goruntime.NewLabelReader(exe, func(addr uint64, p []byte) bool { return x.labelRead != nil && x.labelRead(addr, p) })
 	sec := f.Section(".gopclntab")
 	if sec == nil {
 		return nil, fmt.Errorf("%s: no .gopclntab", exe)

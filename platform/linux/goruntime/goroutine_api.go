@@ -1,4 +1,4 @@
-package linux
+package goruntime
 
 import (
 	"debug/elf"
