@@ -481,44 +481,91 @@ func (w *Writer) WriteRawStack(e *RawStack) error {
 	return w.end(lp)
 }
 
+// Span begins and ends and markers are the events a traced program
+// writes at the highest rate (every span is two), so they are encoded
+// with one capacity check and no per-field append: their bodies are at
+// most smallMax bytes, so the length byte is known to be one byte.
+const smallMax = 2 + 6*binary.MaxVarintLen64
+
+// small starts a small event of kind k and returns the buffer, extended
+// by smallMax bytes, and the offset of the body.
+func (w *Writer) small(k Kind) ([]byte, int) {
+	n := len(w.buf)
+	if cap(w.buf)-n < smallMax {
+		w.buf = append(w.buf, make([]byte, smallMax)...)[:n]
+	}
+	b := w.buf[:n+smallMax]
+	b[n] = byte(k)
+	return b, n + 2
+}
+
+// endSmall sets the length of the small event begun at body-2 and ending
+// at i, and ends the chunk when it is full.
+func (w *Writer) endSmall(b []byte, body, i int) error {
+	b[body-1] = byte(i - body)
+	w.buf = b[:i]
+	if len(w.buf)-ChunkHeaderSize >= w.chunkSize {
+		return w.Flush()
+	}
+	return nil
+}
+
+// putUvarint writes v at b[i:] and returns the offset after it.
+func putUvarint(b []byte, i int, v uint64) int {
+	for v >= 0x80 {
+		b[i] = byte(v) | 0x80
+		v >>= 7
+		i++
+	}
+	b[i] = byte(v)
+	return i + 1
+}
+
+// putTime writes a time as the zigzag delta from the previous one.
+func (w *Writer) putTime(b []byte, i int, t int64) int {
+	d := t - w.lastTime
+	w.lastTime = t
+	return putUvarint(b, i, uint64(d<<1)^uint64(d>>63))
+}
+
 // WriteSpanBegin appends a SpanBegin event.
 func (w *Writer) WriteSpanBegin(e SpanBegin) error {
-	if err := w.ok(); err != nil {
-		return err
+	if w.err != nil {
+		return w.err
 	}
-	lp := w.begin(KindSpanBegin)
-	w.time(e.Time)
-	w.uv(uint64(e.Tid))
-	w.uv(e.ID)
-	w.uv(e.Parent)
-	w.uv(e.Name)
-	w.uv(e.Stack)
-	return w.end(lp)
+	b, body := w.small(KindSpanBegin)
+	i := w.putTime(b, body, e.Time)
+	i = putUvarint(b, i, uint64(e.Tid))
+	i = putUvarint(b, i, e.ID)
+	i = putUvarint(b, i, e.Parent)
+	i = putUvarint(b, i, e.Name)
+	i = putUvarint(b, i, e.Stack)
+	return w.endSmall(b, body, i)
 }
 
 // WriteSpanEnd appends a SpanEnd event.
 func (w *Writer) WriteSpanEnd(e SpanEnd) error {
-	if err := w.ok(); err != nil {
-		return err
+	if w.err != nil {
+		return w.err
 	}
-	lp := w.begin(KindSpanEnd)
-	w.time(e.Time)
-	w.uv(uint64(e.Tid))
-	w.uv(e.ID)
-	return w.end(lp)
+	b, body := w.small(KindSpanEnd)
+	i := w.putTime(b, body, e.Time)
+	i = putUvarint(b, i, uint64(e.Tid))
+	i = putUvarint(b, i, e.ID)
+	return w.endSmall(b, body, i)
 }
 
 // WriteMarker appends a Marker event.
 func (w *Writer) WriteMarker(e Marker) error {
-	if err := w.ok(); err != nil {
-		return err
+	if w.err != nil {
+		return w.err
 	}
-	lp := w.begin(KindMarker)
-	w.time(e.Time)
-	w.uv(uint64(e.Tid))
-	w.uv(e.Name)
-	w.uv(e.Stack)
-	return w.end(lp)
+	b, body := w.small(KindMarker)
+	i := w.putTime(b, body, e.Time)
+	i = putUvarint(b, i, uint64(e.Tid))
+	i = putUvarint(b, i, e.Name)
+	i = putUvarint(b, i, e.Stack)
+	return w.endSmall(b, body, i)
 }
 
 // WriteCounter appends a Counter event.

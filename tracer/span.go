@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rawstack/rawstack/format"
 )
@@ -17,10 +18,31 @@ import (
 // P (the runtime's processor; no preemption while pinned, so no other
 // writer of that P's ring can interleave), appends one fixed-size record
 // to that P's single-producer ring, and unpins. A drain goroutine of the
-// tracer empties the rings every spanDrainInterval (and at Stop), interns
-// the names and encodes the records as SpanBegin/SpanEnd/Marker/Counter
-// events. A full ring drops the record and counts it; the count is written
-// as a Lost event, never silently.
+// tracer empties the rings every spanDrainInterval, and early when a ring
+// is half full, interns the names and encodes the records as
+// SpanBegin/SpanEnd/Marker/Counter events.
+//
+// A ring never drops a record because the drain goroutine fell behind
+// (it can: on a loaded machine, or with more producing goroutines than
+// cores, it does not get the CPU). The producer that finds its ring full
+// first yields to the drain goroutine, which frees the ring's slots as it
+// encodes them (the encoding then overlaps with the producer's work, on
+// another CPU); if no room appears, it encodes the rings itself, under
+// the tracer's lock, and then writes its record. Spans from a tight loop
+// are thus recorded at the rate the encoder sustains, and the cost of
+// encoding shows where it is paid. Only a record that meets a full ring
+// while the tracer stops (or that finds no room after all that) is
+// dropped; it is counted in [Stats].SpansLost and, when the drain still
+// runs, in a Lost event.
+//
+// Records are stamped with the CPU's time-stamp counter where the kernel
+// itself trusts it (clock source "tsc", constant and non-stop counter; a
+// third of the cost of a vDSO clock read here), and mapped to the stream's
+// CLOCK_MONOTONIC nanoseconds when drained: every drain reads the pair
+// (counter, monotonic) once and the records since the previous drain are
+// placed by linear interpolation between the two pairs, so the mapping is
+// exact at every drain and monotonic. Elsewhere records read the vDSO
+// clock (see tscTrusted).
 //
 // Each record carries the OS thread the goroutine ran on. Asking the
 // kernel (gettid) on every record costs a system call; instead each ring
@@ -28,8 +50,11 @@ import (
 // the M's address, and asks again only when its P has moved to another M.
 
 const (
-	spanRingSize      = 1 << 13 // records per P
+	spanRingSize      = 1 << 14 // records per P
 	spanDrainInterval = 50 * time.Millisecond
+	spanNameCache     = 64  // drain-side cache of interned names, by string address
+	spanFreeEvery     = 512 // records a drain encodes before it frees their slots
+	spanFullTries     = 256 // a producer's waits for room in a full ring (then it drops)
 )
 
 type spanKind uint8
@@ -42,7 +67,7 @@ const (
 )
 
 type spanRec struct {
-	time   int64
+	time   int64 // spanTick: TSC or monotonic ns
 	id     uint64
 	parent uint64
 	name   string
@@ -51,10 +76,10 @@ type spanRec struct {
 	kind   spanKind
 }
 
-// spanRing is one P's ring. head is written only by the pinned producer,
-// tail only by the drain goroutine.
+// spanRing is one P's ring. head is written only by the pinned producer
+// (publish), tail only by whoever holds the tracer's lock and drains.
 type spanRing struct {
-	head atomic.Uint64
+	head uint64
 	_    [56]byte
 	tail atomic.Uint64
 	lost atomic.Uint64
@@ -67,12 +92,68 @@ type spanRing struct {
 }
 
 type spanState struct {
+	t        *Tracer
 	rings    []*spanRing
 	on       atomic.Bool
 	drainq   chan struct{}
 	kick     chan struct{}
 	drained  chan struct{}
-	lostSeen uint64 // drain goroutine only
+	lostSeen uint64 // under t.mu
+	heads    []uint64
+	clk      spanClock
+	names    [spanNameCache]spanName
+	noHelp   bool // tests: drop on a full ring instead of draining it
+}
+
+// spanName caches the interned id of a name by the address of its bytes:
+// the entry holds the string, so its bytes stay allocated and an equal
+// address and length mean equal contents (strings are immutable). A span
+// name is usually a constant, so this saves hashing it on every record.
+type spanName struct {
+	s  string
+	id uint64
+}
+
+// spanUseTSC says that records are stamped with the TSC; set once, before
+// the first span API is turned on.
+var (
+	spanUseTSC   bool
+	spanTSCProbe sync.Once
+)
+
+// spanTick is a record's time stamp: TSC ticks or monotonic nanoseconds.
+func spanTick() int64 {
+	if spanUseTSC {
+		return rdtsc()
+	}
+	return spanNow()
+}
+
+// spanClock maps TSC ticks to monotonic nanoseconds, piecewise linearly
+// between the (ticks, ns) pairs read at each drain. Used under t.mu.
+type spanClock struct {
+	t, n  int64 // the last pair
+	slope float64
+}
+
+func readClockPair() (tick, ns int64) {
+	a := rdtsc()
+	ns = spanNow()
+	b := rdtsc()
+	return a + (b-a)/2, ns
+}
+
+// advance reads a new pair and returns the mapping of ticks stamped since
+// the previous one.
+func (c *spanClock) advance() (t0, n0 int64, slope float64) {
+	t1, n1 := readClockPair()
+	if t1 > c.t && n1 > c.n {
+		c.slope = float64(n1-c.n) / float64(t1-c.t)
+		t0, n0 = c.t, c.n
+		c.t, c.n = t1, n1
+		return t0, n0, c.slope
+	}
+	return c.t, c.n, c.slope
 }
 
 // spanCtxKey carries the current span id in a context.Context.
@@ -94,8 +175,10 @@ type Span struct {
 //	sp := t.Span(ctx, "parse")
 //	defer sp.End()
 //
-// Span and End take no lock and do not allocate. On a nil *Tracer, a
-// stopped tracer or a tracer of another process they do nothing.
+// Span and End do not allocate, and take no lock unless the calling
+// P's ring is full: the caller then encodes the buffered records itself
+// rather than drop its own. On a nil *Tracer, a stopped tracer or a
+// tracer of another process they do nothing.
 func (t *Tracer) Span(ctx context.Context, name string) Span {
 	if t != nil && t.sp.on.Load() {
 		return t.span(ctx, name)
@@ -118,8 +201,11 @@ func (t *Tracer) span(ctx context.Context, name string) Span {
 	r := t.sp.rings[p]
 	r.seq++
 	id := r.seq*uint64(len(t.sp.rings)) + uint64(p) + 1
-	r.put(recBegin, id, parent, name, 0)
+	ok := r.put(recBegin, id, parent, name, 0)
 	procUnpin()
+	if !ok {
+		t.sp.full(recBegin, id, parent, name, 0)
+	}
 	return Span{t: t, id: id}
 }
 
@@ -151,8 +237,9 @@ func (s Span) Context(ctx context.Context) context.Context {
 }
 
 // Marker records an instant event named name on the calling goroutine's
-// thread. It takes no lock and does not allocate; see [Tracer.Capture]
-// for a marker with the calling stack.
+// thread. Like [Tracer.Span] it does not allocate and takes no lock
+// unless its ring is full; see [Tracer.Capture] for a marker with the
+// calling stack.
 func (t *Tracer) Marker(name string) {
 	if t != nil {
 		t.sp.record(recMarker, 0, 0, name, 0)
@@ -160,7 +247,8 @@ func (t *Tracer) Marker(name string) {
 }
 
 // Counter records value as the current value of the counter named name.
-// It takes no lock and does not allocate.
+// Like [Tracer.Span] it does not allocate and takes no lock unless its
+// ring is full.
 func (t *Tracer) Counter(name string, value float64) {
 	if t != nil {
 		t.sp.record(recCounter, 0, 0, name, value)
@@ -173,34 +261,75 @@ func (s *spanState) record(k spanKind, id, parent uint64, name string, v float64
 		return
 	}
 	p := procPin()
+	ok := p >= len(s.rings) || s.rings[p].put(k, id, parent, name, v)
+	procUnpin()
+	if !ok {
+		s.full(k, id, parent, name, v)
+	}
+}
+
+// full handles a record that met a full ring: the producer drains the
+// rings itself (back-pressure instead of loss) and retries; the record
+// is dropped, and counted, only when the tracer stops meanwhile.
+//
+//go:noinline
+func (s *spanState) full(k spanKind, id, parent uint64, name string, v float64) {
+	for try := 0; try < spanFullTries && !s.noHelp && s.on.Load(); try++ {
+		switch {
+		case try < spanFullTries/2:
+			// Let the drain goroutine run, here or on another CPU: it
+			// frees the ring's slots as it goes, so the record fits
+			// again in a moment, and the encoding overlaps with this
+			// goroutine's work instead of adding to it.
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+			runtime.Gosched()
+		case s.t.mu.TryLock():
+			s.t.drainSpansLocked()
+			s.t.mu.Unlock()
+		default:
+			s.t.drainSpans() // wait for the lock
+		}
+		p := procPin()
+		ok := p >= len(s.rings) || s.rings[p].put(k, id, parent, name, v)
+		procUnpin()
+		if ok {
+			return
+		}
+	}
+	p := procPin()
 	if p < len(s.rings) {
-		s.rings[p].put(k, id, parent, name, v)
+		s.rings[p].lost.Add(1)
 	}
 	procUnpin()
 }
 
-// put appends a record. Called pinned to the ring's P.
-func (r *spanRing) put(k spanKind, id, parent uint64, name string, v float64) {
-	h := r.head.Load()
-	if h-r.tail.Load() >= spanRingSize {
-		r.lost.Add(1)
-		return
+// put appends a record and reports whether it fit. Called pinned to the
+// ring's P.
+func (r *spanRing) put(k spanKind, id, parent uint64, name string, v float64) bool {
+	h := atomic.LoadUint64(&r.head)
+	n := h - r.tail.Load()
+	if n >= spanRingSize {
+		return false
+	}
+	if n == spanRingSize/2 {
+		select { // half full: wake the drain goroutine early
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 	m := curM()
 	if m == 0 || m != r.m {
 		r.tid = uint32(gettid())
 		r.m = m
 	}
-	if h-r.tail.Load() == spanRingSize/2 {
-		select { // half full: wake the drain goroutine early
-		case r.kick <- struct{}{}:
-		default:
-		}
-	}
 	e := &r.recs[h%spanRingSize]
-	e.time = spanNow()
+	e.time = spanTick()
 	e.id, e.parent, e.name, e.value, e.tid, e.kind = id, parent, name, v, r.tid, k
-	r.head.Store(h + 1)
+	publish(&r.head, h+1)
+	return true
 }
 
 // startSpans enables the span API of a tracer of the calling process.
@@ -210,10 +339,16 @@ func (t *Tracer) startSpans() {
 	}
 	n := runtime.GOMAXPROCS(0)
 	checkGetMOnce.Do(checkGetM)
+	spanTSCProbe.Do(func() { spanUseTSC = tscTrusted() })
+	t.sp.t = t
 	t.sp.rings = make([]*spanRing, n)
+	t.sp.heads = make([]uint64, n)
 	t.sp.kick = make(chan struct{}, 1)
 	for i := range t.sp.rings {
 		t.sp.rings[i] = &spanRing{kick: t.sp.kick}
+	}
+	if spanUseTSC {
+		t.sp.clk.t, t.sp.clk.n = readClockPair()
 	}
 	t.sp.drainq = make(chan struct{})
 	t.sp.drained = make(chan struct{})
@@ -248,42 +383,97 @@ func (t *Tracer) stopSpans() {
 	t.drainSpans()
 }
 
-// drainSpans encodes the records of every ring. Only the drain goroutine
-// (or Stop, after it exited) calls it.
+// spansLost is the number of records dropped so far.
+func (s *spanState) spansLost() uint64 {
+	var lost uint64
+	for _, r := range s.rings {
+		lost += r.lost.Load()
+	}
+	return lost
+}
+
+// drainSpans encodes the records of every ring. The drain goroutine, Stop
+// and producers that found their ring full call it; the tracer's lock
+// makes them take turns.
 func (t *Tracer) drainSpans() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.drainSpansLocked()
+}
+
+// drainSpansLocked is drainSpans with t.mu held. It frees a ring's slots
+// as it encodes them (every spanFreeEvery records), so that a producer
+// that found its ring full goes on while the drain does.
+func (t *Tracer) drainSpansLocked() {
 	if t.closed {
 		return
 	}
-	var lost uint64
-	for _, r := range t.sp.rings {
-		lost += r.lost.Load()
-		tail := r.tail.Load()
-		head := r.head.Load()
-		for i := tail; i != head; i++ {
-			e := &r.recs[i%spanRingSize]
-			t.writeSpanRec(e)
-			e.name = "" // let the string go
-		}
-		r.tail.Store(head)
+	s := &t.sp
+	for i, r := range s.rings {
+		s.heads[i] = atomic.LoadUint64(&r.head)
 	}
-	if lost > t.sp.lostSeen {
-		t.w.WriteLost(format.Lost{Time: spanNow(), Count: lost - t.sp.lostSeen, Reason: format.LostBackpressure})
-		t.sp.lostSeen = lost
+	// Every record below heads was stamped before this pair was read.
+	var t0, n0 int64
+	var slope float64
+	if spanUseTSC {
+		t0, n0, slope = s.clk.advance()
+	}
+	for i, r := range s.rings {
+		tail := r.tail.Load()
+		head := s.heads[i]
+		// A record's name stays referenced until its slot is reused: not
+		// clearing it keeps the drain from writing to the ring's cache
+		// lines, which the producer then owns again.
+		for tail != head {
+			end := min(head, tail+spanFreeEvery)
+			if spanUseTSC {
+				for j := tail; j != end; j++ {
+					e := &r.recs[j%spanRingSize]
+					t.writeSpanRec(e, n0+int64(float64(e.time-t0)*slope))
+				}
+			} else {
+				for j := tail; j != end; j++ {
+					e := &r.recs[j%spanRingSize]
+					t.writeSpanRec(e, e.time)
+				}
+			}
+			r.tail.Store(end)
+			tail = end
+		}
+	}
+	if lost := s.spansLost(); lost > s.lostSeen {
+		t.w.WriteLost(format.Lost{Time: spanNow(), Count: lost - s.lostSeen, Reason: format.LostBackpressure})
+		s.lostSeen = lost
 	}
 }
 
-func (t *Tracer) writeSpanRec(e *spanRec) {
+// spanName returns the interned id of a record's name. Called with t.mu
+// held.
+func (t *Tracer) spanName(name string) uint64 {
+	if len(name) == 0 {
+		return t.internString(name)
+	}
+	p := unsafe.StringData(name)
+	c := &t.sp.names[(uintptr(unsafe.Pointer(p))>>3)%spanNameCache]
+	if c.id != 0 && unsafe.StringData(c.s) == p && len(c.s) == len(name) {
+		return c.id
+	}
+	id := t.internString(name)
+	c.s, c.id = name, id
+	return id
+}
+
+func (t *Tracer) writeSpanRec(e *spanRec, ts int64) {
+	t.inChunkSpans++
 	switch e.kind {
 	case recBegin:
-		t.w.WriteSpanBegin(format.SpanBegin{Time: e.time, Tid: e.tid, ID: e.id, Parent: e.parent, Name: t.internString(e.name)})
+		t.w.WriteSpanBegin(format.SpanBegin{Time: ts, Tid: e.tid, ID: e.id, Parent: e.parent, Name: t.spanName(e.name)})
 	case recEnd:
-		t.w.WriteSpanEnd(format.SpanEnd{Time: e.time, Tid: e.tid, ID: e.id})
+		t.w.WriteSpanEnd(format.SpanEnd{Time: ts, Tid: e.tid, ID: e.id})
 	case recMarker:
-		t.w.WriteMarker(format.Marker{Time: e.time, Tid: e.tid, Name: t.internString(e.name)})
+		t.w.WriteMarker(format.Marker{Time: ts, Tid: e.tid, Name: t.spanName(e.name)})
 	case recCounter:
-		t.w.WriteCounter(format.Counter{Time: e.time, Name: t.internString(e.name), Value: e.value})
+		t.w.WriteCounter(format.Counter{Time: ts, Name: t.spanName(e.name), Value: e.value})
 	}
 }
 

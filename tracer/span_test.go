@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 )
@@ -169,7 +170,8 @@ func TestSpans(t *testing.T) {
 	}
 }
 
-// TestSpanRingFull: records that do not fit are counted in a Lost event.
+// TestSpanRingFull: a producer that finds its ring full, with no drain
+// goroutine to empty it, encodes the rings itself: nothing is lost.
 func TestSpanRingFull(t *testing.T) {
 	var out bytes.Buffer
 	tr := spanTracer(t, &out)
@@ -177,6 +179,32 @@ func TestSpanRingFull(t *testing.T) {
 	<-tr.sp.drained
 	tr.sp.drainq = nil
 	tr.sp.kick = nil
+	n := 3*len(tr.sp.rings)*spanRingSize + 100
+	for i := 0; i < n; i++ {
+		tr.Marker("m")
+	}
+	if st := tr.Stats(); st.SpansLost != 0 {
+		t.Errorf("stats: %d span records lost with the producer draining", st.SpansLost)
+	}
+	tr.drainSpans()
+	stopSpanTracer(tr)
+	se := readSpans(t, out.Bytes())
+	if len(se.markers) != n || se.lost != 0 {
+		t.Errorf("%d markers written and %d lost of %d", len(se.markers), se.lost, n)
+	}
+}
+
+// TestSpanRingLost: when a full ring cannot be drained (here: the
+// producer's draining is off), the dropped records are counted in a Lost
+// event and in Stats.
+func TestSpanRingLost(t *testing.T) {
+	var out bytes.Buffer
+	tr := spanTracer(t, &out)
+	close(tr.sp.drainq)
+	<-tr.sp.drained
+	tr.sp.drainq = nil
+	tr.sp.kick = nil
+	tr.sp.noHelp = true
 	runtime.LockOSThread()
 	n := 0
 	for i := 0; i < len(tr.sp.rings)*spanRingSize+100; i++ {
@@ -184,11 +212,47 @@ func TestSpanRingFull(t *testing.T) {
 		n++
 	}
 	runtime.UnlockOSThread()
+	st := tr.Stats()
 	tr.drainSpans()
 	stopSpanTracer(tr)
 	se := readSpans(t, out.Bytes())
 	if uint64(len(se.markers))+se.lost != uint64(n) || se.lost == 0 {
 		t.Errorf("%d markers written and %d lost of %d", len(se.markers), se.lost, n)
+	}
+	if st.SpansLost != se.lost {
+		t.Errorf("stats: %d span records lost, the stream says %d", st.SpansLost, se.lost)
+	}
+}
+
+// TestSpanClock: records stamped with the TSC (where the kernel trusts
+// it) land on the stream's monotonic clock: between the monotonic times
+// read just before and after them.
+func TestSpanClock(t *testing.T) {
+	var out bytes.Buffer
+	tr := spanTracer(t, &out)
+	t.Logf("TSC stamps: %v", spanUseTSC)
+	var before, after []int64
+	for i := 0; i < 50; i++ {
+		before = append(before, spanNow())
+		tr.Marker("m")
+		after = append(after, spanNow())
+		if i%10 == 9 {
+			tr.drainSpans()
+			time.Sleep(time.Millisecond)
+		}
+	}
+	stopSpanTracer(tr)
+	se := readSpans(t, out.Bytes())
+	if len(se.markers) != len(before) {
+		t.Fatalf("%d markers of %d", len(se.markers), len(before))
+	}
+	// One drain interpolates between clock pairs read microseconds
+	// apart: allow for the jitter of reading such a pair.
+	const slack = 2000
+	for i, m := range se.markers {
+		if m.Time < before[i]-slack || m.Time > after[i]+slack {
+			t.Errorf("marker %d at %d, not within [%d, %d]", i, m.Time, before[i], after[i])
+		}
 	}
 }
 
@@ -316,5 +380,19 @@ func reportLost(b *testing.B, tr *Tracer) {
 func BenchmarkSpanClock(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		spanNow()
+	}
+}
+
+// BenchmarkSpanSustained: spans in a tight loop with the drain goroutine
+// encoding them meanwhile (nothing dropped: a full ring waits for it), so
+// ns/op is what a loop of spans costs the traced goroutine.
+func BenchmarkSpanSustained(b *testing.B) {
+	tr := spanTracer(b, io.Discard)
+	defer reportLost(b, tr)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tr.Span(ctx, "bench").End()
 	}
 }

@@ -150,6 +150,12 @@ type Stats struct {
 	Processes int    // processes seen
 	Modules   int    // modules seen
 	Stacks    int    // distinct stacks
+	// Span API records (span begins and ends, markers, counters) dropped:
+	// SpansLost when a ring was full as the tracer stopped (also written
+	// as a Lost event while the stream is open), SpansDropped in chunks
+	// that slow streams dropped, over all streams. A full ring otherwise
+	// never drops (see [Tracer.Span]).
+	SpansLost, SpansDropped uint64
 	// Back ends that suspend threads to sample them (Windows): how many
 	// times a thread was suspended, and how long it stayed suspended
 	// (median, 99th percentile, longest).
@@ -217,6 +223,9 @@ type Tracer struct {
 	dropped   uint64
 
 	sp spanState // spans, markers, counters (span.go)
+	// span records in the chunk being built, and in chunks a slow
+	// stream dropped
+	inChunkSpans, spansDropped uint64
 }
 
 type threadState struct {
@@ -404,6 +413,11 @@ func (t *Tracer) closeStreams() {
 
 // Stats returns the running totals.
 func (t *Tracer) Stats() Stats {
+	if t.be == nil { // the span API alone (tests)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return Stats{SpansLost: t.sp.spansLost(), SpansDropped: t.spansDropped}
+	}
 	bs := t.be.Stats()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -417,6 +431,9 @@ func (t *Tracer) Stats() Stats {
 		Processes: t.nProcs,
 		Modules:   t.nModules,
 		Stacks:    t.stacks.len(),
+
+		SpansLost:    t.sp.spansLost(),
+		SpansDropped: t.spansDropped,
 
 		Suspensions: bs.Suspensions,
 		SuspendP50:  time.Duration(bs.SuspendP50),
@@ -535,8 +552,8 @@ func (t *Tracer) fanout(p []byte) {
 	if len(p) >= 4 && string(p[:4]) == format.Magic[:4] {
 		return // the master writer's header; streams get their own
 	}
-	samples := t.inChunk
-	t.inChunk = 0
+	samples, spans := t.inChunk, t.inChunkSpans
+	t.inChunk, t.inChunkSpans = 0, 0
 	for _, s := range t.streams {
 		if s.failed() {
 			continue
@@ -546,6 +563,7 @@ func (t *Tracer) fanout(p []byte) {
 				s.dropped += samples
 				s.droppedAll += samples
 				t.dropped += samples
+				t.spansDropped += spans
 				continue
 			}
 			s.offer(append(t.lostChunk(s.dropped), t.snapshot(false)...))
@@ -560,6 +578,7 @@ func (t *Tracer) fanout(p []byte) {
 			s.dropped += samples
 			s.droppedAll += samples
 			t.dropped += samples
+			t.spansDropped += spans
 		}
 	}
 }

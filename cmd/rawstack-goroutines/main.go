@@ -63,7 +63,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError("unexpected argument " + strconv.Quote(fs.Arg(0)))
 	}
-	debug.SetGCPercent(400)
+	if *core != "" {
+		debug.SetGCPercent(400) // delve allocates much, and keeps little
+	} else {
+		// The live reader keeps the copy (~1 KB a goroutine) and the
+		// listing; a soft limit keeps the peak near that (64 MiB at
+		// 10,000 goroutines is the goal).
+		debug.SetMemoryLimit(48 << 20)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {

@@ -164,6 +164,7 @@ func (t *Table) u32(b []byte, off uint64) (uint32, bool) {
 type funcInfo struct {
 	entry    uint64
 	nameOff  uint32
+	pcsp     uint32
 	pcfile   uint32
 	pcln     uint32
 	cuOffset uint32
@@ -210,6 +211,7 @@ func (t *Table) find(pc uint64) (funcInfo, bool) {
 		}
 	}
 	f.nfdata = ft[nfOff]
+	f.pcsp, _ = t.u32(ft, foff+16)
 	f.entry = t.textStart + uint64(entryOff)
 	f.off = foff
 	if f.entry > pc {
@@ -347,6 +349,38 @@ func (t *Table) Symbolize(pc uint64, dst []Frame) ([]Frame, bool) {
 	}
 	file, line := t.fileLine(f, cur)
 	return append(dst, Frame{Function: t.funcName(f.nameOff), File: file, Line: line}), true
+}
+
+// Func is the function containing a pc, as an unwinder needs it.
+type Func struct {
+	Entry uint64
+	Name  string
+}
+
+// FuncAt returns the (outermost, not inlined) function containing pc.
+func (t *Table) FuncAt(pc uint64) (Func, bool) {
+	f, ok := t.find(pc)
+	if !ok {
+		return Func{}, false
+	}
+	return Func{Entry: f.entry, Name: t.funcName(f.nameOff)}, true
+}
+
+// SPDelta returns how many bytes the function containing pc has pushed
+// on the stack at pc (its pcsp table): on amd64 a frame whose stack
+// pointer at pc is sp has its return address at sp+SPDelta and its
+// caller's stack pointer at sp+SPDelta+8, as the runtime's own
+// traceback unwinds Go code.
+func (t *Table) SPDelta(pc uint64) (int64, bool) {
+	f, ok := t.find(pc)
+	if !ok {
+		return 0, false
+	}
+	if pc == f.entry {
+		return 0, true
+	}
+	v := t.pcvalue(f.pcsp, f.entry, pc)
+	return v, v >= 0
 }
 
 // inlinedCall reads entry ix of the inline tree at address tree.

@@ -62,7 +62,7 @@ func goLayoutOf(path string) (*goLayout, error) {
 		return nil, err
 	}
 	defer f.Close()
-	d, err := f.DWARF()
+	d, err := typesDWARF(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no DWARF (built with -ldflags=-w or stripped): %w", path, err)
 	}
@@ -75,12 +75,91 @@ func goLayoutOf(path string) (*goLayout, error) {
 		"runtime/pprof.LabelSet":             nil,
 	}
 	sizes := map[string]uint64{}
+	if err := goStructs(d, want, sizes); err != nil {
+		return nil, fmt.Errorf("%s: DWARF: %w", path, err)
+	}
+	g, st := want["runtime.g"], want["runtime.stack"]
+	stack, ok1 := g["stack"]
+	goid, ok2 := g["goid"]
+	lo, ok3 := st["lo"]
+	hi, ok4 := st["hi"]
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil, fmt.Errorf("%s: DWARF has no runtime.g with stack and goid", path)
+	}
+	l := &goLayout{stackLo: stack + lo, stackHi: stack + hi, goid: goid}
+	l.span = max(l.stackHi, l.goid) + 8
+	if lab, ok := g["labels"]; ok {
+		l.labels = lab
+		l.span = max(l.span, lab+8)
+	}
+	// Go >= 1.24: labelMap{label.Set{List []label.Label}}.
+	lm, set, lb := want["runtime/pprof.labelMap"], want["internal/runtime/pprof/label.Set"], want["internal/runtime/pprof/label.Label"]
+	if setOff, ok := lm["Set"]; ok {
+		if listOff, ok := set["List"]; ok {
+			k, ok1 := lb["Key"]
+			v, ok2 := lb["Value"]
+			if ok1 && ok2 && sizes["internal/runtime/pprof/label.Label"] > 0 {
+				l.listOff, l.keyOff, l.valueOff = setOff+listOff, k, v
+				l.labelSize = sizes["internal/runtime/pprof/label.Label"]
+				l.hasLabels = l.labels != 0
+			}
+		}
+	}
+	return l, nil
+}
+
+// typesDWARF loads the part of f's DWARF that describes types: the
+// debug info itself and what its attributes refer to, not the line,
+// location and range tables (most of the rest, and what decompressing
+// costs). Other layouts (.zdebug sections) load whole.
+func typesDWARF(f *elf.File) (*dwarf.Data, error) {
+	data := func(name string) ([]byte, error) {
+		s := f.Section(name)
+		if s == nil {
+			return nil, nil
+		}
+		return s.Data()
+	}
+	info, err := data(".debug_info")
+	if err != nil || info == nil {
+		return f.DWARF()
+	}
+	abbrev, err := data(".debug_abbrev")
+	if err != nil {
+		return nil, err
+	}
+	str, err := data(".debug_str")
+	if err != nil {
+		return nil, err
+	}
+	d, err := dwarf.New(abbrev, nil, nil, info, nil, nil, nil, str)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{".debug_addr", ".debug_str_offsets", ".debug_line_str"} {
+		b, err := data(name)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil {
+			if err := d.AddSection(name, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// goStructs fills want[name], for each struct type named in want whose
+// entry is nil, with the byte offsets of its members, and sizes[name]
+// with its size.
+func goStructs(d *dwarf.Data, want map[string]map[string]uint64, sizes map[string]uint64) error {
 	found := 0
 	r := d.Reader()
 	for found < len(want) {
 		e, err := r.Next()
 		if err != nil {
-			return nil, fmt.Errorf("%s: DWARF: %w", path, err)
+			return err
 		}
 		if e == nil {
 			break
@@ -121,34 +200,7 @@ func goLayoutOf(path string) (*goLayout, error) {
 		want[name] = m
 		found++
 	}
-	g, st := want["runtime.g"], want["runtime.stack"]
-	stack, ok1 := g["stack"]
-	goid, ok2 := g["goid"]
-	lo, ok3 := st["lo"]
-	hi, ok4 := st["hi"]
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return nil, fmt.Errorf("%s: DWARF has no runtime.g with stack and goid", path)
-	}
-	l := &goLayout{stackLo: stack + lo, stackHi: stack + hi, goid: goid}
-	l.span = max(l.stackHi, l.goid) + 8
-	if lab, ok := g["labels"]; ok {
-		l.labels = lab
-		l.span = max(l.span, lab+8)
-	}
-	// Go >= 1.24: labelMap{label.Set{List []label.Label}}.
-	lm, set, lb := want["runtime/pprof.labelMap"], want["internal/runtime/pprof/label.Set"], want["internal/runtime/pprof/label.Label"]
-	if setOff, ok := lm["Set"]; ok {
-		if listOff, ok := set["List"]; ok {
-			k, ok1 := lb["Key"]
-			v, ok2 := lb["Value"]
-			if ok1 && ok2 && sizes["internal/runtime/pprof/label.Label"] > 0 {
-				l.listOff, l.keyOff, l.valueOff = setOff+listOff, k, v
-				l.labelSize = sizes["internal/runtime/pprof/label.Label"]
-				l.hasLabels = l.labels != 0
-			}
-		}
-	}
-	return l, nil
+	return nil
 }
 
 // Caps on what one label set may hold.

@@ -10,47 +10,39 @@
 //	}
 //	for _, grp := range goroutines.GroupAll(d.Goroutines) { ... }
 //
-// The Go runtime's structures (allgs, g, its status and wait reason, the
-// labels map) change between Go versions; github.com/go-delve/delve's
-// pkg/proc knows them for every version it supports (v1.27.2: Go 1.25 to
-// 1.27, so Go 1.26 binaries are read without a version override; pkg/proc
-// itself never refuses a version — only delve's debugger service does,
-// and its --check-go-version=false flag is how dlv users bypass it).
+// # How it reads them
 //
-// # How the target is stopped
-//
-// delve's own live back end (pkg/proc/native) stops the whole process and
-// keeps it stopped while it reads: for 10,000 goroutines that is every g,
-// every stack walked with DWARF, thousands of small ptrace/memory reads.
-// Process instead stops the threads only while [snapshot.Dump] copies
+// [Process] stops the target's threads only while [snapshot.Dump] copies
 // their registers and the process's private memory (ptrace seize and
 // interrupt, process_vm_readv of the pages /proc/PID/pagemap says were
-// touched, detach), writes the copy as an ELF core file and hands that to
-// delve's core-file back end (pkg/proc/core). The target is stopped for
-// the copy alone (see Dump.Stopped), never for the interpretation, and is
-// never left in a tracing stop. The copy's memory is faulted in before
-// the threads are stopped, so the stop costs the reads alone. Measured
-// on a 2-core machine at load average ~30 (other jobs): 10,000 goroutines,
-// 29 MB of touched memory, threads stopped ~150-210 ms, while delve's
-// interpretation took ~1 s of CPU and 20 s of wall time there; `dlv
-// attach` keeps the same process stopped for all of its own (see the
-// goroutines scenario in benchmarks/).
+// touched, detach); the target is never left in a tracing stop. It then
+// reads the runtime's structures from that copy itself: runtime.allgs,
+// and for each g its id, status, wait reason and wait time, sched
+// (pc, sp, bp, lr), gopc, startpc, m (the thread it runs on) and pprof
+// labels, at the offsets the executable's DWARF gives (found by
+// platform/linux's goroutine reader, the one sampling uses for
+// goroutine ids and labels); each stack is unwound with the Go pclntab's
+// pcsp tables, as the runtime's own traceback does, and named from the
+// pclntab (package symbolizer/gopclntab), inlined calls as frames of
+// their own. The cost is that of the g's and their stacks: nothing of
+// the binary's debug info is loaded but a few struct layouts.
 //
-// The other way — delve's BinaryInfo and DWARF over rawstack's own
-// memory reader while the target stays stopped — would stop the target
-// for the whole interpretation, which is what this design avoids; and
-// delve's types for it (proc.Target over a custom process) are internal
-// interfaces that change between delve releases, while its core reader is
-// a stable entry point (core.OpenCore).
+// Delve (github.com/go-delve/delve) stays where it serves:
 //
-// delve's core reader maps every NT_FILE entry onto the executable, so
-// the core rawstack writes lists only the executable's mappings there;
-// everything else the runtime's structures need (heap, stacks, .data,
-// .bss, thread-local storage) is in the core's PT_LOAD segments.
+//   - [Core] reads core files (gdb's gcore, the kernel's) with delve's
+//     core reader (pkg/proc/core), which knows every core layout and the
+//     runtime's structures of every Go version it supports (v1.27.2: Go
+//     1.25 to 1.27);
+//   - the tests hold the direct reader to delve: one copy of the live
+//     fixture is read both ways, and every goroutine must come out the
+//     same (status, wait, thread, labels, creator, start function, every
+//     frame with its pc, file, line and inlining);
+//   - the wait reasons are named with delve's table
+//     (service/api.WaitReasonString), which follows the Go versions.
 //
 // # What it needs
 //
-// delve reads the runtime's types and the stacks' frames from the
+// The runtime's types (struct layouts, for delve all of them) come from the
 // executable's DWARF. A Go binary built with -ldflags=-w or stripped has
 // none: [Core] and [Process] then fail with an error wrapping [ErrNoDWARF]
 // before anything is stopped, and `rawstack snapshot` without

@@ -252,3 +252,86 @@ func TestNoDWARF(t *testing.T) {
 		t.Errorf("CheckBinary(%s): %v, want ErrNotGo", sh, err)
 	}
 }
+
+// TestDirectMatchesDelve reads one copy of the live fixture both ways:
+// directly (what Process does) and with delve's core reader, the oracle.
+// Every goroutine must come out the same: status, wait, thread, labels,
+// creator and every frame of its stack.
+func TestDirectMatchesDelve(t *testing.T) {
+	bin := buildParked(t)
+	cmd, _ := startParked(t, bin, "-n", strconv.Itoa(workers), "-labels")
+	pid := cmd.Process.Pid
+	exe, _, x, err := processExe(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, im, err := processDelve(pid, nil)
+	var pe *platform.PermissionError
+	if errors.As(err, &pe) {
+		t.Skipf("ptrace not permitted: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReleased(t, pid)
+	got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), regsOf(im.Arch, im.Threads), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Goroutines) != len(want.Goroutines) {
+		t.Errorf("%d goroutines read directly, delve reads %d", len(got.Goroutines), len(want.Goroutines))
+	}
+	byID := map[int64]*Goroutine{}
+	for i := range got.Goroutines {
+		byID[got.Goroutines[i].ID] = &got.Goroutines[i]
+	}
+	bad := 0
+	for i := range want.Goroutines {
+		w := &want.Goroutines[i]
+		g := byID[w.ID]
+		if g == nil {
+			t.Errorf("goroutine %d: delve lists it, the direct reader does not", w.ID)
+			continue
+		}
+		diff := func(what string, a, b any) {
+			if bad < 40 {
+				t.Errorf("goroutine %d %s: direct %v, delve %v", w.ID, what, a, b)
+			}
+			bad++
+		}
+		if g.Status != w.Status || g.WaitReason != w.WaitReason || g.WaitSince != w.WaitSince {
+			diff("state", []any{g.Status, g.WaitReason, g.WaitSince}, []any{w.Status, w.WaitReason, w.WaitSince})
+		}
+		if g.Thread != w.Thread {
+			diff("thread", g.Thread, w.Thread)
+		}
+		if !sameLabels(g.Labels, w.Labels) {
+			diff("labels", g.Labels, w.Labels)
+		}
+		if g.CreatedBy != w.CreatedBy {
+			diff("created by", g.CreatedBy, w.CreatedBy)
+		}
+		if g.StartFunc != w.StartFunc {
+			diff("start function", g.StartFunc, w.StartFunc)
+		}
+		if g.System != w.System {
+			diff("system", g.System, w.System)
+		}
+		if !slices.Equal(g.Frames, w.Frames) {
+			diff("frames", g.Frames, w.Frames)
+		}
+		if (g.Err == nil) != (w.Err == nil) {
+			diff("error", g.Err, w.Err)
+		}
+	}
+	labelled := 0
+	for _, g := range want.Goroutines {
+		if g.Labels["kind"] == "worker" {
+			labelled++
+		}
+	}
+	if labelled != workers-(workers+2)/3 {
+		t.Errorf("delve sees %d labelled workers, want %d", labelled, workers-(workers+2)/3)
+	}
+	t.Logf("%d goroutines compared, %d differences", len(want.Goroutines), bad)
+}

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -13,6 +14,8 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"runtime"
+	"runtime/pprof"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,9 +57,16 @@ func spin() {
 func main() {
 	n := flag.Int("n", 50, "parked goroutines")
 	addr := flag.String("http", "", "serve /debug/pprof on this address (host:port; port 0 picks one and prints it)")
+	labels := flag.Bool("labels", false, "start every third worker under pprof labels (shard=i%3)")
 	flag.Parse()
 	parked.Add(*n)
 	for i := 0; i < *n; i++ {
+		if *labels && i%3 != 0 {
+			pprof.Do(context.Background(), pprof.Labels("shard", strconv.Itoa(i%3), "kind", "worker"), func(context.Context) {
+				go worker(i) // a goroutine inherits its creator's labels
+			})
+			continue
+		}
 		go worker(i)
 	}
 	go spin()

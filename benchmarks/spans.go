@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/trace"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/tracer"
+)
+
+// The spans scenario (issue 25): sustained span begin+end in a tight loop,
+// recorded to a file, against runtime/trace regions (trace.StartRegion +
+// End, the runtime's own span) recorded to a file in the same process.
+// Runs alternate rawstack, runtime/trace, rawstack, ... and each figure
+// is the median of the runs. Recorded is counted by reading the trace
+// file back (SpanBegin + SpanEnd events over the 2 per span issued, as
+// rawstack info counts them); the rawstack tracer's Stats().SpansLost must
+// agree with what the file is missing. runtime/trace never drops an
+// event (its writer blocks the traced goroutine instead), so its side is
+// not counted.
+//
+// Two shapes: one goroutine, and four goroutines on GOMAXPROCS=2 (more
+// producers than cores: the tracer's drain goroutine gets no CPU of its
+// own, so the producers pay for the encoding). ns/span is wall time of
+// the loop over the spans issued, so it includes what the producers pay
+// for encoding but not the drain goroutine's work on another core.
+func init() {
+	register(&scenario{name: "spans", order: 250, run: runSpans})
+}
+
+const spansName = "bench-span"
+
+type spansRun struct {
+	nsPerSpan  float64
+	cpuPerSpan float64 // process CPU over the loop and Stop, per span
+	recorded   float64 // share of begin+end records in the file
+	lost       uint64  // Stats().SpansLost + SpansDropped
+}
+
+func runSpans(cfg *config) ([]row, error) {
+	pairs, n := 11, 1_000_000
+	if cfg.short {
+		pairs, n = 3, 200_000
+	}
+	var rows []row
+	for _, workers := range []int{1, 4} {
+		shape := "1 goroutine"
+		if workers > 1 {
+			shape = fmt.Sprintf("%d goroutines, GOMAXPROCS=2", workers)
+		}
+		prev := runtime.GOMAXPROCS(0)
+		if workers > 1 {
+			runtime.GOMAXPROCS(2)
+		}
+		var raw, rt, rawCPU, rtCPU []float64
+		var rec []float64
+		var lost uint64
+		for i := 0; i < pairs; i++ {
+			r, err := spansRawstack(cfg, workers, n)
+			if err != nil {
+				runtime.GOMAXPROCS(prev)
+				return nil, err
+			}
+			raw, rec, lost = append(raw, r.nsPerSpan), append(rec, r.recorded), lost+r.lost
+			rawCPU = append(rawCPU, r.cpuPerSpan)
+			ns, cpu, err := spansRuntimeTrace(cfg, workers, n)
+			if err != nil {
+				runtime.GOMAXPROCS(prev)
+				return nil, err
+			}
+			rt, rtCPU = append(rt, ns), append(rtCPU, cpu)
+			fmt.Fprintf(cfg.logger, "  spans %s pair %d: rawstack %.1f ns/span, CPU %.1f (%.3f%% recorded), runtime/trace %.1f ns/span, CPU %.1f (load %s)\n",
+				shape, i+1, r.nsPerSpan, r.cpuPerSpan, 100*r.recorded, ns, cpu, spansLoad())
+		}
+		runtime.GOMAXPROCS(prev)
+		ratios := make([]float64, len(raw))
+		for i := range raw {
+			ratios[i] = rt[i] / raw[i]
+		}
+		minRec := rec[0]
+		for _, v := range rec {
+			minRec = min(minRec, v)
+		}
+		note := fmt.Sprintf("%d spans/run, median of %d alternating pairs; median pair ratio %.2fx; load %s; goal >= 8x cheaper", n, pairs, spansMedian(ratios), spansLoad())
+		rows = append(rows,
+			row{Scenario: "spans", Metric: "ns per span begin+end, " + shape, Rawstack: spansMedian(raw), Peer: "runtime/trace region", PeerVal: spansMedian(rt), Better: "lower", Note: note},
+			row{Scenario: "spans", Metric: "CPU ns per span (process: loop, drain, writer, Stop), " + shape, Rawstack: spansMedian(rawCPU), Peer: "runtime/trace region", PeerVal: spansMedian(rtCPU), Better: "lower",
+				Note: "robust where the machine is loaded: wall times are not"},
+			row{Scenario: "spans", Metric: "% of span records in the file, " + shape, Rawstack: 100 * spansMedian(rec),
+				Note: fmt.Sprintf("worst run %.3f%%; Stats lost+dropped over all runs %d; goal >= 99%%", 100*minRec, lost)},
+		)
+	}
+	return rows, nil
+}
+
+// spansLoop issues n spans over workers goroutines and returns the wall
+// time.
+func spansLoop(workers, n int, span func(context.Context)) time.Duration {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n/workers; i++ {
+				span(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
+	path := filepath.Join(cfg.work, "spans.rst")
+	f, err := os.Create(path)
+	if err != nil {
+		return spansRun{}, err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	tr, err := tracer.Start(context.Background(), tracer.Options{Frequency: 1, Streams: []io.Writer{bw}})
+	if err != nil {
+		return spansRun{}, fmt.Errorf("tracer.Start: %w", err)
+	}
+	cpu0 := spansCPU()
+	d := spansLoop(workers, n, func(ctx context.Context) { tr.Span(ctx, spansName).End() })
+	if err := tr.Stop(); err != nil {
+		return spansRun{}, fmt.Errorf("tracer.Stop: %w", err)
+	}
+	cpu := spansCPU() - cpu0
+	st := tr.Stats()
+	if err := bw.Flush(); err != nil {
+		return spansRun{}, err
+	}
+	issued := 2 * (n / workers) * workers
+	got, err := spansInFile(path)
+	if err != nil {
+		return spansRun{}, err
+	}
+	if missing := uint64(issued - got); missing != st.SpansLost+st.SpansDropped {
+		fmt.Fprintf(cfg.logger, "  spans: the file misses %d records, Stats says %d lost + %d dropped\n", missing, st.SpansLost, st.SpansDropped)
+	}
+	return spansRun{
+		nsPerSpan:  float64(d.Nanoseconds()) / float64(issued/2),
+		cpuPerSpan: float64(cpu.Nanoseconds()) / float64(issued/2),
+		recorded:   float64(got) / float64(issued),
+		lost:       st.SpansLost + st.SpansDropped,
+	}, nil
+}
+
+// spansInFile counts the SpanBegin and SpanEnd events of the name
+// spansName in a rawstack trace.
+func spansInFile(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	r, err := format.NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	// Records come from per-P rings: the end of a span whose goroutine
+	// moved to another P may precede its begin, so ends are matched at
+	// the end of the file.
+	var name uint64
+	begins := map[uint64]bool{}
+	var ends []uint64
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		switch ev.Kind {
+		case format.KindString:
+			if ev.String.Value == spansName {
+				name = ev.String.ID
+			}
+		case format.KindSpanBegin:
+			if ev.SpanBegin.Name == name && name != 0 {
+				begins[ev.SpanBegin.ID] = true
+			}
+		case format.KindSpanEnd:
+			ends = append(ends, ev.SpanEnd.ID)
+		}
+	}
+	n := len(begins)
+	for _, id := range ends {
+		if begins[id] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// spansRuntimeTrace returns the wall and process CPU ns per region.
+func spansRuntimeTrace(cfg *config, workers, n int) (float64, float64, error) {
+	f, err := os.Create(filepath.Join(cfg.work, "spans.trace"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := trace.Start(bw); err != nil {
+		return 0, 0, fmt.Errorf("runtime/trace: %w", err)
+	}
+	cpu0 := spansCPU()
+	d := spansLoop(workers, n, func(ctx context.Context) { trace.StartRegion(ctx, spansName).End() })
+	trace.Stop()
+	cpu := spansCPU() - cpu0
+	if err := bw.Flush(); err != nil {
+		return 0, 0, err
+	}
+	issued := float64((n / workers) * workers)
+	return float64(d.Nanoseconds()) / issued, float64(cpu.Nanoseconds()) / issued, nil
+}
+
+func spansMedian(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func spansLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil || len(b) < 14 {
+		return "?"
+	}
+	var l1, l5, l15 float64
+	if _, err := fmt.Sscanf(string(b), "%f %f %f", &l1, &l5, &l15); err != nil {
+		return "?"
+	}
+	return fmt.Sprintf("%.2f %.2f %.2f", l1, l5, l15)
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package snapshot
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/rawstack/rawstack/platform"
+)
+
+// Frozen reads a stopped live process; it needs Linux.
+func Frozen(pid int, f func(threads []ImageThread, read func([]MemRead)) error) (int64, time.Duration, error) {
+	return 0, 0, &platform.NotSupportedError{Feature: "frozen read of a live process", Reason: "not implemented on " + runtime.GOOS}
+}
