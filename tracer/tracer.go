@@ -126,6 +126,21 @@ type Options struct {
 	Heap bool
 	// HeapInterval is how often Heap reads the profile; 0 means 1 s.
 	HeapInterval time.Duration
+	// Alloc, with BackendEBPF on Linux, records the target's native heap
+	// allocations: uprobes on its C library's malloc, calloc, realloc,
+	// free, posix_memalign and aligned_alloc (or jemalloc's or
+	// tcmalloc's when the process maps them), sampled by bytes (one
+	// sample per AllocRate bytes on average, a Poisson process, so an
+	// allocation of s bytes is sampled with probability
+	// 1-exp(-s/AllocRate)), written as Alloc events with the
+	// allocation's stack, unwound as CPU samples are, and unbiased
+	// weights; the sampled blocks' frees as Free events. A statically
+	// linked target is refused with an error naming its binary. The
+	// children a target starts are not probed.
+	Alloc bool
+	// AllocRate is Alloc's mean sampling interval in bytes; 0 means
+	// 512 KiB.
+	AllocRate int
 }
 
 // Backend selects the sampling mechanism; see [Options.Backend].

@@ -1,0 +1,116 @@
+//go:build linux
+
+package tracer
+
+import (
+	"errors"
+	"os/exec"
+	"testing"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform"
+)
+
+// TestAllocNative: a C program that allocates and frees 1 GiB in one
+// chain (main → churn) and keeps 128 MiB in another (main → keep),
+// recorded with Alloc at the default rate, gives those figures ±15% as
+// alloc_space of the first and inuse_space of the second.
+func TestAllocNative(t *testing.T) {
+	needBPF(t)
+	bin := buildFixture(t, "allocs")
+	stream := recordBPF(t, Options{Alloc: true}, exec.Command(bin))
+	p := symbolize(t, stream)
+	if !p.Memory {
+		t.Fatal("the trace has no allocation samples")
+	}
+	type fig struct{ alloc, inuse, objects int64 }
+	by := map[string]*fig{} // the chain below malloc: "churn" or "keep", under main
+	for _, s := range p.Samples {
+		if s.AllocObjects == 0 {
+			continue
+		}
+		fns, _ := names(p, s)
+		// fns: malloc (libc), then the program's frames.
+		var site string
+		for i, f := range fns {
+			if (f == "churn" || f == "keep") && i+1 < len(fns) && fns[i+1] == "main" {
+				site = f
+				break
+			}
+		}
+		if site == "" {
+			t.Logf("allocation sample outside the two chains: %v (%d bytes)", fns, s.AllocBytes)
+			continue
+		}
+		f := by[site]
+		if f == nil {
+			f = &fig{}
+			by[site] = f
+		}
+		f.alloc += s.AllocBytes
+		f.inuse += s.InuseBytes
+		f.objects += s.AllocObjects
+	}
+	churn, keep := by["churn"], by["keep"]
+	if churn == nil || keep == nil {
+		t.Fatalf("no samples in main→churn or main→keep: %v", by)
+	}
+	t.Logf("churn: alloc_space %.1f MiB (%d allocations), inuse_space %.1f MiB; keep: alloc_space %.1f MiB (%d allocations), inuse_space %.1f MiB; unmatched frees %d",
+		mib(churn.alloc), churn.objects, mib(churn.inuse), mib(keep.alloc), keep.objects, mib(keep.inuse), p.UnmatchedFrees)
+	within := func(what string, got, want int64) {
+		t.Helper()
+		if float64(got) < 0.85*float64(want) || float64(got) > 1.15*float64(want) {
+			t.Errorf("%s = %d, want %d ±15%%", what, got, want)
+		}
+	}
+	within("churn alloc_space", churn.alloc, 1<<30)
+	within("keep alloc_space", keep.alloc, 128<<20)
+	within("keep inuse_space", keep.inuse, 128<<20)
+	within("churn alloc_objects", churn.objects, 65536)
+	within("keep alloc_objects", keep.objects, 128)
+	if churn.inuse > 16<<20 {
+		t.Errorf("churn inuse_space %.1f MiB: it frees every block", mib(churn.inuse))
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// TestAllocStatic: a statically linked program has no allocator library
+// to probe; the error names the binary.
+func TestAllocStatic(t *testing.T) {
+	needBPF(t)
+	bin := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   []string{"-O2", "-static", "-o", "{dir}/allocs-static", "{in0}"},
+		Inputs: []string{"testdata/allocs.c"},
+		Out:    "allocs-static",
+	})
+	_, err := Start(t.Context(), Options{Backend: BackendEBPF, Alloc: true, Command: exec.Command(bin)})
+	if err == nil {
+		t.Fatal("Alloc on a static binary: no error")
+	}
+	t.Log(err)
+	var ae interface{ Unwrap() error }
+	if !errors.As(err, &ae) || !containsPath(err.Error(), bin) {
+		t.Errorf("error %q does not name %s", err, bin)
+	}
+}
+
+func containsPath(s, p string) bool {
+	for i := 0; i+len(p) <= len(s); i++ {
+		if s[i:i+len(p)] == p {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAllocPerfRefused: the perf back end refuses Alloc with an
+// OptionError.
+func TestAllocPerfRefused(t *testing.T) {
+	_, err := Start(t.Context(), Options{Alloc: true, Command: exec.Command("true")})
+	var oe *platform.OptionError
+	if !errors.As(err, &oe) || oe.Option != "Alloc" {
+		t.Fatalf("Alloc with the perf back end: %v, want an OptionError naming Alloc", err)
+	}
+}
