@@ -70,6 +70,7 @@ volatile __u32 running = 0;
 
 struct scratch {
 	__u8 buf[SCRATCH];
+	__u64 busy; /* alloc_scratch: a program of this CPU is filling buf */
 };
 
 struct {
@@ -78,6 +79,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } scratch SEC(".maps");
+
+/* The allocator programs' own scratch buffer. They run in the task's
+ * context with migration, not preemption, disabled: the cpu-clock
+ * program (from the timer interrupt) and the sched_switch one (when the
+ * task is preempted) can run in the middle of them on the same CPU, and
+ * must not write over the record they are building. Between two
+ * allocator programs (a thread preempted inside one, another of the
+ * process calling malloc on the same CPU) busy keeps the second out; it
+ * is then counted lost. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} alloc_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -178,12 +194,8 @@ static __always_inline __u64 wakeup(__u64 size)
  * is the program's context (perf event registers or tracepoint arguments): bpf_get_stack
  * takes the kernel stack from it and the user part from the registers the
  * thread entered the kernel with. */
-static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
+static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
 {
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
-		return 0;
 	struct rs_hdr *h = (struct rs_hdr *)s->buf;
 	__u64 id = bpf_get_current_pid_tgid();
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -367,13 +379,21 @@ static __always_inline int alloc_enter(struct pt_regs *ctx, __u64 size, __u64 me
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!selected(id >> 32) || !alloc_sampled(size))
 		return 0;
-	__u32 tid = (__u32)id;
-	struct alloc_call c = { .size = size, .memptr = memptr, .time = bpf_ktime_get_ns() };
-	if (bpf_map_update_elem(&alloc_calls, &tid, &c, BPF_ANY) != 0) {
+	__u32 tid = (__u32)id, zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&alloc_scratch, &zero);
+	if (!s)
+		return 0;
+	if (s->busy) {
 		count_lost(LOST_ALLOC);
 		return 0;
 	}
-	emit(ctx, RS_ALLOC, size, c.time, 0);
+	s->busy = 1;
+	struct alloc_call c = { .size = size, .memptr = memptr, .time = bpf_ktime_get_ns() };
+	if (bpf_map_update_elem(&alloc_calls, &tid, &c, BPF_ANY) != 0)
+		count_lost(LOST_ALLOC);
+	else
+		emit_in(s, ctx, RS_ALLOC, size, c.time, 0);
+	s->busy = 0;
 	return 0;
 }
 
@@ -469,6 +489,15 @@ int alloc_return(struct pt_regs *ctx)
 	}
 	emit_small(RS_ALLOC_RET, time, addr);
 	return 0;
+}
+
+static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	return emit_in(s, ctx, kind, weight, now, skip);
 }
 
 /* On CPU: one per-CPU cpu-clock perf event in frequency mode. Returning 0
