@@ -143,7 +143,11 @@ struct {
 	__type(value, struct alloc_call);
 } alloc_calls SEC(".maps");
 
-/* Sampled blocks not freed yet: their frees are reported, no other. */
+/* Sampled blocks not freed yet: their frees are reported, no other.
+ * Not preallocated: its memory follows the live sampled blocks (about
+ * 100 bytes each), up to 2^20 of them (10^6 live sampled blocks: at the
+ * default rate, half a terabyte of heap); a block that finds it full is
+ * counted lost. The recorder keeps nothing per block. */
 struct live_key {
 	__u32 tgid;
 	__u32 pad;
@@ -152,7 +156,8 @@ struct live_key {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1 << 18); /* the loader sets the size */
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct live_key);
 	__type(value, __u64);
 } live SEC(".maps");
