@@ -17,6 +17,12 @@ import (
 // recorded). The figure is the program's own time for its loop, so that
 // neither recorder's start-up counts; rounds interleave the unprofiled
 // run and both recorders.
+//
+// And the recorder's memory with 10^5 and 10^6 live sampled allocations
+// (testdata/allochold.c recorded with --alloc-rate 1, so every block is
+// sampled): the peak RSS of rawstack and rawstack-ebpf, not the
+// program's, which should not grow with the live blocks (the BPF map
+// holds them, not the recorder).
 func init() {
 	register(&scenario{name: "alloc", order: 260, run: runAlloc})
 }
@@ -98,6 +104,29 @@ func runAlloc(cfg *config) ([]row, error) {
 		rows = append(rows, row{Scenario: "alloc", Metric: "slowdown vs heaptrack", Note: "heaptrack not installed"})
 	} else {
 		rows = append(rows, row{Scenario: "alloc", Metric: "slowdown vs heaptrack", Rawstack: median(raw) / b, Peer: "heaptrack", PeerVal: median(ht) / b, Better: "lower"})
+	}
+	hold, err := buildC(cfg, "allochold.c", "-O2", "-g")
+	if err != nil {
+		return nil, err
+	}
+	for _, live := range []string{"100000", "1000000"} {
+		var peaks []float64
+		for r := 0; r < reps; r++ {
+			cmd := exec.Command(rawstack, "record", "-q", "--alloc", "--alloc-rate", "1", "-o", filepath.Join(cfg.work, "hold.rawstack"), "--", hold, live)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				return nil, err
+			}
+			rss := watchRSS(cmd.Process.Pid, hold)
+			err := cmd.Wait()
+			peak := rss.peakKiB()
+			if err != nil {
+				return nil, fmt.Errorf("record --alloc %s %s: %v\n%s", hold, live, err, errb.String())
+			}
+			peaks = append(peaks, float64(peak)/1024)
+		}
+		rows = append(rows, row{Scenario: "alloc", Metric: "recorder peak RSS MiB, " + live + " live sampled blocks", Rawstack: median(peaks), Better: "lower"})
 	}
 	return rows, nil
 }

@@ -140,8 +140,10 @@
 // fixture's 65 536 malloc/free pairs of 16 KiB, 5 ms unprofiled, took
 // 2.4-3 s on this machine (2 vCPUs shared with other jobs), heaptrack's
 // LD_PRELOAD interposition 0.35-0.46 s; the benchmarks' alloc scenario
-// (malloc, memset and free of 16-4111 bytes, 235 ns a round unprofiled)
-// measured a 72x slowdown against heaptrack's 11x. Uprobes are perf events owned by
+// (malloc, memset and free of 16-4111 bytes, 100-235 ns a round
+// unprofiled) measured 72-192x slowdowns against heaptrack's 11-15x; the
+// recorder's peak RSS was 27.4 MiB with 10^5 and 28.1 MiB with 10^6 live
+// sampled blocks. Uprobes are perf events owned by
 // the recorder's file descriptors, so a recorder killed by SIGKILL
 // leaves none behind. A target's children are not probed.
 package ebpf
