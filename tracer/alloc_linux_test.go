@@ -3,9 +3,13 @@
 package tracer
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
@@ -112,5 +116,47 @@ func TestAllocPerfRefused(t *testing.T) {
 	var oe *platform.OptionError
 	if !errors.As(err, &oe) || oe.Option != "Alloc" {
 		t.Fatalf("Alloc with the perf back end: %v, want an OptionError naming Alloc", err)
+	}
+}
+
+// TestAllocNativeFP: with frame pointers (the kernel's walk in BPF), the
+// stack of a sampled allocation read at malloc's first instruction keeps
+// the caller, whose return address is at the stack pointer there.
+func TestAllocNativeFP(t *testing.T) {
+	needBPF(t)
+	bin := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-o", "{dir}/allocs-fp", "{in0}"},
+		Inputs: []string{"testdata/allocs.c"},
+		Out:    "allocs-fp",
+	})
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr, err := Start(ctx, Options{Backend: BackendEBPF, Unwind: UnwindFP, Alloc: true, Command: exec.Command(bin), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	p := symbolize(t, out.Bytes())
+	var keep, all int64
+	for _, s := range p.Samples {
+		if s.AllocObjects == 0 {
+			continue
+		}
+		all += s.AllocBytes
+		fns, _ := names(p, s)
+		for i := 0; i+1 < len(fns); i++ {
+			if fns[i] == "keep" && fns[i+1] == "main" {
+				keep += s.InuseBytes
+				break
+			}
+		}
+	}
+	t.Logf("main→keep inuse_space %.1f MiB of %.1f MiB allocated", mib(keep), mib(all))
+	if float64(keep) < 0.85*(128<<20) || float64(keep) > 1.15*(128<<20) {
+		t.Errorf("main→keep inuse_space = %.1f MiB, want 128 ±15%%", mib(keep))
 	}
 }

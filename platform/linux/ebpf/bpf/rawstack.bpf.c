@@ -199,7 +199,12 @@ static __always_inline __u64 wakeup(__u64 size)
  * is the program's context (perf event registers or tracepoint arguments): bpf_get_stack
  * takes the kernel stack from it and the user part from the registers the
  * thread entered the kernel with. */
-static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
+/* entry_sp, when not 0, says the thread is at the first instruction of
+ * a function (a uprobe on its entry), with its stack pointer: the
+ * return address is at entry_sp, and the frame-pointer walk, which
+ * starts from the caller's frame pointer, would skip the caller; it is
+ * put back after the leaf. */
+static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip, __u64 entry_sp)
 {
 	struct rs_hdr *h = (struct rs_hdr *)s->buf;
 	__u64 id = bpf_get_current_pid_tgid();
@@ -229,7 +234,26 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 
 	__u64 *regs = (__u64 *)(s->buf + REGS_OFF);
 	bool user = h->pid != 0 && !(BPF_CORE_READ(task, flags) & PF_KTHREAD) && BPF_CORE_READ(task, mm);
-	if (user && !copy_stack) {
+	if (user && !copy_stack && entry_sp) {
+		/* Leaf, the return address at entry_sp, then the walk
+		 * from the caller's frame pointer (its first PC, the
+		 * leaf again, is overwritten). */
+		long u = bpf_get_stack(ctx, s->buf + off + 8, (MAX_USER_PCS - 1) * 8, BPF_F_USER_STACK);
+		if (u < 0)
+			u = 0;
+		if (u > (MAX_USER_PCS - 1) * 8)
+			u = (MAX_USER_PCS - 1) * 8;
+		u &= ~7L;
+		if (u >= 8) {
+			__u64 ret = 0;
+			bpf_probe_read_user(&ret, sizeof(ret), (void *)entry_sp);
+			*(__u64 *)(s->buf + off) = *(__u64 *)(s->buf + off + 8);
+			*(__u64 *)(s->buf + off + 8) = ret;
+			u += 8;
+		}
+		h->nuser = u / 8;
+		off += u;
+	} else if (user && !copy_stack) {
 		long u = bpf_get_stack(ctx, s->buf + off, MAX_USER_PCS * 8, BPF_F_USER_STACK);
 		if (u < 0)
 			u = 0;
@@ -397,7 +421,7 @@ static __always_inline int alloc_enter(struct pt_regs *ctx, __u64 size, __u64 me
 	if (bpf_map_update_elem(&alloc_calls, &tid, &c, BPF_ANY) != 0)
 		count_lost(LOST_ALLOC);
 	else
-		emit_in(s, ctx, RS_ALLOC, size, c.time, 0);
+		emit_in(s, ctx, RS_ALLOC, size, c.time, 0, ctx->sp);
 	s->busy = 0;
 	return 0;
 }
@@ -502,7 +526,7 @@ static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, 
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	if (!s)
 		return 0;
-	return emit_in(s, ctx, kind, weight, now, skip);
+	return emit_in(s, ctx, kind, weight, now, skip, 0);
 }
 
 /* On CPU: one per-CPU cpu-clock perf event in frequency mode. Returning 0
