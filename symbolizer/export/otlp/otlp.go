@@ -19,6 +19,10 @@
 //     whose on-CPU samples all weigh 1 (counts, not time) gets a
 //     "samples"/"count" profile with timestamps only, as the OpenTelemetry
 //     eBPF profiler writes;
+//   - for allocation samples (format/SPEC.md §6.22), the four profiles of
+//     a Go heap profile: "alloc_objects"/"count" and "alloc_space"/"bytes"
+//     of the batch's allocations, "inuse_objects"/"count" and
+//     "inuse_space"/"bytes" of what the sampled ones hold at its end;
 //   - mappings with the attributes process.executable.build_id.gnu,
 //     process.executable.build_id.go and, for every file found at its
 //     recorded path when the batch is built, process.executable.build_id.htlhash

@@ -5,7 +5,11 @@
 // Sample values are the sample count and the on-CPU nanoseconds (the
 // default view), and the off-CPU nanoseconds when the profile has off-CPU
 // samples (format/SPEC.md §6.10; a profile whose on-CPU samples all weigh
-// 1 has counts only); each
+// 1 has counts only), and when the trace has allocation samples
+// (format/SPEC.md §6.22) alloc_objects, alloc_space, inuse_objects and
+// inuse_space, the types of runtime/pprof's heap profile (the default
+// view stays cpu beside CPU samples; a heap-only profile shows
+// inuse_space, as Go's does); each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
