@@ -160,3 +160,49 @@ func TestAllocNativeFP(t *testing.T) {
 		t.Errorf("main→keep inuse_space = %.1f MiB, want 128 ±15%%", mib(keep))
 	}
 }
+
+// TestAllocAttach: Alloc on a running process (Pid) finds its allocator
+// in its maps and records the allocations it makes from then on.
+func TestAllocAttach(t *testing.T) {
+	needBPF(t)
+	bin := buildFixture(t, "allocs")
+	target := exec.Command(bin, "loop")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		target.Process.Kill()
+		target.Wait()
+	}()
+	time.Sleep(100 * time.Millisecond) // past the dynamic loader: libc is mapped
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	tr, err := Start(ctx, Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Pid: target.Process.Pid, Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tr.Done()
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	p := symbolize(t, out.Bytes())
+	var churn, n int64
+	for _, s := range p.Samples {
+		if s.AllocObjects == 0 {
+			continue
+		}
+		n += s.AllocObjects
+		fns, _ := names(p, s)
+		for i := 0; i+1 < len(fns); i++ {
+			if fns[i] == "churn" && fns[i+1] == "main" {
+				churn += s.AllocBytes
+				break
+			}
+		}
+	}
+	t.Logf("%d allocations sampled in 1.5 s, %.1f MiB of them in main→churn", n, mib(churn))
+	if churn < 16<<20 {
+		t.Errorf("main→churn alloc_space %.1f MiB in 1.5 s of churning: the allocator of the running process was not probed", mib(churn))
+	}
+}

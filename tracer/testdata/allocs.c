@@ -2,7 +2,8 @@
  * sampler: main -> churn allocates and frees 1 GiB in 16 KiB blocks;
  * main -> keep allocates 128 MiB in 1 MiB blocks and keeps them until the
  * program exits. Built without frame pointers: the stacks come from the
- * CFI unwinder. */
+ * CFI unwinder. With an argument ("loop") it churns again and again
+ * until it is killed, for recorders that attach to a running process. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +37,11 @@ __attribute__((noinline)) void keep(void)
 	}
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	(void)argv;
+	while (argc > 1)
+		churn();
 	churn();
 	keep();
 	sink = kept[3][0];
