@@ -22,24 +22,6 @@ import (
 // libc's).
 var allocatorLibs = []string{"libjemalloc.so", "libtcmalloc", "libc.so.6"}
 
-// ErrNoAllocator says no allocator to put uprobes on was found for a
-// process: a statically linked binary, or one whose allocator is none
-// of allocatorLibs.
-var ErrNoAllocator = errors.New("no allocator to probe")
-
-// AllocatorError names the binary whose allocator was not found.
-type AllocatorError struct {
-	Pid    int
-	Binary string
-	Reason string
-}
-
-func (e *AllocatorError) Error() string {
-	return fmt.Sprintf("pid %d: %s: %v: %s", e.Pid, e.Binary, ErrNoAllocator, e.Reason)
-}
-
-func (e *AllocatorError) Unwrap() error { return ErrNoAllocator }
-
 // findAllocator returns the path (through /proc/PID/root) of the library
 // whose malloc process pid calls. A running process shows it in its
 // maps; a process stopped at exec, before the dynamic loader ran, is
