@@ -110,6 +110,12 @@ func DumpEvent(ev *Event) string {
 	case KindJITUnload:
 		e := ev.JITUnload
 		return fmt.Sprintf("JITUnload t=%d pid=%d addr=%#x size=%#x", e.Time, e.Pid, e.Addr, e.Size)
+	case KindAlloc:
+		e := ev.Alloc
+		return fmt.Sprintf("Alloc t=%d pid=%d tid=%d stack=%d addr=%#x bytes=%d objects=%d", e.Time, e.Pid, e.Tid, e.Stack, e.Addr, e.Bytes, e.Objects)
+	case KindFree:
+		e := ev.Free
+		return fmt.Sprintf("Free t=%d pid=%d tid=%d addr=%#x stack=%d bytes=%d objects=%d", e.Time, e.Pid, e.Tid, e.Addr, e.Stack, e.Bytes, e.Objects)
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
 	}

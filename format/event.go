@@ -6,7 +6,7 @@ import "fmt"
 // to the stream (see SPEC.md §5); codes are never reused.
 type Kind uint8
 
-// Event kinds. Code 0 and the codes 18..127 not named here are reserved for
+// Event kinds. Code 0 and the codes up to 127 not named here are reserved for
 // future versions of this format; 128..255 are free for private extensions.
 // Readers skip events of unknown kinds by their length.
 const (
@@ -31,6 +31,8 @@ const (
 	KindLabelSet     Kind = 18  // an interned set of pprof labels (SPEC.md §6.18)
 	KindJITCode      Kind = 20  // code a JIT compiler wrote, with its name (SPEC.md §6.20)
 	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
+	KindAlloc        Kind = 22  // sampled allocations, in bytes and objects (SPEC.md §6.22)
+	KindFree         Kind = 23  // sampled allocations released (SPEC.md §6.23)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
@@ -56,11 +58,13 @@ var kindNames = [...]string{
 	KindJITCode:      "JITCode",
 	KindJITUnload:    "JITUnload",
 	KindLabelSet:     "LabelSet",
+	KindAlloc:        "Alloc",
+	KindFree:         "Free",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
 // Codes below it that have no name (kindNames) are reserved, not defined.
-const NumKinds = int(KindJITUnload) + 1
+const NumKinds = int(KindFree) + 1
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -442,6 +446,8 @@ type Event struct {
 	JITCode      JITCode
 	JITUnload    JITUnload
 	LabelSet     LabelSet
+	Alloc        Alloc
+	Free         Free
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
 }
@@ -484,6 +490,10 @@ func (e *Event) Time() (int64, bool) {
 		return e.JITCode.Time, true
 	case KindJITUnload:
 		return e.JITUnload.Time, true
+	case KindAlloc:
+		return e.Alloc.Time, true
+	case KindFree:
+		return e.Free.Time, true
 	}
 	return 0, false
 }

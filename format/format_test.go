@@ -56,6 +56,10 @@ func sampleEvents() []Event {
 		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 2, Labels: []Label{}}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_000, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 18, Labels: 1}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_100, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 1 << 40}},
+		{Kind: KindAlloc, Alloc: Alloc{Time: 1_011_000, Pid: 4242, Tid: 4243, Stack: 1, Addr: 0x7f00_1234_5000, Bytes: 1 << 40, Objects: 1}},
+		{Kind: KindAlloc, Alloc: Alloc{Time: 1_010_900, Pid: 4242, Stack: 1, Bytes: 524288, Objects: 8192}},
+		{Kind: KindFree, Free: Free{Time: 1_011_100, Pid: 4242, Tid: 4243, Addr: 0x7f00_1234_5000}},
+		{Kind: KindFree, Free: Free{Time: 1_011_200, Pid: 4242, Stack: 1, Bytes: 65536, Objects: 1024}},
 	}
 }
 
@@ -157,6 +161,10 @@ func cloneEvent(ev *Event) Event {
 		}
 	case KindJITUnload:
 		out.JITUnload = ev.JITUnload
+	case KindAlloc:
+		out.Alloc = ev.Alloc
+	case KindFree:
+		out.Free = ev.Free
 	case KindLabelSet:
 		out.LabelSet = LabelSet{ID: ev.LabelSet.ID, Labels: append([]Label{}, ev.LabelSet.Labels...)}
 	case KindUnknown:

@@ -506,6 +506,10 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		u.Pid = d.u32()
 		u.Addr = d.uv()
 		u.Size = d.uv()
+	case KindAlloc:
+		r.decodeAlloc(&d, &ev.Alloc)
+	case KindFree:
+		r.decodeFree(&d, &ev.Free)
 	default:
 		if code == 0 {
 			return nil, r.badEvent(off, "event type 0")

@@ -638,6 +638,10 @@ func (w *Writer) WriteEvent(e *Event) error {
 		return w.WriteJITUnload(e.JITUnload)
 	case KindLabelSet:
 		return w.WriteLabelSet(e.LabelSet.ID, e.LabelSet.Labels)
+	case KindAlloc:
+		return w.WriteAlloc(e.Alloc)
+	case KindFree:
+		return w.WriteFree(e.Free)
 	case KindUnknown:
 		return w.writeRaw(e.Code, e.Unknown)
 	}

@@ -136,6 +136,43 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
+	// Alloc records native heap allocations (BackendEBPF on Linux):
+	// uprobes on the allocator the target's C library provides (glibc's
+	// malloc, calloc, realloc, free, posix_memalign, aligned_alloc),
+	// sampled by bytes, reported to an AllocHandler with the stack of
+	// the allocation, and the frees of sampled blocks.
+	Alloc bool
+	// AllocRate is Alloc's mean sampling interval in bytes: one sample
+	// per AllocRate bytes allocated, a Poisson process over bytes as in
+	// tcmalloc and the Go runtime; 0 means DefaultAllocRate.
+	AllocRate int
+}
+
+// DefaultAllocRate is Config.AllocRate's default: 512 KiB, the Go
+// runtime's MemProfileRate.
+const DefaultAllocRate = 512 << 10
+
+// Alloc is one sampled allocation: its block, the bytes and allocations
+// it stands for (unbiased: Size/p and 1/p, p the probability that an
+// allocation of Size bytes was sampled) and its stack, as a Sample's.
+type Alloc struct {
+	Time     int64
+	Pid, Tid uint32
+	Addr     uint64 // the block's address
+	Size     uint64 // bytes the program asked for
+	Bytes    uint64 // bytes this sample stands for
+	Objects  uint64 // allocations this sample stands for
+	PCs      []uint64
+}
+
+// AllocHandler receives Config.Alloc's events; a Handler that handles
+// allocations implements it too.
+type AllocHandler interface {
+	// Alloc reports a sampled allocation. PCs is only valid during the
+	// call.
+	Alloc(a *Alloc)
+	// Free reports that the sampled block at Addr of Pid was freed.
+	Free(e *format.Free)
 }
 
 // Backend names a sampling mechanism of a back end.

@@ -74,6 +74,12 @@ type Sample struct {
 	// goroutine and label set.
 	Goroutine uint64
 	Labels    []format.Label
+	// AllocBytes and AllocObjects are the unbiased bytes and
+	// allocations sampled at the stack (Alloc events, format/SPEC.md
+	// §6.22); InuseBytes and InuseObjects what of them was not freed by
+	// the end of the trace.
+	AllocBytes, AllocObjects int64
+	InuseBytes, InuseObjects int64
 }
 
 // Profile is a symbolized profile built from a stream.
@@ -97,6 +103,11 @@ type Profile struct {
 	// that stand for no time (a snapshot). Their weight is a count, not
 	// time (format/SPEC.md §6.10): exporters show samples, not seconds.
 	Unweighted bool
+	// Memory says the stream has Alloc events: the samples carry
+	// allocated and in-use figures. UnmatchedFrees counts Frees of
+	// addresses no sampled allocation held (frees of unsampled blocks).
+	Memory         bool
+	UnmatchedFrees int64
 }
 
 // TotalCount returns the number of samples in the profile.
@@ -189,6 +200,8 @@ type builder struct {
 	jitMods    []*Module
 	jitModules uint64
 
+	live map[liveKey]liveAlloc // sampled blocks not freed yet (memory.go)
+
 	// onCPU: the stream has on-CPU samples; weighted: one of them weighs
 	// other than 1 (Profile.Unweighted).
 	onCPU, weighted bool
@@ -236,6 +249,10 @@ func (b *builder) event(ev *format.Event) {
 		b.jit.code(&ev.JITCode)
 	case format.KindJITUnload:
 		b.jit.unload(&ev.JITUnload)
+	case format.KindAlloc:
+		b.alloc(&ev.Alloc)
+	case format.KindFree:
+		b.free(&ev.Free)
 	}
 }
 
@@ -275,6 +292,20 @@ func (b *builder) add(locs []int, weight uint64, flags format.SampleFlags) {
 // addGo aggregates one sample with the given locations, goroutine and
 // label set.
 func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels uint64) {
+	agg := b.aggregate(locs, goid, labels)
+	agg.Count++
+	if flags&format.SampleOffCPU != 0 {
+		agg.OffCPUNanos += int64(weight)
+	} else {
+		agg.CPUNanos += int64(weight)
+		b.onCPU = true
+		b.weighted = b.weighted || weight != 1
+	}
+}
+
+// aggregate returns the Sample of locs, goroutine and label set,
+// creating it empty.
+func (b *builder) aggregate(locs []int, goid, labels uint64) *Sample {
 	// The length first, so what follows the locations is unambiguous.
 	b.keyBuf = binary.AppendUvarint(b.keyBuf[:0], uint64(len(locs)))
 	for _, l := range locs {
@@ -290,14 +321,7 @@ func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goi
 		b.samples[string(b.keyBuf)] = agg
 		b.p.Samples = append(b.p.Samples, agg)
 	}
-	agg.Count++
-	if flags&format.SampleOffCPU != 0 {
-		agg.OffCPUNanos += int64(weight)
-	} else {
-		agg.CPUNanos += int64(weight)
-		b.onCPU = true
-		b.weighted = b.weighted || weight != 1
-	}
+	return agg
 }
 
 func (b *builder) span(t int64) {

@@ -101,6 +101,22 @@ func (h *handler) Sample(s *platform.Sample) {
 	t.mu.Unlock()
 }
 
+// Alloc writes a sampled native allocation (platform.AllocHandler).
+func (h *handler) Alloc(a *platform.Alloc) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.w.WriteAlloc(format.Alloc{Time: a.Time, Pid: a.Pid, Tid: a.Tid, Stack: t.internStack(a.PCs), Addr: a.Addr, Bytes: a.Bytes, Objects: a.Objects})
+}
+
+// Free writes the free of a sampled native allocation.
+func (h *handler) Free(e *format.Free) {
+	t := (*Tracer)(h)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.w.WriteFree(*e)
+}
+
 func (h *handler) Lost(e *format.Lost) {
 	t := (*Tracer)(h)
 	t.mu.Lock()

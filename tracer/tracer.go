@@ -111,6 +111,36 @@ type Options struct {
 	NoJIT bool
 	// JITCodeBytes also copies the machine code of each jitdump code load.
 	JITCodeBytes bool
+	// Heap records the Go heap of the calling process beside its CPU:
+	// the runtime's heap profile (runtime.MemProfile, sampled at
+	// runtime.MemProfileRate, 512 KiB by default), read every
+	// HeapInterval and at Stop, becomes Alloc and Free events
+	// (format/SPEC.md §6.22) of each allocation site's stack, unbiased
+	// as runtime/pprof does, from which the symbolizer derives
+	// alloc_space, alloc_objects, inuse_space and inuse_objects of the
+	// allocations made while recording (heap.go says how in-use is
+	// attributed). Start and Stop each run a garbage collection, so the
+	// profile's bounds are exact (the runtime publishes it after a
+	// collection). A stream added with AddStream gets the allocations
+	// from when it joined. Pid, Command and System must not be set.
+	Heap bool
+	// HeapInterval is how often Heap reads the profile; 0 means 1 s.
+	HeapInterval time.Duration
+	// Alloc, with BackendEBPF on Linux, records the target's native heap
+	// allocations: uprobes on its C library's malloc, calloc, realloc,
+	// free, posix_memalign and aligned_alloc (or jemalloc's or
+	// tcmalloc's when the process maps them), sampled by bytes (one
+	// sample per AllocRate bytes on average, a Poisson process, so an
+	// allocation of s bytes is sampled with probability
+	// 1-exp(-s/AllocRate)), written as Alloc events with the
+	// allocation's stack, unwound as CPU samples are, and unbiased
+	// weights; the sampled blocks' frees as Free events. A statically
+	// linked target is refused with an error naming its binary. The
+	// children a target starts are not probed.
+	Alloc bool
+	// AllocRate is Alloc's mean sampling interval in bytes; 0 means
+	// 512 KiB.
+	AllocRate int
 }
 
 // Backend selects the sampling mechanism; see [Options.Backend].
@@ -222,7 +252,8 @@ type Tracer struct {
 	nModules  int
 	dropped   uint64
 
-	sp spanState // spans, markers, counters (span.go)
+	sp   spanState     // spans, markers, counters (span.go)
+	heap *heapRecorder // Options.Heap (heap.go)
 	// span records in the chunk being built, and in chunks a slow
 	// stream dropped
 	inChunkSpans, spansDropped uint64
@@ -254,6 +285,9 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 	if opts.System && (opts.Command != nil || opts.Pid != 0) {
 		return nil, errors.New("tracer: System samples every process: do not set Pid or Command")
 	}
+	if opts.Heap && (opts.Command != nil || opts.Pid != 0 || opts.System) {
+		return nil, errors.New("tracer: Heap records the calling process's Go heap: do not set Pid, Command or System")
+	}
 	t, err := newTracer(opts)
 	if err != nil {
 		return nil, err
@@ -272,6 +306,9 @@ func Start(ctx context.Context, opts Options) (*Tracer, error) {
 	}()
 	go t.flusher()
 	t.startSpans()
+	if opts.Heap {
+		t.startHeap()
+	}
 	return t, nil
 }
 
@@ -378,6 +415,7 @@ func (t *Tracer) Stop() error {
 	t.be.Close()
 	close(t.flushQ)
 	t.stopSpans()
+	t.stopHeap()
 	t.mu.Lock()
 	// The last chunk and the last Lost counts are delivered even to slow
 	// streams: Stop waits for the writes anyway.

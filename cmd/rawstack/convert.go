@@ -6,15 +6,17 @@ import (
 	"io"
 	"os"
 
+	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/folded"
 	"github.com/rawstack/rawstack/symbolizer/export/pprof"
+	"github.com/rawstack/rawstack/symbolizer/export/text"
 )
 
 func init() {
 	register(&command{
 		name:  "convert",
-		usage: "FILE --to pprof|folded|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
-		short: "symbolize a trace and write it as pprof, folded stacks, a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope) or an OTLP profiles request",
+		usage: "FILE --to pprof|folded|text|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu|alloc_space|alloc_objects|inuse_space|inuse_objects] [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
+		short: "symbolize a trace and write it as pprof, folded stacks, a text report, a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope) or an OTLP profiles request",
 		run:   runConvert,
 	})
 }
@@ -25,7 +27,8 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	to := fs.String("to", "", "output format: pprof, folded, a timeline: perfetto, chrome, firefox, speedscope, or otlp (a protobuf ExportProfilesServiceRequest)")
 	raw := fs.Bool("raw", false, "otlp: leave locations unsymbolized (addresses, mappings, build ids)")
 	out := fs.String("o", "", "output file (default: standard output)")
-	value := fs.String("value", "samples", "folded: the number after each stack, samples, cpu (ns on CPU) or offcpu (ns off CPU, from record --off-cpu)")
+	value := fs.String("value", "samples", "folded and text: the number after each stack, samples, cpu (ns on CPU), offcpu (ns off CPU, from record --off-cpu), or from a trace with allocation samples alloc_space, alloc_objects, inuse_space, inuse_objects (bytes and allocations)")
+	top := fs.Int("top", 20, "text: functions per table")
 	var sf symFlags
 	sf.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -36,21 +39,15 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"want one trace FILE"}
 	}
 	timeline := timelineWriters[*to]
-	if *to != "pprof" && *to != "folded" && *to != "otlp" && timeline == nil {
-		return &usageError{"--to must be pprof, folded, perfetto, chrome, firefox, speedscope or otlp"}
+	if *to != "pprof" && *to != "folded" && *to != "text" && *to != "otlp" && timeline == nil {
+		return &usageError{"--to must be pprof, folded, text, perfetto, chrome, firefox, speedscope or otlp"}
 	}
 	if *raw && *to != "otlp" {
 		return &usageError{"--raw works with --to otlp"}
 	}
-	v := folded.Samples
-	switch *value {
-	case "samples":
-	case "cpu":
-		v = folded.CPUNanos
-	case "offcpu":
-		v = folded.OffCPUNanos
-	default:
-		return &usageError{"--value must be samples, cpu or offcpu"}
+	v, ok := folded.ParseValue(*value)
+	if !ok {
+		return &usageError{"--value must be samples, cpu, offcpu, alloc_space, alloc_objects, inuse_space or inuse_objects"}
 	}
 	if *to == "otlp" {
 		return runOTLPConvert(pos[0], *raw, *out, &sf, stdout, stderr)
@@ -79,6 +76,8 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		err = timeline(bw, p, pos[0])
 	case *to == "pprof":
 		err = pprof.Write(bw, p)
+	case *to == "text":
+		err = writeText(bw, p, *top, v)
 	default:
 		err = folded.Write(bw, p, v)
 	}
@@ -89,4 +88,20 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		err = f.Close()
 	}
 	return err
+}
+
+// writeText prints the text report of p weighted by v.
+func writeText(w io.Writer, p *symbolizer.Profile, top int, v folded.Value) error {
+	switch {
+	case v == folded.Samples:
+		return text.Write(w, p, top)
+	case v.Memory() && !p.Memory:
+		return folded.ErrNoMemory
+	case v == folded.CPUNanos && p.Unweighted:
+		return folded.ErrNoCPUTime
+	}
+	what := map[folded.Value]string{folded.CPUNanos: "ns on CPU", folded.OffCPUNanos: "ns off CPU",
+		folded.AllocSpace: "bytes allocated (alloc_space)", folded.AllocObjects: "allocations (alloc_objects)",
+		folded.InuseSpace: "bytes in use (inuse_space)", folded.InuseObjects: "allocations in use (inuse_objects)"}[v]
+	return text.WriteValue(w, p, top, what, v.Of)
 }

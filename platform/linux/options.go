@@ -24,6 +24,10 @@ func checkConfig(cfg platform.Config) error {
 			return bad("System", "whole-system sampling needs Backend ebpf")
 		case cfg.OffCPU:
 			return bad("OffCPU", "off-CPU samples need Backend ebpf")
+		case cfg.Alloc:
+			return bad("Alloc", "allocations are recorded with uprobes: Backend ebpf")
+		case cfg.AllocRate != 0:
+			return bad("AllocRate", "allocations are recorded with uprobes: Backend ebpf")
 		}
 	case platform.BackendEBPF:
 		switch {
@@ -31,6 +35,8 @@ func checkConfig(cfg platform.Config) error {
 			return bad("KeepRaw", "the eBPF back end unwinds on the host")
 		case cfg.Goroutines:
 			return bad("Goroutines", "goroutine ids and labels are read with Backend perf")
+		case cfg.AllocRate < 0 || cfg.AllocRate != 0 && !cfg.Alloc:
+			return bad("AllocRate", fmt.Sprintf("a sampling interval of %d bytes needs Alloc and a positive rate", cfg.AllocRate))
 		case cfg.Unwind != platform.UnwindFP && cfg.StackSize > maxBPFStack:
 			return bad("StackSize", fmt.Sprintf("the eBPF back end copies at most %d bytes of stack per sample (asked for %d)", maxBPFStack, cfg.StackSize))
 		}

@@ -17,7 +17,7 @@ func TestCheckConfig(t *testing.T) {
 	t.Run("ebpf", func(t *testing.T) {
 		optiontest.Check(t, checkConfig, platform.Config{Backend: platform.BackendEBPF},
 			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize",
-			"System", "OffCPU", "NoJIT", "JITCodeBytes")
+			"System", "OffCPU", "NoJIT", "JITCodeBytes", "Alloc")
 	})
 	big := platform.Config{Backend: platform.BackendEBPF, Unwind: platform.UnwindDWARF, StackSize: maxBPFStack + 8}
 	if err := checkConfig(big); err == nil {

@@ -25,6 +25,10 @@ func checkConfig(cfg platform.Config) error {
 		return bad("JITCodeBytes", "JIT perf maps and jitdump files are Linux's")
 	case cfg.RingPages != 0:
 		return bad("RingPages", "the sampler has no ring buffers")
+	case cfg.Alloc:
+		return bad("Alloc", "native allocations are recorded with eBPF uprobes, on Linux")
+	case cfg.AllocRate != 0:
+		return bad("AllocRate", "native allocations are recorded with eBPF uprobes, on Linux")
 	}
 	return nil
 }

@@ -26,6 +26,8 @@ type Flags struct {
 	System     bool
 	OffCPU     bool
 	Goroutines bool
+	Alloc      bool
+	AllocRate  int
 
 	otlp otlpFlags
 	fs   *flag.FlagSet
@@ -49,6 +51,8 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.System, "a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
 	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf (Linux) or on Windows: also record where threads wait, weighted by the time off CPU")
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
+	fs.BoolVar(&f.Alloc, "alloc", false, "record native heap allocations (uprobes on the target's malloc/free; selects --backend ebpf): convert --value alloc_space|alloc_objects|inuse_space|inuse_objects")
+	fs.IntVar(&f.AllocRate, "alloc-rate", 0, "with --alloc: sample one allocation per this many bytes allocated, on average (default 524288)")
 	f.otlp.register(fs)
 	return f
 }
@@ -69,8 +73,14 @@ func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, err
 	if err != nil {
 		return usage("%v", err)
 	}
-	unwindSet := false
-	f.fs.Visit(func(fl *flag.Flag) { unwindSet = unwindSet || fl.Name == "unwind" })
+	unwindSet, backendSet := false, false
+	f.fs.Visit(func(fl *flag.Flag) {
+		unwindSet = unwindSet || fl.Name == "unwind"
+		backendSet = backendSet || fl.Name == "backend"
+	})
+	if f.Alloc && !backendSet {
+		be = platform.BackendEBPF // allocations are recorded with uprobes
+	}
 	if be == platform.BackendEBPF && !unwindSet {
 		f.Unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise
 	}
@@ -89,6 +99,8 @@ func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, err
 		return usage("-F must be positive")
 	case f.StackSize < 0 || f.StackSize > 65000:
 		return usage("--stack-size must be in 1..65000")
+	case f.AllocRate < 0 || f.AllocRate > 0 && !f.Alloc:
+		return usage("--alloc-rate takes a positive number of bytes, with --alloc")
 	}
 	mode, err := platform.ParseUnwindMode(f.Unwind)
 	if err != nil {
@@ -109,7 +121,7 @@ var flagOf = map[string]string{
 	"Pid": "-p", "Frequency": "-F", "NoKernel": "--no-kernel", "Unwind": "--unwind",
 	"StackSize": "--stack-size", "KeepRaw": "--keep-raw", "Backend": "--backend",
 	"System": "-a", "OffCPU": "--off-cpu", "NoJIT": "--no-jit", "JITCodeBytes": "--jit-code",
-	"Goroutines": "--goroutines",
+	"Goroutines": "--goroutines", "Alloc": "--alloc", "AllocRate": "--alloc-rate",
 }
 
 // Options returns the tracer options the flags give (without streams or
@@ -117,5 +129,6 @@ var flagOf = map[string]string{
 func (f *Flags) Options(be platform.Backend, mode platform.UnwindMode) tracer.Options {
 	return tracer.Options{Frequency: f.Hz, Pid: f.Pid, NoKernel: f.NoKernel,
 		Unwind: mode, StackSize: f.StackSize, KeepRaw: f.KeepRaw, NoJIT: f.NoJIT, JITCodeBytes: f.JITCode,
-		Backend: be, System: f.System, OffCPU: f.OffCPU, Goroutines: f.Goroutines}
+		Backend: be, System: f.System, OffCPU: f.OffCPU, Goroutines: f.Goroutines,
+		Alloc: f.Alloc, AllocRate: f.AllocRate}
 }

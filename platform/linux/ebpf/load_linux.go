@@ -99,9 +99,17 @@ func load(spec bpfSpec) (*programs, error) {
 	if !spec.OffCPU {
 		cs.Maps["offstart"].MaxEntries = 1
 	}
+	if spec.AllocRate == 0 {
+		cs.Maps["live"].MaxEntries = 1
+		cs.Maps["alloc_calls"].MaxEntries = 1
+		for _, a := range allocProbes {
+			delete(cs.Programs, a.prog)
+		}
+		delete(cs.Programs, "alloc_return")
+	}
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
-		"wakeup_bytes": uint64(spec.WakeupBytes),
+		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)
@@ -163,7 +171,7 @@ func (p *programs) RingFD() int { return p.coll.Maps["events"].FD() }
 
 func (p *programs) Next() ([]byte, bool) { return p.rb.next() }
 
-func (p *programs) Lost() (ring, offCPU uint64) {
+func (p *programs) Lost() (ring, offCPU, alloc uint64) {
 	sum := func(reason uint32) uint64 {
 		if err := p.coll.Maps["lost"].Lookup(reason, &p.lost); err != nil {
 			return 0
@@ -174,7 +182,7 @@ func (p *programs) Lost() (ring, offCPU uint64) {
 		}
 		return n
 	}
-	return sum(0), sum(1) // LOST_RING, LOST_OFFSTART
+	return sum(0), sum(1), sum(2) // LOST_RING, LOST_OFFSTART, LOST_ALLOC
 }
 
 func (p *programs) Close() error {

@@ -67,6 +67,9 @@ type bpfState struct {
 	// until it comes back; entries are reused.
 	offPending map[uint32]*offStack
 	offFree    []*offStack
+
+	alloc *allocState // Config.Alloc (allocrec_linux.go)
+	h     platform.Handler
 }
 
 type offStack struct {
@@ -156,7 +159,7 @@ func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, e
 }
 
 func newSession(cfg platform.Config, h platform.Handler) *Session {
-	s := &Session{Tracker: tracking.New(cfg, h), bpf: &bpfState{}}
+	s := &Session{Tracker: tracking.New(cfg, h), bpf: &bpfState{h: h}}
 	// The BPF programs wake the reader only when their ring fills
 	// (a quarter of it): reads come from this timeout, in batches.
 	s.PollInterval = bpfReadInterval
@@ -211,12 +214,39 @@ func (s *Session) attach() (err error) {
 	// or when a quarter of the ring is used (a wakeup per sample cost the
 	// recorder a third of its CPU time).
 	spec.WakeupBytes = spec.RingBytes / 4
+	if s.Config().Alloc {
+		ah, ok := b.h.(platform.AllocHandler)
+		if !ok {
+			return &platform.OptionError{Option: "Alloc", Backend: "ebpf", OS: "linux", Reason: "the handler does not implement platform.AllocHandler"}
+		}
+		spec.AllocRate = s.Config().AllocRate
+		if spec.AllocRate <= 0 {
+			spec.AllocRate = platform.DefaultAllocRate
+		}
+		b.alloc = &allocState{h: ah, rate: float64(spec.AllocRate), pending: map[uint32]*allocCall{}}
+	}
 	b.progs, err = load(spec)
 	if err != nil {
 		return err
 	}
 	if !s.System() {
 		if err := b.progs.Select(uint32(s.Pid())); err != nil {
+			return err
+		}
+	}
+	if b.alloc != nil {
+		pid := s.Pid()
+		lib, err := "", error(nil)
+		if s.System() {
+			pid = 0
+			lib, err = hostLibc()
+		} else {
+			lib, err = findAllocator(pid)
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.progs.attachAlloc(lib, pid); err != nil {
 			return err
 		}
 	}
@@ -382,7 +412,8 @@ func (s *Session) BPFRingBytes() uint64 {
 // reportBPFLost reports the samples the BPF programs could not write.
 func (s *Session) reportBPFLost() {
 	b := s.bpf
-	ring, off := b.progs.Lost()
+	ring, off, alloc := b.progs.Lost()
+	s.reportAllocLost(alloc)
 	if ring > b.lost {
 		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
 		b.lost = ring
@@ -462,9 +493,18 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 func (s *Session) handleBPF(b []byte) {
 	s.AddBytes(uint64(len(b)))
 	s.bpf.ringBytes += uint64(len(b))
-	if len(b) == bpfHdrSize && binary.LittleEndian.Uint32(b) == bpfKindOnCPU {
-		s.onCPU(b)
-		return
+	if len(b) == bpfHdrSize {
+		switch binary.LittleEndian.Uint32(b) {
+		case bpfKindOnCPU:
+			s.onCPU(b)
+			return
+		case bpfKindAllocRet:
+			s.allocReturn(b)
+			return
+		case bpfKindFree:
+			s.allocFree(b)
+			return
+		}
 	}
 	r := s.Decoded()
 	kind, err := decodeBPF(b, r)
@@ -488,6 +528,8 @@ func (s *Session) handleBPF(b []byte) {
 		s.ReportSample(r, 0)
 	case bpfKindOffCPU:
 		s.offCPU(r)
+	case bpfKindAlloc:
+		s.allocEnter(r)
 	}
 }
 

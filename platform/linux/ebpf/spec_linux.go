@@ -14,4 +14,7 @@ type bpfSpec struct {
 	// the reader then reads on a timer too.
 	WakeupBytes int
 	OffCPU      bool // load the sched_switch program
+	// AllocRate, when not 0, loads the allocator programs, sampling one
+	// allocated byte in AllocRate on average.
+	AllocRate int
 }

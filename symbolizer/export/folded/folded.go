@@ -22,19 +22,63 @@ import (
 type Value int
 
 const (
-	Samples     Value = iota // sample count
-	CPUNanos                 // on-CPU nanoseconds
-	OffCPUNanos              // off-CPU nanoseconds (time threads waited)
+	Samples      Value = iota // sample count
+	CPUNanos                  // on-CPU nanoseconds
+	OffCPUNanos               // off-CPU nanoseconds (time threads waited)
+	AllocSpace                // bytes allocated (format/SPEC.md §6.22)
+	AllocObjects              // allocations
+	InuseSpace                // bytes allocated and not freed by the end of the trace
+	InuseObjects              // allocations not freed
 )
+
+// ParseValue returns the Value named as convert --value names it:
+// samples, cpu, offcpu, alloc_space, alloc_objects, inuse_space or
+// inuse_objects (the last four as go tool pprof names heap profiles'
+// sample types).
+func ParseValue(s string) (Value, bool) {
+	v, ok := map[string]Value{"samples": Samples, "cpu": CPUNanos, "offcpu": OffCPUNanos,
+		"alloc_space": AllocSpace, "alloc_objects": AllocObjects,
+		"inuse_space": InuseSpace, "inuse_objects": InuseObjects}[s]
+	return v, ok
+}
+
+// Of returns the value v of s.
+func (v Value) Of(s *symbolizer.Sample) int64 {
+	switch v {
+	case CPUNanos:
+		return s.CPUNanos
+	case OffCPUNanos:
+		return s.OffCPUNanos
+	case AllocSpace:
+		return s.AllocBytes
+	case AllocObjects:
+		return s.AllocObjects
+	case InuseSpace:
+		return s.InuseBytes
+	case InuseObjects:
+		return s.InuseObjects
+	}
+	return s.Count
+}
+
+// Memory says v is one of the memory values.
+func (v Value) Memory() bool { return v >= AllocSpace }
 
 // ErrNoCPUTime says CPUNanos was asked of a profile whose on-CPU samples
 // all weigh 1: counts, not time (format/SPEC.md §6.10).
 var ErrNoCPUTime = errors.New("folded: the trace's on-CPU samples carry no CPU time (every one weighs 1, as in recordings older than ns weights and snapshots): use samples")
 
+// ErrNoMemory says a memory value was asked of a trace without
+// allocation samples.
+var ErrNoMemory = errors.New("folded: the trace has no allocation samples (record with tracer.Options.Heap)")
+
 // Write writes the folded stacks of p, sorted by stack text.
 func Write(w io.Writer, p *symbolizer.Profile, v Value) error {
 	if v == CPUNanos && p.Unweighted {
 		return ErrNoCPUTime
+	}
+	if v.Memory() && !p.Memory {
+		return ErrNoMemory
 	}
 	sums := map[string]int64{}
 	var sb strings.Builder
@@ -56,15 +100,9 @@ func Write(w io.Writer, p *symbolizer.Profile, v Value) error {
 		if sb.Len() == 0 {
 			sb.WriteString("[no stack]")
 		}
-		val := s.Count
-		switch v {
-		case CPUNanos:
-			val = s.CPUNanos
-		case OffCPUNanos:
-			val = s.OffCPUNanos
-		}
-		if val == 0 && v != Samples {
-			continue // a stack seen only off CPU has no on-CPU time, and the reverse
+		val := v.Of(s)
+		if val == 0 {
+			continue // a stack seen only off CPU has no on-CPU time, and the reverse; one seen only allocating has no samples
 		}
 		sums[sb.String()] += val
 	}

@@ -19,6 +19,10 @@
 //     whose on-CPU samples all weigh 1 (counts, not time) gets a
 //     "samples"/"count" profile with timestamps only, as the OpenTelemetry
 //     eBPF profiler writes;
+//   - for allocation samples (format/SPEC.md §6.22), the four profiles of
+//     a Go heap profile: "alloc_objects"/"count" and "alloc_space"/"bytes"
+//     of the batch's allocations, "inuse_objects"/"count" and
+//     "inuse_space"/"bytes" of what the sampled ones hold at its end;
 //   - mappings with the attributes process.executable.build_id.gnu,
 //     process.executable.build_id.go and, for every file found at its
 //     recorded path when the batch is built, process.executable.build_id.htlhash
@@ -161,6 +165,7 @@ type Builder struct {
 	weighted bool
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
+	mem    memState // allocations and frees (memory.go)
 }
 
 type pendingSample struct {
@@ -216,6 +221,8 @@ func (b *Builder) Event(ev *format.Event) {
 		if s.Flags&format.SampleOffCPU == 0 && s.Weight != 1 {
 			b.weighted = true
 		}
+	case format.KindAlloc, format.KindFree:
+		b.memEvent(ev)
 	}
 }
 
@@ -240,10 +247,10 @@ func (b *Builder) Counts() Counts {
 }
 
 // Flush returns the profiles of the samples taken since the last Flush,
-// and their number.
+// and their number (memory events counted as samples).
 func (b *Builder) Flush() (pprofile.Profiles, int) {
 	out := pprofile.NewProfiles()
-	n := len(b.pending)
+	n := len(b.pending) + b.mem.events
 	if n == 0 {
 		b.forget()
 		return out, 0
@@ -257,6 +264,12 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 			pids = append(pids, s.pid)
 		}
 		byPid[s.pid] = append(byPid[s.pid], s)
+	}
+	for pid := range b.mem.touched {
+		if _, ok := byPid[pid]; !ok {
+			pids = append(pids, pid)
+			byPid[pid] = nil
+		}
 	}
 	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
 	for _, pid := range pids {
@@ -278,8 +291,10 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 		if len(off) > 0 {
 			b.profile(d, sp.Profiles().AppendEmpty(), off, true)
 		}
+		b.memProfiles(d, sp, pid)
 	}
 	b.pending = b.pending[:0]
+	b.mem.flushed()
 	b.forget()
 	return out, n
 }

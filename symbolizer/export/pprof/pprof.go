@@ -5,7 +5,11 @@
 // Sample values are the sample count and the on-CPU nanoseconds (the
 // default view), and the off-CPU nanoseconds when the profile has off-CPU
 // samples (format/SPEC.md §6.10; a profile whose on-CPU samples all weigh
-// 1 has counts only); each
+// 1 has counts only), and when the trace has allocation samples
+// (format/SPEC.md §6.22) alloc_objects, alloc_space, inuse_objects and
+// inuse_space, the types of runtime/pprof's heap profile (the default
+// view stays cpu beside CPU samples; a heap-only profile shows
+// inuse_space, as Go's does); each
 // module mapping becomes a pprof Mapping carrying the build id; each
 // location lists its inlined frames innermost first, as pprof expects.
 // Locations nothing is known about get one line naming "module+0xoff"
@@ -62,6 +66,18 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 		m.msg(&e.b, fProfileSampleType, valueType(e, "off_cpu", "nanoseconds"))
 		cols = append(cols, 2)
 	}
+	// Allocation samples (format/SPEC.md §6.22) add the four values of a
+	// Go heap profile, in runtime/pprof's order, so go tool pprof's
+	// -sample_index=alloc_space (…) work as on a heap profile. The
+	// timeline view has no memory figures.
+	memory := p.Memory && !(bucket > 0 && p.Timeline != nil)
+	if memory {
+		m.msg(&e.b, fProfileSampleType, valueType(e, "alloc_objects", "count"))
+		m.msg(&e.b, fProfileSampleType, valueType(e, "alloc_space", "bytes"))
+		m.msg(&e.b, fProfileSampleType, valueType(e, "inuse_objects", "count"))
+		m.msg(&e.b, fProfileSampleType, valueType(e, "inuse_space", "bytes"))
+		cols = append(cols, 3, 4, 5, 6)
+	}
 	if bucket > 0 && p.Timeline != nil {
 		timelineSamples(e, p.Timeline, bucket, cols)
 	}
@@ -71,7 +87,8 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 		}
 		m.b = m.b[:0]
 		m.packed(fSampleLocation, len(s.Locs), func(i int) uint64 { return uint64(s.Locs[i]) + 1 })
-		m.packed(fSampleValue, len(cols), func(i int) uint64 { return uint64([3]int64{s.Count, s.CPUNanos, s.OffCPUNanos}[cols[i]]) })
+		vals := [...]int64{s.Count, s.CPUNanos, s.OffCPUNanos, s.AllocObjects, s.AllocBytes, s.InuseObjects, s.InuseBytes}
+		m.packed(fSampleValue, len(cols), func(i int) uint64 { return uint64(max(vals[cols[i]], 0)) })
 		// A goroutine's pprof labels as string labels (go tool pprof
 		// -tagfocus key=value), the goroutine as a numeric one.
 		for _, l := range s.Labels {
@@ -166,7 +183,11 @@ func encode(b []byte, p *symbolizer.Profile, bucket int64) []byte {
 	// that would hide on-CPU time behind waiting, so cpu (or, unweighted,
 	// samples) stays the default view and -sample_index=off_cpu picks the
 	// other.
-	if off > 0 {
+	switch {
+	case memory && count == 0:
+		// A heap profile alone: the last type, inuse_space, is the
+		// default, as in runtime/pprof's.
+	case off > 0 || memory:
 		def := "cpu"
 		if p.Unweighted {
 			def = "samples"

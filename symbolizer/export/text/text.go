@@ -21,6 +21,17 @@ type entry struct {
 
 // Write prints the report with the top n functions of each table.
 func Write(w io.Writer, p *symbolizer.Profile, n int) error {
+	return WriteValue(w, p, n, "", nil)
+}
+
+// WriteValue prints the report weighting each stack by val instead of
+// its sample count, e.g. the bytes allocated there; what names the value
+// in the report's first line ("alloc_space bytes"). With val nil it is
+// Write.
+func WriteValue(w io.Writer, p *symbolizer.Profile, n int, what string, val func(*symbolizer.Sample) int64) error {
+	if val == nil {
+		val = func(s *symbolizer.Sample) int64 { return s.Count }
+	}
 	type key struct{ name, module string }
 	stats := map[key]*entry{}
 	get := func(l *symbolizer.Location, i int) *entry {
@@ -38,13 +49,14 @@ func Write(w io.Writer, p *symbolizer.Profile, n int) error {
 	var total, cpu, off int64
 	seen := map[*entry]bool{}
 	for _, s := range p.Samples {
-		total += s.Count
+		v := val(s)
+		total += v
 		cpu += s.CPUNanos
 		off += s.OffCPUNanos
-		if len(s.Locs) == 0 {
+		if len(s.Locs) == 0 || v == 0 {
 			continue
 		}
-		get(p.Locations[s.Locs[0]], 0).self += s.Count
+		get(p.Locations[s.Locs[0]], 0).self += v
 		clear(seen)
 		for _, li := range s.Locs {
 			l := p.Locations[li]
@@ -56,7 +68,7 @@ func Write(w io.Writer, p *symbolizer.Profile, n int) error {
 				e := get(l, j)
 				if !seen[e] {
 					seen[e] = true
-					e.total += s.Count
+					e.total += v
 				}
 			}
 		}
@@ -65,7 +77,10 @@ func Write(w io.Writer, p *symbolizer.Profile, n int) error {
 	for _, e := range stats {
 		all = append(all, e)
 	}
-	fmt.Fprintf(w, "%d samples", total)
+	if what == "" {
+		what = "samples"
+	}
+	fmt.Fprintf(w, "%d %s", total, what)
 	if p.End > p.Start {
 		fmt.Fprintf(w, " over %v", time.Duration(p.End-p.Start).Round(time.Millisecond))
 	}

@@ -10,7 +10,8 @@
  *	u64 user[nuser]      user frames (frame-pointer mode only)
  *	u8  stack[stack]     user stack from regs.sp up (stack-copy mode only)
  *
- * except RS_ONCPU records, which are the header alone.
+ * except RS_ONCPU, RS_ALLOC_RET and RS_FREE records, which are the header
+ * alone.
  *
  * Licensed GPL-2.0 because the helpers it calls are GPL-only. */
 #include "types.h"
@@ -24,9 +25,9 @@
 #define PAGE 4096
 #define NREGS 17
 
-enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3 };
+enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3, RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
 enum { RS_REGS = 1, RS_STACK_FAULT = 2 };
-enum { LOST_RING = 0, LOST_OFFSTART = 1, LOST_NSTATS = 2 };
+enum { LOST_RING = 0, LOST_OFFSTART = 1, LOST_ALLOC = 2, LOST_NSTATS = 3 };
 
 struct rs_hdr {
 	__u32 kind;
@@ -59,6 +60,9 @@ const volatile __u64 offcpu_min_ns = 0; /* shorter off-CPU intervals are not rep
  * are read in batches: a wakeup per sample costs the recorder a context
  * switch and its runtime's scheduler a round each. */
 const volatile __u64 wakeup_bytes = 0;
+/* Mean bytes between two sampled allocations (0: allocations are not
+ * recorded; the allocator's uprobes are then not attached either). */
+const volatile __u64 alloc_rate = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -66,6 +70,7 @@ volatile __u32 running = 0;
 
 struct scratch {
 	__u8 buf[SCRATCH];
+	__u64 busy; /* alloc_scratch: a program of this CPU is filling buf */
 };
 
 struct {
@@ -74,6 +79,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } scratch SEC(".maps");
+
+/* The allocator programs' own scratch buffer. They run in the task's
+ * context with migration, not preemption, disabled: the cpu-clock
+ * program (from the timer interrupt) and the sched_switch one (when the
+ * task is preempted) can run in the middle of them on the same CPU, and
+ * must not write over the record they are building. Between two
+ * allocator programs (a thread preempted inside one, another of the
+ * process calling malloc on the same CPU) busy keeps the second out; it
+ * is then counted lost. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} alloc_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -108,6 +128,48 @@ struct {
 	__type(value, __u64);
 } lost SEC(".maps");
 
+/* Allocations. A sampled call's size (and posix_memalign's out pointer)
+ * from its entry to its return, by thread. */
+struct alloc_call {
+	__u64 size;
+	__u64 memptr;
+	__u64 time;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct alloc_call);
+} alloc_calls SEC(".maps");
+
+/* Sampled blocks not freed yet: their frees are reported, no other.
+ * Not preallocated: its memory follows the live sampled blocks (about
+ * 100 bytes each), up to 2^20 of them (10^6 live sampled blocks: at the
+ * default rate, half a terabyte of heap); a block that finds it full is
+ * counted lost. The recorder keeps nothing per block. */
+struct live_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct live_key);
+	__type(value, __u64);
+} live SEC(".maps");
+
+/* Bytes left until the next sampled byte, per CPU (0: draw one). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} alloc_left SEC(".maps");
+
 static __always_inline bool selected(__u32 tgid)
 {
 	if (all_procs)
@@ -137,12 +199,13 @@ static __always_inline __u64 wakeup(__u64 size)
  * is the program's context (perf event registers or tracepoint arguments): bpf_get_stack
  * takes the kernel stack from it and the user part from the registers the
  * thread entered the kernel with. */
-static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
+/* entry_sp, when not 0, says the thread is at the first instruction of
+ * a function (a uprobe on its entry), with its stack pointer: the
+ * return address is at entry_sp, and the frame-pointer walk, which
+ * starts from the caller's frame pointer, would skip the caller; it is
+ * put back after the leaf. */
+static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip, __u64 entry_sp)
 {
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
-		return 0;
 	struct rs_hdr *h = (struct rs_hdr *)s->buf;
 	__u64 id = bpf_get_current_pid_tgid();
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -171,7 +234,26 @@ static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, 
 
 	__u64 *regs = (__u64 *)(s->buf + REGS_OFF);
 	bool user = h->pid != 0 && !(BPF_CORE_READ(task, flags) & PF_KTHREAD) && BPF_CORE_READ(task, mm);
-	if (user && !copy_stack) {
+	if (user && !copy_stack && entry_sp) {
+		/* Leaf, the return address at entry_sp, then the walk
+		 * from the caller's frame pointer (its first PC, the
+		 * leaf again, is overwritten). */
+		long u = bpf_get_stack(ctx, s->buf + off + 8, (MAX_USER_PCS - 1) * 8, BPF_F_USER_STACK);
+		if (u < 0)
+			u = 0;
+		if (u > (MAX_USER_PCS - 1) * 8)
+			u = (MAX_USER_PCS - 1) * 8;
+		u &= ~7L;
+		if (u >= 8) {
+			__u64 ret = 0;
+			bpf_probe_read_user(&ret, sizeof(ret), (void *)entry_sp);
+			*(__u64 *)(s->buf + off) = *(__u64 *)(s->buf + off + 8);
+			*(__u64 *)(s->buf + off + 8) = ret;
+			u += 8;
+		}
+		h->nuser = u / 8;
+		off += u;
+	} else if (user && !copy_stack) {
 		long u = bpf_get_stack(ctx, s->buf + off, MAX_USER_PCS * 8, BPF_F_USER_STACK);
 		if (u < 0)
 			u = 0;
@@ -229,6 +311,222 @@ static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, 
 	if (bpf_ringbuf_output(&events, s->buf, off, wakeup(off)) != 0)
 		count_lost(LOST_RING);
 	return 0;
+}
+
+/* log2(1 + (i + 0.5) / 256) in 16.16 fixed point. */
+static const __u16 log2_frac[256] = {
+	184, 552, 919, 1284, 1648, 2010, 2371, 2730, 3088, 3445, 3801, 4155,
+	4507, 4859, 5209, 5558, 5906, 6252, 6597, 6941, 7283, 7625, 7965, 8304,
+	8641, 8978, 9313, 9647, 9980, 10312, 10642, 10972, 11300, 11627, 11953, 12278,
+	12602, 12925, 13246, 13567, 13886, 14205, 14522, 14838, 15153, 15467, 15781, 16093,
+	16404, 16714, 17023, 17331, 17637, 17943, 18248, 18552, 18856, 19158, 19459, 19759,
+	20058, 20356, 20654, 20950, 21245, 21540, 21834, 22126, 22418, 22709, 22999, 23288,
+	23577, 23864, 24150, 24436, 24721, 25005, 25288, 25570, 25852, 26132, 26412, 26691,
+	26969, 27246, 27523, 27798, 28073, 28347, 28620, 28893, 29164, 29435, 29706, 29975,
+	30244, 30511, 30778, 31045, 31310, 31575, 31839, 32103, 32365, 32627, 32888, 33149,
+	33409, 33668, 33926, 34184, 34441, 34697, 34952, 35207, 35461, 35715, 35968, 36220,
+	36471, 36722, 36972, 37222, 37470, 37719, 37966, 38213, 38459, 38705, 38950, 39194,
+	39438, 39681, 39923, 40165, 40406, 40647, 40887, 41126, 41365, 41603, 41841, 42077,
+	42314, 42550, 42785, 43019, 43253, 43487, 43720, 43952, 44184, 44415, 44646, 44876,
+	45105, 45334, 45562, 45790, 46018, 46244, 46471, 46696, 46921, 47146, 47370, 47593,
+	47816, 48039, 48261, 48482, 48703, 48924, 49143, 49363, 49582, 49800, 50018, 50235,
+	50452, 50668, 50884, 51100, 51315, 51529, 51743, 51956, 52169, 52382, 52594, 52805,
+	53016, 53227, 53437, 53647, 53856, 54064, 54273, 54481, 54688, 54895, 55101, 55307,
+	55513, 55718, 55922, 56127, 56330, 56534, 56737, 56939, 57141, 57343, 57544, 57745,
+	57945, 58145, 58344, 58543, 58742, 58940, 59138, 59335, 59532, 59729, 59925, 60121,
+	60316, 60511, 60706, 60900, 61094, 61287, 61480, 61672, 61865, 62056, 62248, 62439,
+	62629, 62820, 63010, 63199, 63388, 63577, 63765, 63953, 64141, 64328, 64515, 64701,
+	64887, 65073, 65259, 65444,
+};
+
+/* exp_interval draws the bytes to the next sampled byte: exponential with
+ * mean alloc_rate, as -ln(U) * alloc_rate with U uniform in (0, 1], the
+ * logarithm from the position of U's top bit and a table of the next 8
+ * bits (relative error of the mean below 0.1%). */
+static __always_inline __u64 exp_interval(void)
+{
+	__u32 u = bpf_get_prandom_u32() | 1;
+	__u32 k = 0, x = u;
+	if (x >= 1u << 16) { k += 16; x >>= 16; }
+	if (x >= 1u << 8) { k += 8; x >>= 8; }
+	if (x >= 1u << 4) { k += 4; x >>= 4; }
+	if (x >= 1u << 2) { k += 2; x >>= 2; }
+	if (x >= 1u << 1) { k += 1; }
+	__u32 m = k >= 8 ? u >> (k - 8) : u << (8 - k);
+	m &= 0xff;
+	/* -log2(u / 2^32) in 16.16, then times ln 2 (45426 / 2^16). */
+	__u64 l = ((__u64)(32 - k) << 16) - log2_frac[m];
+	return (((alloc_rate * l) >> 16) * 45426) >> 16;
+}
+
+/* alloc_sampled says whether an allocation of size bytes holds the next
+ * sampled byte: a Poisson process over the bytes allocated on this CPU,
+ * so an allocation of s bytes is sampled with probability
+ * 1 - exp(-s / alloc_rate), whatever came before (the reader unbiases by
+ * that probability). */
+static __always_inline bool alloc_sampled(__u64 size)
+{
+	__u32 zero = 0;
+	__u64 *left = bpf_map_lookup_elem(&alloc_left, &zero);
+	if (!left)
+		return false;
+	if (*left == 0)
+		*left = exp_interval();
+	if (*left > size) {
+		*left -= size;
+		return false;
+	}
+	*left = exp_interval();
+	return true;
+}
+
+/* emit_small writes a header-only record of the current thread. */
+static __always_inline void emit_small(__u32 kind, __u64 time, __u64 weight)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct rs_hdr h = {
+		.kind = kind,
+		.pid = id >> 32,
+		.tid = (__u32)id,
+		.cpu = bpf_get_smp_processor_id(),
+		.time = time,
+		.weight = weight,
+	};
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), wakeup(sizeof(h))) != 0)
+		count_lost(LOST_RING);
+}
+
+/* alloc_enter samples an allocation call of size bytes: when sampled,
+ * its stack (read at the allocator's entry, so the caller's frame is
+ * whole) goes out at once as an RS_ALLOC record with the size, and the
+ * call waits in alloc_calls for its return. memptr is posix_memalign's
+ * out pointer, 0 for the others. */
+static __always_inline int alloc_enter(struct pt_regs *ctx, __u64 size, __u64 memptr)
+{
+	if (!running || !alloc_rate)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!selected(id >> 32) || !alloc_sampled(size))
+		return 0;
+	__u32 tid = (__u32)id, zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&alloc_scratch, &zero);
+	if (!s)
+		return 0;
+	if (s->busy) {
+		count_lost(LOST_ALLOC);
+		return 0;
+	}
+	s->busy = 1;
+	struct alloc_call c = { .size = size, .memptr = memptr, .time = bpf_ktime_get_ns() };
+	if (bpf_map_update_elem(&alloc_calls, &tid, &c, BPF_ANY) != 0)
+		count_lost(LOST_ALLOC);
+	else
+		emit_in(s, ctx, RS_ALLOC, size, c.time, 0, ctx->sp);
+	s->busy = 0;
+	return 0;
+}
+
+SEC("uprobe")
+int malloc_enter(struct pt_regs *ctx)
+{
+	return alloc_enter(ctx, ctx->di, 0);
+}
+
+SEC("uprobe")
+int calloc_enter(struct pt_regs *ctx)
+{
+	return alloc_enter(ctx, ctx->di * ctx->si, 0);
+}
+
+/* aligned_alloc(alignment, size) */
+SEC("uprobe")
+int aligned_alloc_enter(struct pt_regs *ctx)
+{
+	return alloc_enter(ctx, ctx->si, 0);
+}
+
+/* posix_memalign(void **memptr, size_t alignment, size_t size) */
+SEC("uprobe")
+int posix_memalign_enter(struct pt_regs *ctx)
+{
+	__u64 memptr = ctx->di;
+	return alloc_enter(ctx, ctx->dx, memptr ? memptr : 1);
+}
+
+/* free_block reports the free of a sampled block of the current process. */
+static __always_inline void free_block(__u64 addr)
+{
+	if (!addr)
+		return;
+	struct live_key k = { .tgid = bpf_get_current_pid_tgid() >> 32, .addr = addr };
+	if (bpf_map_delete_elem(&live, &k) == 0)
+		emit_small(RS_FREE, bpf_ktime_get_ns(), addr);
+}
+
+SEC("uprobe")
+int free_enter(struct pt_regs *ctx)
+{
+	if (alloc_rate)
+		free_block(ctx->di);
+	return 0;
+}
+
+/* realloc(ptr, size) frees ptr and allocates size bytes. glibc's
+ * realloc(NULL, size) calls malloc, whose own probe samples it. */
+SEC("uprobe")
+int realloc_enter(struct pt_regs *ctx)
+{
+	if (!alloc_rate)
+		return 0;
+	__u64 ptr = ctx->di, size = ctx->si;
+	if (!ptr)
+		return 0;
+	free_block(ptr);
+	if (size == 0)
+		return 0;
+	return alloc_enter(ctx, size, 0);
+}
+
+/* The return of every allocator function: a sampled call's block goes
+ * into live and out as an RS_ALLOC_RET record (stamped with the call's
+ * time, after its RS_ALLOC in the ring) with its address; 0 when the
+ * call failed or live is full (then the sample is counted lost). */
+SEC("uretprobe")
+int alloc_return(struct pt_regs *ctx)
+{
+	if (!alloc_rate)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct alloc_call *c = bpf_map_lookup_elem(&alloc_calls, &tid);
+	if (!c)
+		return 0;
+	__u64 addr = ctx->ax, size = c->size, time = c->time, memptr = c->memptr;
+	bpf_map_delete_elem(&alloc_calls, &tid);
+	if (memptr) { /* posix_memalign: 0 on success, the block in *memptr */
+		__u64 rc = addr;
+		addr = 0;
+		if (rc == 0 && memptr != 1)
+			bpf_probe_read_user(&addr, sizeof(addr), (void *)memptr);
+	}
+	if (addr) {
+		struct live_key k = { .tgid = id >> 32, .addr = addr };
+		if (bpf_map_update_elem(&live, &k, &size, BPF_ANY) != 0) {
+			count_lost(LOST_ALLOC);
+			addr = 0;
+		}
+	}
+	emit_small(RS_ALLOC_RET, time, addr);
+	return 0;
+}
+
+static __always_inline int emit(void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	return emit_in(s, ctx, kind, weight, now, skip, 0);
 }
 
 /* On CPU: one per-CPU cpu-clock perf event in frequency mode. Returning 0

@@ -29,6 +29,7 @@ enum bpf_map_type {
 };
 
 #define BPF_ANY 0
+#define BPF_F_NO_PREALLOC (1U << 0)
 #define BPF_F_USER_STACK (1ULL << 8)
 /* bpf_ringbuf_output flags and bpf_ringbuf_query's (include/uapi/linux/bpf.h). */
 #define BPF_RB_NO_WAKEUP (1ULL << 0)
