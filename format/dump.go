@@ -66,6 +66,9 @@ func DumpEvent(ev *Event) string {
 		if e.Goroutine != 0 || e.Labels != 0 {
 			s += fmt.Sprintf(" goroutine=%d labels=%d", e.Goroutine, e.Labels)
 		}
+		if e.Python != 0 {
+			s += fmt.Sprintf(" python=%d", e.Python)
+		}
 		return s
 	case KindLabelSet:
 		var b strings.Builder
@@ -110,6 +113,23 @@ func DumpEvent(ev *Event) string {
 	case KindJITUnload:
 		e := ev.JITUnload
 		return fmt.Sprintf("JITUnload t=%d pid=%d addr=%#x size=%#x", e.Time, e.Pid, e.Addr, e.Size)
+	case KindPyCode:
+		e := &ev.PyCode
+		return fmt.Sprintf("PyCode id=%d name=%q file=%q firstline=%d table=%v lines=%x", e.ID, e.Name, e.File, e.FirstLine, e.Table, e.Lines)
+	case KindPyStack:
+		var b strings.Builder
+		fmt.Fprintf(&b, "PyStack id=%d [", ev.PyStack.ID)
+		for i, f := range ev.PyStack.Frames {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%d+%#x", f.Code, f.Offset)
+			if f.Entry {
+				b.WriteString("!")
+			}
+		}
+		b.WriteByte(']')
+		return b.String()
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
 	}

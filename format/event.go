@@ -31,6 +31,8 @@ const (
 	KindLabelSet     Kind = 18  // an interned set of pprof labels (SPEC.md §6.18)
 	KindJITCode      Kind = 20  // code a JIT compiler wrote, with its name (SPEC.md §6.20)
 	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
+	KindPyCode       Kind = 24  // an interned Python code object (SPEC.md §6.24)
+	KindPyStack      Kind = 25  // an interned list of Python frames (SPEC.md §6.25)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
@@ -56,11 +58,13 @@ var kindNames = [...]string{
 	KindJITCode:      "JITCode",
 	KindJITUnload:    "JITUnload",
 	KindLabelSet:     "LabelSet",
+	KindPyCode:       "PyCode",
+	KindPyStack:      "PyStack",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
 // Codes below it that have no name (kindNames) are reserved, not defined.
-const NumKinds = int(KindJITUnload) + 1
+const NumKinds = int(KindPyStack) + 1
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -305,6 +309,9 @@ type Sample struct {
 	// Labels is the interned LabelSet of the goroutine's pprof labels, 0
 	// for none.
 	Labels uint64
+	// Python is the interned PyStack of the thread's Python frames, 0 for
+	// none (SPEC.md §6.10, appended with PyStack).
+	Python uint64
 }
 
 // LabelSet is an interned set of key/value labels (a goroutine's pprof
@@ -442,6 +449,8 @@ type Event struct {
 	JITCode      JITCode
 	JITUnload    JITUnload
 	LabelSet     LabelSet
+	PyCode       PyCode
+	PyStack      PyStack
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
 }
