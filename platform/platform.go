@@ -136,6 +136,11 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
+	// NoPython turns off reading the Python frames of CPython threads
+	// (on by default: each sample of a thread that runs Python code
+	// carries the thread's Python frames, read from the interpreter's
+	// state in the target's memory; package platform/linux/cpython).
+	NoPython bool
 }
 
 // Backend names a sampling mechanism of a back end.
@@ -233,6 +238,12 @@ type Sample struct {
 	Goroutine uint64
 	LabelSet  uint64
 	NewLabels []format.Label
+	// Python holds the thread's Python frames, leaf first (none when
+	// Config.NoPython is set or the thread runs no Python code);
+	// NewPyCodes the code objects they refer to that no earlier sample
+	// did, with ids numbered by the back end from 1.
+	Python     []format.PyFrame
+	NewPyCodes []format.PyCode
 }
 
 // Handler receives a back end's events, in order, from one goroutine.

@@ -202,6 +202,7 @@ type pendingSample struct {
 	stack  uint64   // a Sample's stack id, or 0
 	gen    uint64   // the module generation the stack was seen in
 	pcs    []uint64 // an unwound RawStack's frames (kernel first)
+	python uint64   // a Sample's PyStack id, or 0
 }
 
 type jitStackKey struct {
@@ -280,7 +281,7 @@ func (b *builder) resolvePending() {
 			}
 			cache[k] = locs
 		}
-		b.add(locs, s.weight, s.flags)
+		b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
 		if b.tl != nil {
 			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
 		}

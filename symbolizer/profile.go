@@ -74,6 +74,8 @@ type Sample struct {
 	// goroutine and label set.
 	Goroutine uint64
 	Labels    []format.Label
+
+	python uint64 // the PyStack spliced into Locs after symbolization (python.go)
 }
 
 // Profile is a symbolized profile built from a stream.
@@ -150,6 +152,7 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	if err := b.symbolize(opts); err != nil {
 		return nil, err
 	}
+	b.splicePython()
 	return b.p, nil
 }
 
@@ -179,6 +182,7 @@ type builder struct {
 	opts    *Options
 	raw     *rawUnwinder
 	tl      *timelineBuilder // nil unless Options.Timeline
+	py      pyState          // Python frames (python.go)
 
 	// JIT code (jit.go)
 	jit        jitDB
@@ -236,6 +240,8 @@ func (b *builder) event(ev *format.Event) {
 		b.jit.code(&ev.JITCode)
 	case format.KindJITUnload:
 		b.jit.unload(&ev.JITUnload)
+	case format.KindPyCode, format.KindPyStack:
+		b.pyEvent(ev)
 	}
 }
 
@@ -245,7 +251,7 @@ func (b *builder) sample(s *format.Sample) {
 	if s.Stack != 0 {
 		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
 		if b.deferStack(k, b.stacks[s.Stack], s.Time) {
-			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen})
+			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen, python: s.Python})
 			return
 		}
 		var ok bool
@@ -261,7 +267,7 @@ func (b *builder) sample(s *format.Sample) {
 			b.norm[k] = locs
 		}
 	}
-	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels)
+	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels, s.Python)
 	if b.tl != nil {
 		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs)
 	}
@@ -269,24 +275,25 @@ func (b *builder) sample(s *format.Sample) {
 
 // add aggregates one sample with the given locations.
 func (b *builder) add(locs []int, weight uint64, flags format.SampleFlags) {
-	b.addGo(locs, weight, flags, 0, 0)
+	b.addGo(locs, weight, flags, 0, 0, 0)
 }
 
 // addGo aggregates one sample with the given locations, goroutine and
-// label set.
-func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels uint64) {
+// label set, and Python stack (spliced in after symbolization).
+func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels, python uint64) {
 	// The length first, so what follows the locations is unambiguous.
 	b.keyBuf = binary.AppendUvarint(b.keyBuf[:0], uint64(len(locs)))
 	for _, l := range locs {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, uint64(l))
 	}
-	if goid != 0 || labels != 0 {
+	if goid != 0 || labels != 0 || python != 0 {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, goid)
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, labels)
+		b.keyBuf = binary.AppendUvarint(b.keyBuf, python)
 	}
 	agg := b.samples[string(b.keyBuf)]
 	if agg == nil {
-		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels]}
+		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels], python: python}
 		b.samples[string(b.keyBuf)] = agg
 		b.p.Samples = append(b.p.Samples, agg)
 	}

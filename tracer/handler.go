@@ -95,9 +95,13 @@ func (h *handler) Sample(s *platform.Sample) {
 		t.labelSets = append(t.labelSets, s.NewLabels)
 		t.w.WriteLabelSet(s.LabelSet, s.NewLabels)
 	}
+	var py uint64
+	if len(s.Python) > 0 {
+		py = t.python.intern(t.w, s.NewPyCodes, s.Python)
+	}
 	t.inChunk++
 	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags,
-		Goroutine: s.Goroutine, Labels: s.LabelSet})
+		Goroutine: s.Goroutine, Labels: s.LabelSet, Python: py})
 	t.mu.Unlock()
 }
 

@@ -203,6 +203,7 @@ type Tracer struct {
 	// labelSets are the goroutine label sets written so far, by id-1
 	// (the back end numbers them from 1), replayed on hot join.
 	labelSets [][]format.Label
+	python    pyTable // Python code objects and stacks written so far
 	procs     map[uint32]format.Process
 	threads   map[uint32]threadState
 	modules   map[uint64]format.ModuleLoad
@@ -522,6 +523,7 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	for i, ls := range t.labelSets {
 		w.WriteLabelSet(uint64(i+1), ls)
 	}
+	t.python.replay(w)
 	w.Close()
 	return buf.b
 }

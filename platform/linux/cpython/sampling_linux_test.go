@@ -1,0 +1,124 @@
+//go:build linux
+
+package cpython
+
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
+)
+
+// versions are the interpreters the tests read: pyenv's 3.11 to 3.13 and
+// Debian's 3.11 (a static, stripped, non-PIE executable).
+var versions = []string{"3.11", "3.12", "3.13", "debian3.11"}
+
+// startSpin runs testdata/spin.py with python until the test ends and
+// returns it once the program has printed its oracle lines (leaf first,
+// "name:line" each) and "ready".
+func startSpin(t *testing.T, python string) (*exec.Cmd, [][]string) {
+	t.Helper()
+	cmd := exec.Command(python, filepath.Join("testdata", "spin.py"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var oracle [][]string
+	done := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "ready" {
+				done <- nil
+				go io.Copy(io.Discard, out)
+				return
+			}
+			if rest, ok := strings.CutPrefix(line, "oracle "); ok {
+				oracle = append(oracle, strings.Fields(rest))
+			}
+		}
+		done <- io.ErrUnexpectedEOF
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s spin.py ended before it was ready", python)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s spin.py not ready after 30s", python)
+	}
+	return cmd, oracle
+}
+
+// TestFramesOfSpinningThread reads the main thread of spin.py from
+// outside and holds its frames to the program's own view of itself
+// (sys._current_frames): the same functions in the same order, leaf
+// first, the outermost one an entry frame.
+func TestFramesOfSpinningThread(t *testing.T) {
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			cmd, oracle := startSpin(t, testbuild.Python(t, v))
+			pid := uint32(cmd.Process.Pid)
+			s := NewSampling()
+			if !s.AttachMaps(pid) {
+				t.Fatalf("no interpreter found in pid %d: %v", pid, s.Errors())
+			}
+			var want []string
+			for _, f := range oracle[len(oracle)-1] {
+				want = append(want, f[:strings.LastIndexByte(f, ':')])
+			}
+			codes := map[uint64]format.PyCode{}
+			good := 0
+			const n = 200
+			for i := 0; i < n; i++ {
+				frames, fresh := s.Frames(pid, pid, time.Now().UnixNano())
+				for _, c := range fresh {
+					codes[c.ID] = c
+				}
+				var got []string
+				for _, f := range frames {
+					c, ok := codes[f.Code]
+					if !ok {
+						t.Fatalf("frame refers to code %d, never reported", f.Code)
+					}
+					got = append(got, c.Name)
+				}
+				if strings.Join(got, " ") == strings.Join(want, " ") {
+					good++
+					if !frames[len(frames)-1].Entry {
+						t.Errorf("the outermost frame (%s) is not an entry frame", want[len(want)-1])
+					}
+				} else if i < 3 {
+					t.Logf("sample %d: %v, want %v", i, got, want)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			st := s.Stats()
+			t.Logf("%d/%d reads gave the oracle's chain %v; stats %+v", good, n, want, st)
+			if good < n*95/100 {
+				t.Errorf("%d/%d reads gave the chain %v", good, n, want)
+			}
+			for _, c := range codes {
+				if c.Name == "gamma_py" && (!strings.HasSuffix(c.File, "spin.py") || c.FirstLine != 11 || c.Table != format.PyLineTableLocations || len(c.Lines) == 0) {
+					t.Errorf("gamma_py's code object: %+v", c)
+				}
+			}
+			// The sleeping thread has its own chain; a thread with no
+			// thread state has none.
+			if frames, _ := s.Frames(pid, 1, time.Now().UnixNano()); len(frames) != 0 {
+				t.Errorf("tid 1 (not a thread of the process) got %d frames", len(frames))
+			}
+		})
+	}
+}

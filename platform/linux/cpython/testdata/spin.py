@@ -1,0 +1,49 @@
+# The fixture of rawstack's Python frame tests: the main thread spins in
+# alpha_py -> beta_py -> gamma_py; a second thread sleeps in
+# epsilon_py -> delta_py. It prints its own view of the main thread's
+# stack (sys._current_frames, the oracle) as lines "oracle NAME:LINE ...",
+# leaf first, then "ready", and runs until killed.
+import sys
+import threading
+import time
+
+
+def gamma_py(n):
+    x = 0
+    while True:
+        x += n
+
+
+def beta_py(n):
+    gamma_py(n + 1)
+
+
+def alpha_py():
+    beta_py(1)
+
+
+def delta_py():
+    while True:
+        time.sleep(60)
+
+
+def epsilon_py():
+    delta_py()
+
+
+def oracle(main):
+    for _ in range(10):
+        time.sleep(0.02)
+        f = sys._current_frames()[main]
+        chain = []
+        while f is not None:
+            chain.append("%s:%d" % (f.f_code.co_name, f.f_lineno))
+            f = f.f_back
+        print("oracle " + " ".join(chain), flush=True)
+    print("ready", flush=True)
+
+
+if __name__ == "__main__":
+    threading.Thread(target=epsilon_py, name="sleeper", daemon=True).start()
+    threading.Thread(target=oracle, args=(threading.get_ident(),), daemon=True).start()
+    alpha_py()
