@@ -2,7 +2,10 @@
 # alpha_py -> beta_py -> gamma_py; a second thread sleeps in
 # epsilon_py -> delta_py. It prints its own view of the main thread's
 # stack (sys._current_frames, the oracle) as lines "oracle NAME:LINE ...",
-# leaf first, then "ready", and runs until killed.
+# leaf first, the lines the line table of gamma_py holds (co_lines) as
+# "lines gamma_py N N ...", then "ready", and runs until killed, or for as many
+# seconds as its argument says.
+import os
 import sys
 import threading
 import time
@@ -32,18 +35,28 @@ def epsilon_py():
 
 
 def oracle(main):
-    for _ in range(10):
-        time.sleep(0.02)
+    for _ in range(40):
+        time.sleep(0.005)
         f = sys._current_frames()[main]
         chain = []
         while f is not None:
             chain.append("%s:%d" % (f.f_code.co_name, f.f_lineno))
             f = f.f_back
         print("oracle " + " ".join(chain), flush=True)
+    lines = sorted(set(l for _, _, l in gamma_py.__code__.co_lines() if l is not None))
+    print("lines gamma_py " + " ".join(str(l) for l in lines), flush=True)
     print("ready", flush=True)
 
 
+def stop(seconds):
+    time.sleep(seconds)
+    sys.stdout.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and float(sys.argv[1]) > 0:
+        threading.Thread(target=stop, args=(float(sys.argv[1]),), daemon=True).start()
     threading.Thread(target=epsilon_py, name="sleeper", daemon=True).start()
     threading.Thread(target=oracle, args=(threading.get_ident(),), daemon=True).start()
     alpha_py()

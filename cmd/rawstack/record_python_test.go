@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform/linux"
+)
+
+// TestRecordPython records platform/linux/cpython/testdata/spin.py, whose
+// main thread spins in alpha_py → beta_py → gamma_py, with each CPython
+// this machine has and each unwind mode, as a new user would: `rawstack
+// record -- python spin.py`, no flag. Of the samples taken in the
+// interpreter (a _PyEval_EvalFrameDefault frame), at least 85% must read
+// …;_PyEval_EvalFrameDefault;…alpha_py;beta_py;gamma_py in folded output,
+// and pprof must give gamma_py spin.py, lines its line table holds
+// (co_lines, printed by the program) and every line the program's own
+// traceback (sys._current_frames) gave it. (The traceback is no oracle
+// for shares of lines: another thread sees the spinning one only where
+// it drops the GIL, at the loop's backward jump.)
+func TestRecordPython(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	for _, v := range []string{"3.11", "3.12", "3.13", "debian3.11"} {
+		for _, mode := range []string{"fp", "dwarf", "auto"} {
+			t.Run(v+"/"+mode, func(t *testing.T) {
+				python := testbuild.Python(t, v)
+				dir := t.TempDir()
+				trace, oracle := filepath.Join(dir, "t.rawstack"), filepath.Join(dir, "oracle")
+				var stdout, stderr bytes.Buffer
+				sh := "exec " + shellQuote(python) + " " + shellQuote(spin) + " 1.5 > " + shellQuote(oracle)
+				if code := run([]string{"record", "-q", "-o", trace, "-F", "999", "--unwind", mode, "--", "/bin/sh", "-c", sh}, &stdout, &stderr); code != 0 {
+					t.Fatalf("record exited %d: %s", code, stderr.String())
+				}
+				gammaLines := oracleLines(t, oracle, "gamma_py")
+				tableLines := tableLines(t, oracle, "gamma_py")
+
+				stdout.Reset()
+				if code := run([]string{"convert", trace, "--to", "folded", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
+					t.Fatalf("convert exited %d: %s", code, stderr.String())
+				}
+				var interp, chain int64
+				sc := bufio.NewScanner(&stdout)
+				sc.Buffer(make([]byte, 1<<20), 1<<24)
+				example := ""
+				for sc.Scan() {
+					line := sc.Text()
+					sp := strings.LastIndexByte(line, ' ')
+					n, _ := strconv.ParseInt(line[sp+1:], 10, 64)
+					stack := line[:sp]
+					if !strings.Contains(stack, "_PyEval_EvalFrameDefault") {
+						continue
+					}
+					interp += n
+					i := strings.Index(stack, "_PyEval_EvalFrameDefault;")
+					if i >= 0 && strings.Contains(stack[i:], "alpha_py;beta_py;gamma_py") {
+						chain += n
+					} else if example == "" {
+						example = stack
+					}
+				}
+				if interp == 0 {
+					t.Fatalf("no sample in _PyEval_EvalFrameDefault:\n%s", stdout.String())
+				}
+				share := float64(chain) / float64(interp)
+				t.Logf("%s %s: %d/%d samples in the interpreter (%.1f%%) read …_PyEval_EvalFrameDefault…alpha_py;beta_py;gamma_py", v, mode, chain, interp, 100*share)
+				if share < 0.85 {
+					t.Errorf("only %.1f%% of the interpreter's samples show the chain; one that does not: %s", 100*share, example)
+				}
+
+				prof := filepath.Join(dir, "t.pb.gz")
+				if code := run([]string{"convert", trace, "--to", "pprof", "-o", prof, "--no-debuginfod"}, &stdout, &stderr); code != 0 {
+					t.Fatalf("convert exited %d: %s", code, stderr.String())
+				}
+				f, err := os.Open(prof)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				p, err := profile.Parse(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				perLine := map[int64]int64{}
+				for _, s := range p.Sample {
+					if len(s.Location) == 0 {
+						continue
+					}
+					for _, loc := range s.Location {
+						for _, ln := range loc.Line {
+							if ln.Function.Name == "gamma_py" {
+								if !strings.HasSuffix(ln.Function.Filename, "spin.py") {
+									t.Fatalf("gamma_py in file %q", ln.Function.Filename)
+								}
+								perLine[ln.Line] += s.Value[0]
+							}
+						}
+					}
+				}
+				t.Logf("gamma_py's samples by line: %v; the traceback's lines: %v; the line table's: %v", perLine, gammaLines, tableLines)
+				for l := range perLine {
+					if !tableLines[l] {
+						t.Errorf("pprof gives gamma_py line %d, which its line table does not hold (%v)", l, tableLines)
+					}
+				}
+				for l := range gammaLines {
+					if perLine[l] == 0 {
+						t.Errorf("the traceback put gamma_py on line %d, pprof never does (%v)", l, perLine)
+					}
+				}
+			})
+		}
+	}
+}
+
+// tableLines returns the lines gamma_py's line table holds, as the
+// program printed them ("lines gamma_py 13 14 15 16").
+func tableLines(t *testing.T, path, fn string) map[int64]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[int64]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "lines "+fn+" "); ok {
+			for _, f := range strings.Fields(rest) {
+				n, _ := strconv.ParseInt(f, 10, 64)
+				lines[n] = true
+			}
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("%s: the program printed no line table of %s", path, fn)
+	}
+	return lines
+}
+
+// oracleLines returns the lines the program's own traceback gave fn.
+func oracleLines(t *testing.T, path, fn string) map[int64]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[int64]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, "oracle ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)[0] // the leaf
+		if name, ln, ok := strings.Cut(f, ":"); ok && name == fn {
+			n, _ := strconv.ParseInt(ln, 10, 64)
+			lines[n] = true
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("%s: the program printed no traceback of %s:\n%s", path, fn, b)
+	}
+	return lines
+}
