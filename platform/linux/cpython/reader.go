@@ -44,11 +44,14 @@ type Stats struct {
 // processes' memory. It is used from one goroutine.
 type Reader struct {
 	read  func(pid uint32, addr uint64, buf []byte) bool
+	read2 func(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int
 	procs map[uint32]*proc
 	ids   map[string]uint64 // code contents → PyCode id
 	Stats Stats
 
 	buf    [512]byte
+	frame  [256]byte
+	pair   [768]byte
 	frames []format.PyFrame
 	fresh  []format.PyCode
 	seen   [MaxDepth]uint64
@@ -80,9 +83,12 @@ type codeEntry struct {
 }
 
 // NewReader returns a Reader that reads target memory with read, which
-// must fail (return false) rather than fault on a bad address.
-func NewReader(read func(pid uint32, addr uint64, buf []byte) bool) *Reader {
-	return &Reader{read: read, procs: map[uint32]*proc{}, ids: map[string]uint64{},
+// must fail (return false) rather than fault on a bad address, and with
+// read2, which reads n1 bytes at a1 then n2 at a2 (n2 may be 0) into
+// buf[:n1+n2] in one go and returns how many bytes it read, stopping at
+// the first range it cannot read.
+func NewReader(read func(pid uint32, addr uint64, buf []byte) bool, read2 func(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int) *Reader {
+	return &Reader{read: read, read2: read2, procs: map[uint32]*proc{}, ids: map[string]uint64{},
 		frames: make([]format.PyFrame, 0, MaxDepth), key: make([]byte, 0, 256)}
 }
 
@@ -187,8 +193,15 @@ func (r *Reader) find(pid, tid uint32, p *proc, l *layout) uint64 {
 	return 0
 }
 
-// walk follows the chain from frame, appending validated frames.
+// walk follows the chain from frame, appending validated frames. Each
+// frame after the first costs one read: its code object's header and the
+// previous frame are read together.
 func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
+	fb := r.frame[:l.frSpan]
+	if !r.read(pid, frame, fb) {
+		r.Stats.Cut[CutRead]++
+		return
+	}
 	depth := 0
 	for frame != 0 {
 		if depth == MaxDepth {
@@ -203,22 +216,34 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 		}
 		r.seen[depth] = frame
 		depth++
-		fb := r.buf[:l.frSpan]
-		if !r.read(pid, frame, fb) {
-			r.Stats.Cut[CutRead]++
-			return
-		}
 		prev := le64(fb, l.frPrevious)
 		if fb[l.frOwner] == ownedByCStack && l.frIsEntry == 0 {
 			if n := len(r.frames); n > 0 {
 				r.frames[n-1].Entry = true
 			}
 			frame = prev
+			if frame != 0 && !r.read(pid, frame, fb) {
+				r.Stats.Cut[CutRead]++
+				return
+			}
 			continue
 		}
 		code, instr := le64(fb, l.frCode), le64(fb, l.frInstr)
 		entry := l.frIsEntry != 0 && fb[l.frIsEntry] != 0
-		id, units, cut := r.code(pid, p, l, code)
+		next := l.frSpan
+		if prev == 0 {
+			next = 0
+		}
+		pair := r.pair[:l.coSpan+next]
+		n := 0
+		if code != 0 {
+			n = r.read2(pid, code, int(l.coSpan), prev, int(next), pair)
+		}
+		if n < int(l.coSpan) {
+			r.Stats.Cut[CutRead]++
+			return
+		}
+		id, units, cut := r.code(pid, p, l, code, pair[:l.coSpan])
 		if cut >= 0 {
 			r.Stats.Cut[cut]++
 			return
@@ -239,17 +264,20 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 		}
 		r.frames = append(r.frames, format.PyFrame{Code: id, Offset: uint32(off), Entry: entry})
 		frame = prev
+		if frame != 0 {
+			if n < len(pair) {
+				r.Stats.Cut[CutRead]++
+				return
+			}
+			copy(fb, pair[l.coSpan:])
+		}
 	}
 }
 
 // code returns the PyCode id and size in code units of the code object at
-// addr, reading and interning it when it is new; cut is the reason it
+// addr, whose header cb holds, reading and interning it when it is new; cut is the reason it
 // failed, or -1.
-func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64) (id, units uint64, cut int) {
-	cb := r.buf[:l.coSpan]
-	if addr == 0 || !r.read(pid, addr, cb) {
-		return 0, 0, CutRead
-	}
+func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64, cb []byte) (id, units uint64, cut int) {
 	if le64(cb, 8) != p.codeType { // PyObject.ob_type
 		return 0, 0, CutCodeType
 	}

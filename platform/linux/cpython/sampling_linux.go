@@ -18,7 +18,7 @@ import (
 // in the modules a process maps and reads each sample's frames.
 type Sampling struct {
 	r     *Reader
-	iov   [1]sys.RemoteIovec
+	iov   [2]sys.RemoteIovec
 	files map[string]fileResult
 	errs  []error
 }
@@ -31,7 +31,7 @@ type fileResult struct {
 // NewSampling returns a Sampling that reads with process_vm_readv.
 func NewSampling() *Sampling {
 	s := &Sampling{files: map[string]fileResult{}}
-	s.r = NewReader(s.read)
+	s.r = NewReader(s.read, s.read2)
 	return s
 }
 
@@ -39,8 +39,23 @@ func NewSampling() *Sampling {
 // fails the call instead of faulting.
 func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool {
 	s.iov[0] = sys.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
-	n, err := sys.ProcessVMRead(int(pid), buf, s.iov[:])
+	n, err := sys.ProcessVMRead(int(pid), buf, s.iov[:1])
 	return err == nil && n == len(buf)
+}
+
+// read2 reads two ranges with one process_vm_readv.
+func (s *Sampling) read2(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int {
+	s.iov[0] = sys.RemoteIovec{Base: uintptr(a1), Len: n1}
+	k := 1
+	if n2 > 0 {
+		s.iov[1] = sys.RemoteIovec{Base: uintptr(a2), Len: n2}
+		k = 2
+	}
+	n, err := sys.ProcessVMRead(int(pid), buf[:n1+n2], s.iov[:k])
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // ModuleLoaded looks for an interpreter in the executable mapping

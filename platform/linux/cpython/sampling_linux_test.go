@@ -23,7 +23,7 @@ var versions = []string{"3.11", "3.12", "3.13", "debian3.11"}
 // startSpin runs testdata/spin.py with python until the test ends and
 // returns it once the program has printed its oracle lines (leaf first,
 // "name:line" each) and "ready".
-func startSpin(t *testing.T, python string) (*exec.Cmd, [][]string) {
+func startSpin(t testing.TB, python string) (*exec.Cmd, [][]string) {
 	t.Helper()
 	cmd := exec.Command(python, filepath.Join("testdata", "spin.py"))
 	out, err := cmd.StdoutPipe()
@@ -127,4 +127,46 @@ func TestFramesOfSpinningThread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFramesAllocationFree: once its code objects are known, a sample's
+// read allocates nothing.
+func TestFramesAllocationFree(t *testing.T) {
+	cmd, _ := startSpin(t, testbuild.Python(t, "3.12"))
+	pid := uint32(cmd.Process.Pid)
+	s := NewSampling()
+	if !s.AttachMaps(pid) {
+		t.Fatalf("no interpreter in pid %d: %v", pid, s.Errors())
+	}
+	for i := 0; i < 10; i++ {
+		s.Frames(pid, pid, 1)
+	}
+	var n int
+	allocs := testing.AllocsPerRun(200, func() {
+		frames, _ := s.Frames(pid, pid, 1)
+		n = len(frames)
+	})
+	if n < 4 || allocs != 0 {
+		t.Fatalf("%d frames, %.1f allocations per read", n, allocs)
+	}
+}
+
+// BenchmarkFrames measures one sample's read of spin.py's main thread
+// (four frames) with process_vm_readv.
+func BenchmarkFrames(b *testing.B) {
+	cmd, _ := startSpin(b, testbuild.Python(b, "3.12"))
+	pid := uint32(cmd.Process.Pid)
+	s := NewSampling()
+	if !s.AttachMaps(pid) {
+		b.Fatalf("no interpreter in pid %d: %v", pid, s.Errors())
+	}
+	s.Frames(pid, pid, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	frames := 0
+	for i := 0; i < b.N; i++ {
+		f, _ := s.Frames(pid, pid, 1)
+		frames += len(f)
+	}
+	b.ReportMetric(float64(frames)/float64(b.N), "frames/op")
 }
