@@ -10,5 +10,5 @@ func (o *Options) config() platform.Config {
 	return platform.Config{Pid: o.Pid, Frequency: o.Frequency, NoKernel: o.NoKernel,
 		Unwind: o.Unwind, StackSize: o.StackSize, KeepRaw: o.KeepRaw,
 		Backend: o.Backend, System: o.System, OffCPU: o.OffCPU,
-		NoJIT: o.NoJIT, JITCodeBytes: o.JITCodeBytes, Goroutines: o.Goroutines}
+		NoJIT: o.NoJIT, JITCodeBytes: o.JITCodeBytes, Goroutines: o.Goroutines, NoPython: o.NoPython}
 }

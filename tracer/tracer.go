@@ -104,6 +104,9 @@ type Options struct {
 	// record (24 bytes); the DWARF modes sample them already. RawStack
 	// events (KeepRaw) carry no goroutine.
 	Goroutines bool
+	// NoPython turns off reading the Python frames of CPython threads
+	// (platform.Config.NoPython; on by default on Linux).
+	NoPython bool
 	// NoJIT turns off recording the code JIT runtimes publish in perf
 	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
 	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their

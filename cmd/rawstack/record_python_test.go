@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 )
@@ -167,4 +168,23 @@ func oracleLines(t *testing.T, path, fn string) map[int64]bool {
 		t.Fatalf("%s: the program printed no traceback of %s:\n%s", path, fn, b)
 	}
 	return lines
+}
+
+// TestRecordNoPython: --no-python records native stacks only.
+func TestRecordNoPython(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	python := testbuild.Python(t, "3.12")
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	trace := filepath.Join(t.TempDir(), "t.rawstack")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"record", "-q", "--no-python", "-o", trace, "--", python, spin, "0.5"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	if n := countKinds(t, trace)[format.KindPyStack]; n != 0 {
+		t.Errorf("--no-python wrote %d PyStack events", n)
+	}
+	share, all := foldedShare(t, trace, "_PyEval_EvalFrameDefault")
+	if py, _ := foldedShare(t, trace, "gamma_py"); py != 0 || share == 0 {
+		t.Errorf("--no-python: %.0f%% of %d samples name gamma_py, %.0f%% the interpreter", 100*py, all, 100*share)
+	}
 }
