@@ -18,7 +18,8 @@ import (
 
 // TestRecordPython records platform/linux/cpython/testdata/spin.py, whose
 // main thread spins in alpha_py → beta_py → gamma_py, with each CPython
-// this machine has and each unwind mode, as a new user would: `rawstack
+// this machine has, each unwind mode of the perf back end and the eBPF
+// back end, as a new user would: `rawstack
 // record -- python spin.py`, no flag. Of the samples taken in the
 // interpreter (a _PyEval_EvalFrameDefault frame), at least 85% must read
 // …;_PyEval_EvalFrameDefault;…alpha_py;beta_py;gamma_py in folded output,
@@ -31,14 +32,19 @@ func TestRecordPython(t *testing.T) {
 	testbuild.Feature(t, linux.Probe())
 	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
 	for _, v := range []string{"3.11", "3.12", "3.13", "debian3.11"} {
-		for _, mode := range []string{"fp", "dwarf", "auto"} {
+		for _, mode := range []string{"fp", "dwarf", "auto", "ebpf"} {
 			t.Run(v+"/"+mode, func(t *testing.T) {
+				flags := []string{"--unwind", mode}
+				if mode == "ebpf" {
+					testbuild.Feature(t, linux.ProbeBPF())
+					flags = []string{"--backend", "ebpf"} // dwarf: a stack window unwound with CFI
+				}
 				python := testbuild.Python(t, v)
 				dir := t.TempDir()
 				trace, oracle := filepath.Join(dir, "t.rawstack"), filepath.Join(dir, "oracle")
 				var stdout, stderr bytes.Buffer
 				sh := "exec " + shellQuote(python) + " " + shellQuote(spin) + " 1.5 > " + shellQuote(oracle)
-				if code := run([]string{"record", "-q", "-o", trace, "-F", "999", "--unwind", mode, "--", "/bin/sh", "-c", sh}, &stdout, &stderr); code != 0 {
+				if code := run(append(append([]string{"record", "-q", "-o", trace, "-F", "999"}, flags...), "--", "/bin/sh", "-c", sh), &stdout, &stderr); code != 0 {
 					t.Fatalf("record exited %d: %s", code, stderr.String())
 				}
 				gammaLines := oracleLines(t, oracle, "gamma_py")
