@@ -170,3 +170,56 @@ func BenchmarkFrames(b *testing.B) {
 	}
 	b.ReportMetric(float64(frames)/float64(b.N), "frames/op")
 }
+
+// TestFramesOfMovingTarget reads a thread whose stack grows and shrinks
+// under the reader, past MaxDepth, while code objects come and go: every
+// frame read is one of the program's functions, chains stop at the cap,
+// and the reader neither fails nor hangs.
+func TestFramesOfMovingTarget(t *testing.T) {
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			python := testbuild.Python(t, v)
+			cmd := exec.Command(python, filepath.Join("testdata", "churn.py"))
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+				t.Fatalf("churn.py: %q %v", line, err)
+			}
+			pid := uint32(cmd.Process.Pid)
+			s := NewSampling()
+			if !s.AttachMaps(pid) {
+				t.Fatalf("no interpreter in pid %d: %v", pid, s.Errors())
+			}
+			names := map[uint64]string{}
+			known := map[string]bool{"rec_a": true, "rec_b": true, "<module>": true, "randint": true, "randrange": true, "_randbelow_with_getrandbits": true, "_randbelow": true}
+			deepest, reads := 0, 0
+			deadline := time.Now().Add(time.Second)
+			for ; time.Now().Before(deadline); reads++ {
+				frames, fresh := s.Frames(pid, pid, time.Now().UnixNano())
+				for _, c := range fresh {
+					names[c.ID] = c.Name
+				}
+				if len(frames) > MaxDepth {
+					t.Fatalf("%d frames, past the cap of %d", len(frames), MaxDepth)
+				}
+				deepest = max(deepest, len(frames))
+				for _, f := range frames {
+					if n := names[f.Code]; !known[n] && !strings.HasPrefix(n, "fresh_") && !strings.HasPrefix(n, "Random.") {
+						t.Fatalf("a frame of code %q, not a function of churn.py", n)
+					}
+				}
+			}
+			st := s.Stats()
+			t.Logf("%d reads, deepest chain %d, stats %+v", reads, deepest, st)
+			if st.Stacks == 0 || st.Cut[CutDepth] == 0 {
+				t.Errorf("no chain read, or none cut at the depth cap: %+v", st)
+			}
+		})
+	}
+}
