@@ -287,4 +287,11 @@ type Stats struct {
 	// rate).
 	AskedHz            int
 	AchievedHz, TickHz float64
+
+	// PythonSamples counts the samples given Python frames
+	// (Config.NoPython unset), PythonCut the chains cut short by a check
+	// (a frame that moved mid-read, the depth cap); PythonWarning names
+	// the interpreters found but not read (an unknown version), "" if none.
+	PythonSamples, PythonCut uint64
+	PythonWarning            string
 }

@@ -168,6 +168,11 @@ type Stats struct {
 	// per second it managed; both are 0 elsewhere.
 	AskedHz            int
 	AchievedHz, TickHz float64
+	// PythonSamples counts the samples that carry Python frames,
+	// PythonCut the Python chains cut short by a check (counted, never
+	// filled in); PythonWarning names interpreters found but not read.
+	PythonSamples, PythonCut uint64
+	PythonWarning            string
 }
 
 // backend is what a per-OS back end provides.
@@ -432,6 +437,10 @@ func (t *Tracer) Stats() Stats {
 		AskedHz:      bs.AskedHz,
 		AchievedHz:   bs.AchievedHz,
 		TickHz:       bs.TickHz,
+
+		PythonSamples: bs.PythonSamples,
+		PythonCut:     bs.PythonCut,
+		PythonWarning: bs.PythonWarning,
 	}
 }
 

@@ -194,3 +194,21 @@ func TestRecordNoPython(t *testing.T) {
 		t.Errorf("--no-python: %.0f%% of %d samples name gamma_py, %.0f%% the interpreter", 100*py, all, 100*share)
 	}
 }
+
+// TestRecordPythonUnknownVersion: a CPython whose layout rawstack does
+// not know (3.10) is recorded with native stacks and one warning.
+func TestRecordPythonUnknownVersion(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	python := testbuild.Python(t, "3.10")
+	trace := filepath.Join(t.TempDir(), "t.rawstack")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"record", "-q", "-o", trace, "--", python, "-c", "sum(range(10**7))"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "warning: Python frames not recorded"); n != 1 || !strings.Contains(stderr.String(), "CPython 3.10") {
+		t.Errorf("record's output has %d warnings, want one naming CPython 3.10:\n%s", n, stderr.String())
+	}
+	if n := countKinds(t, trace)[format.KindPyStack]; n != 0 {
+		t.Errorf("%d PyStack events for CPython 3.10", n)
+	}
+}

@@ -126,6 +126,12 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
+	if st.PythonSamples > 0 || st.PythonCut > 0 {
+		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames (%d Python chains cut short by a check)\n", st.PythonSamples, st.PythonCut)
+	}
+	if st.PythonWarning != "" {
+		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)
+	}
 	if st.Suspensions > 0 {
 		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v (%v in all); %d idle thread-ticks skipped\n",
 			st.Suspensions, st.SuspendP50, st.SuspendP99, st.SuspendMax, st.SuspendTotal, st.IdleSkips)

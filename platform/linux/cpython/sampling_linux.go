@@ -110,6 +110,15 @@ func (s *Sampling) Forget(pid uint32) { s.r.Forget(pid) }
 // Stats returns the running counts.
 func (s *Sampling) Stats() Stats { return s.r.Stats }
 
+// Cut returns how many chains were cut, for every reason.
+func (s *Sampling) Cut() uint64 {
+	var n uint64
+	for _, c := range s.r.Stats.Cut {
+		n += c
+	}
+	return n
+}
+
 // Errors returns the interpreters found but not read (unknown versions),
 // one per file.
 func (s *Sampling) Errors() []error { return s.errs }

@@ -79,6 +79,9 @@ type Tracker struct {
 	jit       *jit.Tracker
 	gos       *goruntime.Sampling // Config.Goroutines
 	py        *cpython.Sampling   // nil with Config.NoPython
+	pySamples atomic.Uint64
+	pyCut     atomic.Uint64
+	pyWarning atomic.Pointer[string]
 }
 
 type procState struct {
@@ -231,7 +234,12 @@ func (s *Tracker) ExitErr() error {
 
 // Stats returns the running totals.
 func (s *Tracker) Stats() platform.Stats {
-	return platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load()}
+	st := platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load(),
+		PythonSamples: s.pySamples.Load(), PythonCut: s.pyCut.Load()}
+	if w := s.pyWarning.Load(); w != nil {
+		st.PythonWarning = *w
+	}
+	return st
 }
 
 var (
@@ -383,7 +391,18 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
 	s.h.ModuleLoad(&ml)
 	if s.py != nil && ml.Kind == format.ModuleELF {
-		s.py.ModuleLoaded(pid, path, start, off)
+		s.pyLoaded(pid, path, start, off)
+	}
+}
+
+// pyLoaded looks for an interpreter in a module of pid and keeps the
+// warnings about those it cannot read where Stats finds them.
+func (s *Tracker) pyLoaded(pid uint32, path string, start, off uint64) {
+	n := len(s.py.Errors())
+	s.py.ModuleLoaded(pid, path, start, off)
+	if errs := s.py.Errors(); len(errs) > n {
+		w := errors.Join(errs...).Error()
+		s.pyWarning.Store(&w)
 	}
 }
 
@@ -696,6 +715,10 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	sm.Python, sm.NewPyCodes = nil, nil
 	if s.py != nil && sm.Flags&format.SampleOffCPU == 0 {
 		sm.Python, sm.NewPyCodes = s.py.Frames(r.Pid, r.Tid, int64(r.Time))
+		if len(sm.Python) > 0 {
+			s.pySamples.Add(1)
+		}
+		s.pyCut.Store(s.py.Cut())
 	}
 	return s.uw == nil || s.uw.sample(s, r, sm)
 }
@@ -709,7 +732,7 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: m.start, end: m.end, ml: &ml})
 	s.h.ModuleLoad(&ml)
 	if s.py != nil && ml.Kind == format.ModuleELF {
-		s.py.ModuleLoaded(to, ml.Path, ml.Base, ml.FileOffset)
+		s.pyLoaded(to, ml.Path, ml.Base, ml.FileOffset)
 	}
 }
 
