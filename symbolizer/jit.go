@@ -267,7 +267,7 @@ func (b *builder) resolvePending() {
 			}
 			b.add(locs, s.weight, s.flags)
 			if b.tl != nil {
-				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
+				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, 0)
 			}
 			continue
 		}
@@ -283,7 +283,7 @@ func (b *builder) resolvePending() {
 		}
 		b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
 		if b.tl != nil {
-			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
+			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
 		}
 	}
 	b.pending = nil

@@ -269,7 +269,7 @@ func (b *builder) sample(s *format.Sample) {
 	}
 	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels, s.Python)
 	if b.tl != nil {
-		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs)
+		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs, s.Python)
 	}
 }
 

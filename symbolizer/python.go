@@ -77,50 +77,81 @@ func (b *builder) pyLoc(f format.PyFrame) int {
 }
 
 // splicePython puts each sample's Python frames into its native stack,
-// once the native locations are symbolized. The Python frames, leaf
+// once the native locations are symbolized, in the profile's samples and
+// in the timeline's.
+func (b *builder) splicePython() {
+	if len(b.py.stacks) == 0 {
+		return
+	}
+	type key struct {
+		python uint64
+		locs   *int
+		n      int
+	}
+	cache := map[key][]int{}
+	splice := func(locs []int, python uint64) []int {
+		if python == 0 {
+			return locs
+		}
+		k := key{python: python, n: len(locs)}
+		if len(locs) > 0 {
+			k.locs = &locs[0]
+		}
+		out, ok := cache[k]
+		if !ok {
+			out = b.splice(locs, b.py.stacks[python])
+			cache[k] = out
+		}
+		return out
+	}
+	for _, s := range b.p.Samples {
+		s.Locs = splice(s.Locs, s.python)
+	}
+	if b.p.Timeline != nil {
+		for _, th := range b.p.Timeline.Threads {
+			for i := range th.Samples {
+				ts := &th.Samples[i]
+				ts.Locs = splice(ts.Locs, ts.python)
+			}
+		}
+	}
+}
+
+// splice returns locs with frames spliced in. The Python frames, leaf
 // first, fall into groups that each end (rootward) at an entry frame;
 // group k from the leaf belongs to the k-th evaluation frame from the
 // leaf and goes just leafward of it. Groups left over (the native stack
 // was cut, or its unwinding missed evaluation frames) go at the root end,
 // in order: nothing is dropped or reordered.
-func (b *builder) splicePython() {
-	if len(b.py.stacks) == 0 {
-		return
+func (b *builder) splice(locs []int, frames []format.PyFrame) []int {
+	if len(frames) == 0 {
+		return locs
 	}
-	for _, s := range b.p.Samples {
-		if s.python == 0 {
-			continue
-		}
-		frames := b.py.stacks[s.python]
-		if len(frames) == 0 {
-			continue
-		}
-		var groups [][]int
-		var cur []int
-		for _, f := range frames {
-			cur = append(cur, b.pyLoc(f))
-			if f.Entry {
-				groups = append(groups, cur)
-				cur = nil
-			}
-		}
-		if len(cur) > 0 {
+	var groups [][]int
+	var cur []int
+	for _, f := range frames {
+		cur = append(cur, b.pyLoc(f))
+		if f.Entry {
 			groups = append(groups, cur)
+			cur = nil
 		}
-		out := make([]int, 0, len(s.Locs)+len(frames))
-		g := 0
-		for _, li := range s.Locs {
-			if g < len(groups) && b.isEval(li) {
-				out = append(out, groups[g]...)
-				g++
-			}
-			out = append(out, li)
-		}
-		for ; g < len(groups); g++ {
-			out = append(out, groups[g]...)
-		}
-		s.Locs = out
 	}
+	if len(cur) > 0 {
+		groups = append(groups, cur)
+	}
+	out := make([]int, 0, len(locs)+len(frames))
+	g := 0
+	for _, li := range locs {
+		if g < len(groups) && b.isEval(li) {
+			out = append(out, groups[g]...)
+			g++
+		}
+		out = append(out, li)
+	}
+	for ; g < len(groups); g++ {
+		out = append(out, groups[g]...)
+	}
+	return out
 }
 
 func (b *builder) isEval(li int) bool {

@@ -67,7 +67,7 @@ func (b *builder) rawStack(ev *format.RawStack) {
 	}
 	b.add(locs, ev.Weight, ev.Flags)
 	if b.tl != nil {
-		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs)
+		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs, 0)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,14 +48,19 @@ func TestRecordPython(t *testing.T) {
 				if code := run(append(append([]string{"record", "-q", "-o", trace, "-F", "999"}, flags...), "--", "/bin/sh", "-c", sh), &stdout, &stderr); code != 0 {
 					t.Fatalf("record exited %d: %s", code, stderr.String())
 				}
-				gammaLines := oracleLines(t, oracle, "gamma_py")
+				chain := oracleChain(t, oracle)
 				tableLines := tableLines(t, oracle, "gamma_py")
+				src, err := os.ReadFile(spin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := int64(strings.Count(string(src[:strings.Index(string(src), "x += n")]), "\n") + 1)
 
 				stdout.Reset()
 				if code := run([]string{"convert", trace, "--to", "folded", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
 					t.Fatalf("convert exited %d: %s", code, stderr.String())
 				}
-				var interp, chain int64
+				var interp, inChain int64
 				sc := bufio.NewScanner(&stdout)
 				sc.Buffer(make([]byte, 1<<20), 1<<24)
 				example := ""
@@ -68,8 +74,8 @@ func TestRecordPython(t *testing.T) {
 					}
 					interp += n
 					i := strings.Index(stack, "_PyEval_EvalFrameDefault;")
-					if i >= 0 && strings.Contains(stack[i:], "alpha_py;beta_py;gamma_py") {
-						chain += n
+					if i >= 0 && strings.Contains(stack[i:], strings.Join(chain, ";")) {
+						inChain += n
 					} else if example == "" {
 						example = stack
 					}
@@ -77,10 +83,32 @@ func TestRecordPython(t *testing.T) {
 				if interp == 0 {
 					t.Fatalf("no sample in _PyEval_EvalFrameDefault:\n%s", stdout.String())
 				}
-				share := float64(chain) / float64(interp)
-				t.Logf("%s %s: %d/%d samples in the interpreter (%.1f%%) read …_PyEval_EvalFrameDefault…alpha_py;beta_py;gamma_py", v, mode, chain, interp, 100*share)
+				share := float64(inChain) / float64(interp)
+				t.Logf("%s %s: %d/%d samples in the interpreter (%.1f%%) read …_PyEval_EvalFrameDefault…%s", v, mode, inChain, interp, 100*share, strings.Join(chain, ";"))
 				if share < 0.85 {
 					t.Errorf("only %.1f%% of the interpreter's samples show the chain; one that does not: %s", 100*share, example)
+				}
+
+				// A timeline, whose samples are spliced as the profile's.
+				chrome := filepath.Join(dir, "t.json")
+				if code := run([]string{"convert", trace, "--to", "chrome", "-o", chrome, "--no-debuginfod"}, &stdout, &stderr); code != 0 {
+					t.Fatalf("convert exited %d: %s", code, stderr.String())
+				}
+				b, err := os.ReadFile(chrome)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var tlInterp, tlChain int64
+				for _, s := range readChrome(t, b) {
+					if slices.Contains(s.names, "_PyEval_EvalFrameDefault") {
+						tlInterp += s.w
+						if hasChain(s.names, chain) {
+							tlChain += s.w
+						}
+					}
+				}
+				if tlInterp == 0 || float64(tlChain) < 0.85*float64(tlInterp) {
+					t.Errorf("chrome timeline: the chain in %d of the interpreter's %d ns", tlChain, tlInterp)
 				}
 
 				prof := filepath.Join(dir, "t.pb.gz")
@@ -112,16 +140,18 @@ func TestRecordPython(t *testing.T) {
 						}
 					}
 				}
-				t.Logf("gamma_py's samples by line: %v; the traceback's lines: %v; the line table's: %v", perLine, gammaLines, tableLines)
-				for l := range perLine {
+				t.Logf("gamma_py's samples by line: %v; the line table's lines: %v", perLine, tableLines)
+				var top int64
+				for l, n := range perLine {
 					if !tableLines[l] {
 						t.Errorf("pprof gives gamma_py line %d, which its line table does not hold (%v)", l, tableLines)
 					}
-				}
-				for l := range gammaLines {
-					if perLine[l] == 0 {
-						t.Errorf("the traceback put gamma_py on line %d, pprof never does (%v)", l, perLine)
+					if n > perLine[top] {
+						top = l
 					}
+				}
+				if top != body {
+					t.Errorf("pprof gives gamma_py line %d most, not the loop's body (x += n, line %d): %v", top, body, perLine)
 				}
 			})
 		}
@@ -151,29 +181,29 @@ func tableLines(t *testing.T, path, fn string) map[int64]bool {
 	return lines
 }
 
-// oracleLines returns the lines the program's own traceback gave fn.
-func oracleLines(t *testing.T, path, fn string) map[int64]bool {
+// oracleChain returns the main thread's functions, root first, from the
+// last traceback the program printed of itself ("oracle gamma_py:16
+// beta_py:21 …", leaf first).
+func oracleChain(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := map[int64]bool{}
+	var chain []string
 	for _, l := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(l, "oracle ")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)[0] // the leaf
-		if name, ln, ok := strings.Cut(f, ":"); ok && name == fn {
-			n, _ := strconv.ParseInt(ln, 10, 64)
-			lines[n] = true
+		if rest, ok := strings.CutPrefix(l, "oracle "); ok {
+			chain = chain[:0]
+			for _, f := range strings.Fields(rest) {
+				chain = append(chain, f[:strings.LastIndexByte(f, ':')])
+			}
 		}
 	}
-	if len(lines) == 0 {
-		t.Fatalf("%s: the program printed no traceback of %s:\n%s", path, fn, b)
+	slices.Reverse(chain)
+	if len(chain) < 4 || chain[len(chain)-1] != "gamma_py" {
+		t.Fatalf("%s: the program's traceback %v does not end in gamma_py:\n%s", path, chain, b)
 	}
-	return lines
+	return chain
 }
 
 // TestRecordNoPython: --no-python records native stacks only.
