@@ -1,10 +1,11 @@
 # The fixture of rawstack's Python frame tests: the main thread spins in
 # alpha_py -> beta_py -> gamma_py; a second thread sleeps in
-# epsilon_py -> delta_py. It prints its own view of the main thread's
-# stack (sys._current_frames, the oracle) as lines "oracle NAME:LINE ...",
-# leaf first, the lines the line table of gamma_py holds (co_lines) as
-# "lines gamma_py N N ...", then "ready", and runs until killed, or for as many
-# seconds as its argument says.
+# epsilon_py -> delta_py. It prints its own view (sys._current_frames,
+# the oracle) of the main thread's stack as lines "oracle NAME:LINE ...",
+# leaf first, and of the sleeper's as "sleeper NAME:LINE ...", the lines
+# the line table of gamma_py holds (co_lines) as "lines gamma_py N N ...",
+# then "ready", and runs until killed, or for as many seconds as its
+# argument says.
 import os
 import sys
 import threading
@@ -43,6 +44,14 @@ def oracle(main):
             chain.append("%s:%d" % (f.f_code.co_name, f.f_lineno))
             f = f.f_back
         print("oracle " + " ".join(chain), flush=True)
+    for t in threading.enumerate():
+        if t.name == "sleeper":
+            f = sys._current_frames()[t.ident]
+            chain = []
+            while f is not None:
+                chain.append("%s:%d" % (f.f_code.co_qualname if hasattr(f.f_code, "co_qualname") else f.f_code.co_name, f.f_lineno))
+                f = f.f_back
+            print("sleeper " + " ".join(chain), flush=True)
     lines = sorted(set(l for _, _, l in gamma_py.__code__.co_lines() if l is not None))
     print("lines gamma_py " + " ".join(str(l) for l in lines), flush=True)
     print("ready", flush=True)
