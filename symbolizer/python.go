@@ -2,6 +2,7 @@ package symbolizer
 
 import (
 	"math"
+	"slices"
 
 	"github.com/rawstack/rawstack/format"
 )
@@ -122,9 +123,12 @@ func (b *builder) splicePython() {
 // group k from the leaf belongs to the k-th evaluation frame from the
 // leaf and goes just leafward of it. Groups left over (the native stack
 // was cut, or its unwinding missed evaluation frames) go at the root end,
-// in order: nothing is dropped or reordered.
+// in order. A native stack with no evaluation frame gets none: the
+// recorder reads Python frames when it drains the sample, a few
+// milliseconds later, and a thread sampled outside the interpreter (in
+// start-up, in a C extension's thread) may have run Python code by then.
 func (b *builder) splice(locs []int, frames []format.PyFrame) []int {
-	if len(frames) == 0 {
+	if len(frames) == 0 || !slices.ContainsFunc(locs, b.isEval) {
 		return locs
 	}
 	var groups [][]int

@@ -67,7 +67,8 @@ func TestPyLineMatchesInterpreter(t *testing.T) {
 
 // TestSplicePython: each group of Python frames (ending at an entry
 // frame) goes leafward of its evaluation frame, counted from the leaf;
-// groups left without one go at the root end, in order.
+// groups left without one go at the root end, in order; a stack with no
+// evaluation frame gets none.
 func TestSplicePython(t *testing.T) {
 	b := newBuilder(format.Header{})
 	native := func(name string) int {
@@ -82,6 +83,7 @@ func TestSplicePython(t *testing.T) {
 	b.pyEvent(&format.Event{Kind: format.KindPyStack, PyStack: format.PyStack{ID: 2, Frames: []format.PyFrame{{Code: 1, Entry: true}, {Code: 2, Entry: true}, {Code: 3, Entry: true}, {Code: 4}}}})
 	b.addGo([]int{callee, eval1, mid, eval2, main}, 1, 0, 0, 0, 1)
 	b.addGo([]int{callee, eval1, main}, 1, 0, 0, 0, 2)
+	b.addGo([]int{callee, mid, main}, 1, 0, 0, 0, 1)
 	b.splicePython()
 	names := func(s *Sample) (out []string) {
 		for _, li := range s.Locs {
@@ -93,6 +95,7 @@ func TestSplicePython(t *testing.T) {
 	for i, want := range [][]string{
 		{"callee", "gamma_py", "beta_py", evalFunction, "PyObject_Call", "alpha_py", evalFunction, "main"},
 		{"callee", "gamma_py", evalFunction, "main", "beta_py", "alpha_py", "outer_py"},
+		{"callee", "PyObject_Call", "main"}, // no evaluation frame: no Python frames
 	} {
 		if got := names(b.p.Samples[i]); !slices.Equal(got, want) {
 			t.Errorf("sample %d: %v, want %v", i, got, want)

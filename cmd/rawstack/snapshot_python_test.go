@@ -22,7 +22,7 @@ import (
 // delta_py → epsilon_py → threading's frames by name and line.
 func TestSnapshotPython(t *testing.T) {
 	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
-	for _, v := range []string{"3.11", "3.12", "3.13", "debian3.11"} {
+	for _, v := range []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"} {
 		t.Run(v, func(t *testing.T) {
 			python := testbuild.Python(t, v)
 			cmd := exec.Command(python, spin)

@@ -80,7 +80,7 @@ type Thread struct {
 	// then empty.
 	Err error
 	// Python holds the thread's Python frames, leaf first, read while it
-	// was stopped (Options.Python; a live CPython 3.11–3.13 process).
+	// was stopped (Options.Python; a live CPython 3.8–3.13 process).
 	Python []format.PyFrame
 }
 

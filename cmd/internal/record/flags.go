@@ -49,7 +49,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.Backend, "backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
 	fs.BoolVar(&f.System, "a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
 	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf (Linux) or on Windows: also record where threads wait, weighted by the time off CPU")
-	fs.BoolVar(&f.NoPython, "no-python", false, "do not read CPython threads' Python frames (by default each sample of a CPython 3.11–3.13 thread carries them, read from the interpreter's memory, and reports show them at _PyEval_EvalFrameDefault)")
+	fs.BoolVar(&f.NoPython, "no-python", false, "do not read CPython threads' Python frames (by default each sample of a CPython 3.8–3.13 thread carries them, read from the interpreter's memory, and reports show them at _PyEval_EvalFrameDefault)")
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	f.otlp.register(fs)
 	return f

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+
+	"github.com/rawstack/rawstack/format"
 )
 
 // layout is where an interpreter keeps what a sample's Python frames
@@ -45,7 +47,24 @@ type layout struct {
 	uniCompactSize uint64 // sizeof(PyCompactUnicodeObject)
 	bytesSize      uint64 // PyVarObject.ob_size
 	bytesData      uint64 // PyBytesObject.ob_sval
+
+	// 3.8–3.10: frames are PyFrameObjects, each run by its own
+	// _PyEval_EvalFrameDefault call (every frame is an entry frame), and
+	// a thread state knows its thread by pthread_t only.
+	legacy     bool
+	tsThreadID uint64 // PyThreadState.thread_id (pthread_self())
+	frLasti    uint64 // PyFrameObject.f_lasti (int)
+	lastiUnits bool   // 3.10: f_lasti counts code units, not bytes
+	coCodeObj  uint64 // PyCodeObject.co_code (a bytes object)
+	table      format.PyLineTable
 }
+
+// pthreadTidAMD64 is where glibc's struct pthread (what pthread_t points
+// to) keeps the thread's kernel tid on x86-64: offsetof(struct pthread,
+// tid), 0x2d0 in every glibc since 2.x. A thread state of 3.8–3.10 names
+// its thread by pthread_t only; a libc with another layout (musl) makes no
+// thread state match, and samples keep native stacks.
+const pthreadTidAMD64 = 0x2d0
 
 // Owners of an interpreter frame (pycore_frame.h): a frame owned by the C
 // stack is the shim _PyEval_EvalFrameDefault pushes before the first
@@ -53,7 +72,7 @@ type layout struct {
 const ownedByCStack = 3
 
 // Tables for the versions whose interpreter does not describe itself
-// (3.11, 3.12). Every number is a field offset or a struct size of the
+// (3.8 to 3.12). Every number is a field offset or a struct size of the
 // x86-64 and arm64 (LP64) build of that minor version, as
 // `offsetof`/`sizeof` give them when compiled against its headers
 // (Include/internal/pycore_runtime.h, pycore_interp.h, pycore_frame.h,
@@ -65,6 +84,9 @@ const ownedByCStack = 3
 // of the process's threads, a code object of type code) and turns Python
 // frames off, with one warning, when it fails.
 var tables = map[uint32]layout{
+	0x0308: legacyTable(104, false, format.PyLineTableLnotab), // 3.8
+	0x0309: legacyTable(104, false, format.PyLineTableLnotab), // 3.9
+	0x030a: legacyTable(96, true, format.PyLineTable310),      // 3.10
 	0x030b: { // 3.11
 		interpretersHead: 40, threadsHead: 16, tsNext: 8, tsNativeID: 160, tsFrame: 56, cframeFrame: 8, viaCFrame: true,
 		frCode: 32, frPrevious: 48, frInstr: 56, frOwner: 69, frIsEntry: 68,
@@ -88,9 +110,23 @@ var tables = map[uint32]layout{
 	},
 }
 
+// legacyTable is the layout of 3.8–3.10, which differ in where a frame
+// keeps f_lasti, what it counts and the line table's encoding.
+func legacyTable(lasti uint64, units bool, table format.PyLineTable) layout {
+	return layout{legacy: true,
+		interpretersHead: 32, threadsHead: 8, tsNext: 8, tsThreadID: 176, tsFrame: 24,
+		frCode: 32, frPrevious: 24, frLasti: lasti, lastiUnits: units,
+		coQualname: 112, coFilename: 104, coFirstLine: 40, coLinetable: 120, coCodeObj: 48,
+		uniLength: 16, uniState: 32, uniASCIISize: 48, uniCompactSize: 72, bytesSize: 16, bytesData: 32,
+		table: table}
+}
+
 func (l *layout) finish() {
-	l.frSpan = max(l.frCode, l.frPrevious, l.frInstr, l.frOwner, l.frIsEntry) + 8
-	l.coSpan = max(l.coSize, l.coQualname, l.coFilename, l.coFirstLine, l.coLinetable) + 8
+	l.frSpan = max(l.frCode, l.frPrevious, l.frInstr, l.frOwner, l.frIsEntry, l.frLasti) + 8
+	l.coSpan = max(l.coSize, l.coQualname, l.coFilename, l.coFirstLine, l.coLinetable, l.coCodeObj) + 8
+	if l.table == format.PyLineTableNone {
+		l.table = format.PyLineTableLocations
+	}
 }
 
 // ErrUnknownVersion says that an interpreter's version has no layout:
@@ -150,7 +186,7 @@ func MaybePython(path string) bool { return pyName.MatchString(path) }
 // Find reads the interpreter in the ELF file f (named path, for errors).
 // It returns errNotPython when f has no _PyRuntime, and an error wrapping
 // ErrUnknownVersion for a CPython whose layout rawstack does not know
-// (before 3.11, after 3.13, or a 3.13+ whose debug offsets do not
+// (before 3.8, after 3.13, or a 3.13+ whose debug offsets do not
 // describe themselves as expected).
 func Find(f *elf.File, path string) (*Interp, error) {
 	if f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
@@ -194,7 +230,10 @@ func Find(f *elf.File, path string) (*Interp, error) {
 	minor := in.Version >> 16
 	lay, ok := tables[minor]
 	if !ok {
-		return nil, fmt.Errorf("%s: CPython %s: %w (rawstack reads 3.11 to 3.13)", path, in.VersionString(), ErrUnknownVersion)
+		return nil, fmt.Errorf("%s: CPython %s: %w (rawstack reads 3.8 to 3.13)", path, in.VersionString(), ErrUnknownVersion)
+	}
+	if lay.legacy && f.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("%s: CPython %s on %v: %w (3.8–3.10 are read on x86-64 only, where glibc's pthread layout is known)", path, in.VersionString(), f.Machine, ErrUnknownVersion)
 	}
 	if minor >= 0x030d {
 		var raw [debugOffsetsSize]byte

@@ -23,8 +23,7 @@ import (
 // from the interpreter's own _Py_DebugOffsets must agree too.
 func TestTablesMatchHeaders(t *testing.T) {
 	cc := testbuild.Need(t, "cc", "compiles the offsets program against CPython's headers")
-	src, _ := filepath.Abs(filepath.Join("testdata", "offsets.c"))
-	for _, v := range []string{"3.11", "3.12", "3.13", "debian3.11"} {
+	for _, v := range []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"} {
 		t.Run(v, func(t *testing.T) {
 			python := testbuild.Python(t, v)
 			minor := strings.TrimPrefix(v, "debian")
@@ -34,6 +33,10 @@ func TestTablesMatchHeaders(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(inc, "internal", "pycore_frame.h")); err != nil {
 				testbuild.Skip(t, "no internal headers of CPython %s at %s (Debian: apt-get install python3.11-dev): %v", v, inc, err)
+			}
+			src, _ := filepath.Abs(filepath.Join("testdata", "offsets.c"))
+			if minor == "3.8" || minor == "3.9" || minor == "3.10" {
+				src, _ = filepath.Abs(filepath.Join("testdata", "offsets_legacy.c"))
 			}
 			bin := filepath.Join(t.TempDir(), "offsets")
 			args := []string{"-I", inc, "-I", filepath.Join(inc, "internal"), "-o", bin, src}
@@ -58,6 +61,26 @@ func TestTablesMatchHeaders(t *testing.T) {
 				got[f[0]] = n
 			}
 			lay := tables[uint32(got["version"])>>16]
+			if lay.legacy {
+				want := map[string]uint64{
+					"runtime.interpreters_head": lay.interpretersHead, "interp.threads_head": lay.threadsHead,
+					"tstate.next": lay.tsNext, "tstate.thread_id": lay.tsThreadID, "tstate.frame": lay.tsFrame,
+					"frame.code": lay.frCode, "frame.previous": lay.frPrevious, "frame.lasti": lay.frLasti,
+					"code.name": lay.coQualname, "code.filename": lay.coFilename, "code.firstlineno": lay.coFirstLine,
+					"code.linetable": lay.coLinetable, "code.code": lay.coCodeObj,
+					"unicode.length": lay.uniLength, "unicode.state": lay.uniState, "unicode.ascii_size": lay.uniASCIISize,
+					"unicode.compact_size": lay.uniCompactSize, "bytes.size": lay.bytesSize, "bytes.sval": lay.bytesData,
+				}
+				for k, w := range want {
+					if g, ok := got[k]; !ok || g != w {
+						t.Errorf("%s: table %d, headers %d (%v)", k, w, g, ok)
+					}
+				}
+				if len(got) != len(want)+1 {
+					t.Errorf("the headers give %d fields, the table %d", len(got)-1, len(want))
+				}
+				return
+			}
 			want := map[string]uint64{
 				"runtime.interpreters_head": lay.interpretersHead, "interp.threads_head": lay.threadsHead,
 				"tstate.next": lay.tsNext, "tstate.native_thread_id": lay.tsNativeID,
@@ -110,11 +133,11 @@ func TestTablesMatchHeaders(t *testing.T) {
 	}
 }
 
-// TestUnknownVersion: an interpreter rawstack has no layout for (3.10,
-// PyFrameObject) is found and refused with ErrUnknownVersion, once per
+// TestUnknownVersion: an interpreter rawstack has no layout for (3.7) is
+// found and refused with ErrUnknownVersion, once per
 // file; a process running it gets no frames and the session one error.
 func TestUnknownVersion(t *testing.T) {
-	python := testbuild.Python(t, "3.10")
+	python := testbuild.Python(t, "3.7")
 	cmd := exec.Command(python, "-c", "import sys; print('ready', flush=True); sys.stdin.read()")
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
@@ -123,16 +146,16 @@ func TestUnknownVersion(t *testing.T) {
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("python3.10: %q %v", line, err)
+		t.Fatalf("python3.7: %q %v", line, err)
 	}
 	s := NewSampling()
 	pid := uint32(cmd.Process.Pid)
 	if s.AttachMaps(pid) || s.AttachMaps(pid) {
-		t.Fatal("attached to CPython 3.10")
+		t.Fatal("attached to CPython 3.7")
 	}
 	errs := s.Errors()
-	if len(errs) != 1 || !errors.Is(errs[0], ErrUnknownVersion) || !strings.Contains(errs[0].Error(), "3.10") {
-		t.Fatalf("errors %v, want one ErrUnknownVersion naming 3.10", errs)
+	if len(errs) != 1 || !errors.Is(errs[0], ErrUnknownVersion) || !strings.Contains(errs[0].Error(), "3.7") {
+		t.Fatalf("errors %v, want one ErrUnknownVersion naming 3.7", errs)
 	}
 	if frames, _ := s.Frames(pid, pid, 1); len(frames) != 0 {
 		t.Fatalf("%d frames", len(frames))

@@ -77,6 +77,7 @@ type tstate struct {
 // has other strings).
 type codeEntry struct {
 	qualname, filename, linetable uint64
+	codeObj                       uint64 // 3.8–3.10: co_code
 	firstLine                     uint32
 	units                         uint64
 	id                            uint64
@@ -148,9 +149,9 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 // current reads thread state ts and returns its current frame; false when
 // ts is no longer tid's.
 func (r *Reader) current(pid, tid uint32, l *layout, ts uint64) (uint64, bool) {
-	n := max(l.tsNativeID, l.tsFrame) + 8
+	n := max(l.tsNativeID, l.tsFrame, l.tsThreadID) + 8
 	b := r.buf[:n]
-	if !r.read(pid, ts, b) || le64(b, l.tsNativeID) != uint64(tid) {
+	if !r.read(pid, ts, b) || r.tidOf(pid, l, b) != uint64(tid) {
 		return 0, false
 	}
 	frame := le64(b, l.tsFrame)
@@ -161,6 +162,20 @@ func (r *Reader) current(pid, tid uint32, l *layout, ts uint64) (uint64, bool) {
 		frame = le64(r.buf[:8], 0)
 	}
 	return frame, true
+}
+
+// tidOf returns the kernel thread id of the thread state in b: its
+// native_thread_id, or (3.8–3.10) the tid in the glibc struct pthread its
+// thread_id points to.
+func (r *Reader) tidOf(pid uint32, l *layout, b []byte) uint64 {
+	if !l.legacy {
+		return le64(b, l.tsNativeID)
+	}
+	var t [4]byte
+	if !r.read(pid, le64(b, l.tsThreadID)+pthreadTidAMD64, t[:]) {
+		return 0
+	}
+	return uint64(binary.LittleEndian.Uint32(t[:]))
 }
 
 // find walks every interpreter's thread list for tid's thread state.
@@ -175,14 +190,15 @@ func (r *Reader) find(pid, tid uint32, p *proc, l *layout) uint64 {
 			return 0
 		}
 		for ts := le64(b, 0); ts != 0 && n < maxThreads; n++ {
-			nb := r.buf[:max(l.tsNext, l.tsNativeID)+8]
+			nb := r.buf[:max(l.tsNext, l.tsNativeID, l.tsThreadID)+8]
 			if !r.read(pid, ts, nb) {
 				return 0
 			}
-			if le64(nb, l.tsNativeID) == uint64(tid) {
+			next := le64(nb, l.tsNext)
+			if r.tidOf(pid, l, nb) == uint64(tid) {
 				return ts
 			}
-			ts = le64(nb, l.tsNext)
+			ts = next
 		}
 		// PyInterpreterState.next is the interpreter's first field.
 		if !r.read(pid, interp, b) {
@@ -217,7 +233,7 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 		r.seen[depth] = frame
 		depth++
 		prev := le64(fb, l.frPrevious)
-		if fb[l.frOwner] == ownedByCStack && l.frIsEntry == 0 {
+		if !l.legacy && fb[l.frOwner] == ownedByCStack && l.frIsEntry == 0 {
 			if n := len(r.frames); n > 0 {
 				r.frames[n-1].Entry = true
 			}
@@ -229,7 +245,8 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 			continue
 		}
 		code, instr := le64(fb, l.frCode), le64(fb, l.frInstr)
-		entry := l.frIsEntry != 0 && fb[l.frIsEntry] != 0
+		entry := l.legacy || l.frIsEntry != 0 && fb[l.frIsEntry] != 0
+		lasti := int32(binary.LittleEndian.Uint32(fb[l.frLasti:]))
 		next := l.frSpan
 		if prev == 0 {
 			next = 0
@@ -251,6 +268,13 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 		start := code + l.coCode
 		var off uint64
 		switch {
+		case l.legacy: // f_lasti; -1 before the first instruction
+			if lasti > 0 {
+				off = uint64(lasti)
+			}
+			if l.lastiUnits {
+				off *= 2
+			}
 		case instr >= start:
 			off = instr - start
 		case instr+2 == start: // 3.11–3.12: prev_instr before the first instruction
@@ -282,13 +306,25 @@ func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64, cb []byte) (i
 		return 0, 0, CutCodeType
 	}
 	e := codeEntry{qualname: le64(cb, l.coQualname), filename: le64(cb, l.coFilename), linetable: le64(cb, l.coLinetable),
-		firstLine: uint32(binary.LittleEndian.Uint32(cb[l.coFirstLine:])), units: le64(cb, l.coSize)}
-	if int32(e.firstLine) < 0 || e.firstLine > 1<<24 || e.units == 0 || e.units > 1<<26 {
-		return 0, 0, CutOffset
+		firstLine: uint32(binary.LittleEndian.Uint32(cb[l.coFirstLine:]))}
+	if l.legacy {
+		e.codeObj = le64(cb, l.coCodeObj)
+	} else {
+		e.units = le64(cb, l.coSize)
 	}
 	if old, ok := p.codes[addr]; ok && old.qualname == e.qualname && old.filename == e.filename &&
-		old.linetable == e.linetable && old.firstLine == e.firstLine && old.units == e.units {
+		old.linetable == e.linetable && old.firstLine == e.firstLine && old.codeObj == e.codeObj && (l.legacy || old.units == e.units) {
 		return old.id, old.units, -1
+	}
+	if l.legacy { // the code's size: its co_code bytes object's
+		h := r.buf[:l.bytesData]
+		if e.codeObj == 0 || !r.read(pid, e.codeObj, h) {
+			return 0, 0, CutRead
+		}
+		e.units = le64(h, l.bytesSize) / 2
+	}
+	if int32(e.firstLine) < 0 || e.firstLine > 1<<24 || e.units == 0 || e.units > 1<<26 {
+		return 0, 0, CutOffset
 	}
 	name, ok1 := r.unicode(pid, l, e.qualname)
 	file, ok2 := r.unicode(pid, l, e.filename)
@@ -306,7 +342,7 @@ func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64, cb []byte) (i
 		r.ids[string(r.key)] = e.id
 		r.Stats.Codes++
 		r.fresh = append(r.fresh, format.PyCode{ID: e.id, Name: name, File: file, FirstLine: e.firstLine,
-			Table: format.PyLineTableLocations, Lines: table})
+			Table: l.table, Lines: table})
 	}
 	p.codes[addr] = e
 	return e.id, e.units, -1

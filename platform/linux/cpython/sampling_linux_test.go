@@ -16,9 +16,9 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
-// versions are the interpreters the tests read: pyenv's 3.11 to 3.13 and
+// versions are the interpreters the tests read: pyenv's 3.8 to 3.13 and
 // Debian's 3.11 (a static, stripped, non-PIE executable).
-var versions = []string{"3.11", "3.12", "3.13", "debian3.11"}
+var versions = []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"}
 
 // startSpin runs testdata/spin.py with python until the test ends and
 // returns it once the program has printed its oracle lines (leaf first,
@@ -116,7 +116,7 @@ func TestFramesOfSpinningThread(t *testing.T) {
 			}
 			def := uint32(strings.Count(string(src[:strings.Index(string(src), "def gamma_py")]), "\n") + 1)
 			for _, c := range codes {
-				if c.Name == "gamma_py" && (!strings.HasSuffix(c.File, "spin.py") || c.FirstLine != def || c.Table != format.PyLineTableLocations || len(c.Lines) == 0) {
+				if c.Name == "gamma_py" && (!strings.HasSuffix(c.File, "spin.py") || c.FirstLine != def || len(c.Lines) == 0) {
 					t.Errorf("gamma_py's code object: %+v", c)
 				}
 			}

@@ -6,6 +6,7 @@
 # the line table of gamma_py holds (co_lines) as "lines gamma_py N N ...",
 # then "ready", and runs until killed, or for as many seconds as its
 # argument says.
+import dis
 import os
 import sys
 import threading
@@ -52,7 +53,10 @@ def oracle(main):
                 chain.append("%s:%d" % (f.f_code.co_qualname if hasattr(f.f_code, "co_qualname") else f.f_code.co_name, f.f_lineno))
                 f = f.f_back
             print("sleeper " + " ".join(chain), flush=True)
-    lines = sorted(set(l for _, _, l in gamma_py.__code__.co_lines() if l is not None))
+    if hasattr(gamma_py.__code__, "co_lines"):
+        lines = sorted(set(l for _, _, l in gamma_py.__code__.co_lines() if l is not None))
+    else:  # before 3.10
+        lines = sorted(set(l for _, l in dis.findlinestarts(gamma_py.__code__)))
     print("lines gamma_py " + " ".join(str(l) for l in lines), flush=True)
     print("ready", flush=True)
 
