@@ -48,7 +48,9 @@ func TestRecordPython(t *testing.T) {
 				// order, the rest of them at the root end.
 				chainOK := pythonChain
 				if mode == "fp" && (v == "3.8" || v == "3.9" || v == "3.10") {
-					chainOK = func(names, chain []string) bool { return inOrder(names, chain) && slices.Contains(names, "_PyEval_EvalFrameDefault") }
+					chainOK = func(names, chain []string) bool {
+						return inOrder(names, chain) && slices.Contains(names, "_PyEval_EvalFrameDefault")
+					}
 				}
 				dir := t.TempDir()
 				trace, oracle := filepath.Join(dir, "t.rawstack"), filepath.Join(dir, "oracle")
