@@ -6,8 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/rawstack/rawstack/format"
 )
@@ -83,17 +83,31 @@ const ownedByCStack = 3
 // table on the live process (a thread state whose native thread id is one
 // of the process's threads, a code object of type code) and turns Python
 // frames off, with one warning, when it fails.
-var tables = map[uint32]layout{
-	0x0308: legacyTable(104, false, format.PyLineTableLnotab), // 3.8
-	0x0309: legacyTable(104, false, format.PyLineTableLnotab), // 3.9
-	0x030a: legacyTable(96, true, format.PyLineTable310),      // 3.10
-	0x030b: { // 3.11
+//
+// tableOf returns the table of a minor version (0x030c for 3.12). A
+// function rather than a map, so that a program that links the package
+// pays nothing at init.
+func tableOf(minor uint32) (layout, bool) {
+	switch minor {
+	case 0x0308, 0x0309: // 3.8, 3.9
+		return legacyTable(104, false, format.PyLineTableLnotab), true
+	case 0x030a: // 3.10
+		return legacyTable(96, true, format.PyLineTable310), true
+	case 0x030b, 0x030c, 0x030d:
+		return tables[minor-0x030b], true
+	}
+	return layout{}, false
+}
+
+// tables are 3.11, 3.12 and 3.13's.
+var tables = [...]layout{
+	{ // 3.11
 		interpretersHead: 40, threadsHead: 16, tsNext: 8, tsNativeID: 160, tsFrame: 56, cframeFrame: 8, viaCFrame: true,
 		frCode: 32, frPrevious: 48, frInstr: 56, frOwner: 69, frIsEntry: 68,
 		coSize: 16, coQualname: 128, coFilename: 112, coFirstLine: 72, coLinetable: 136, coCode: 184,
 		uniLength: 16, uniState: 32, uniASCIISize: 48, uniCompactSize: 72, bytesSize: 16, bytesData: 32,
 	},
-	0x030c: { // 3.12
+	{ // 3.12
 		interpretersHead: 40, threadsHead: 72, tsNext: 8, tsNativeID: 144, tsFrame: 56, cframeFrame: 0, viaCFrame: true,
 		frCode: 0, frPrevious: 8, frInstr: 56, frOwner: 70,
 		coSize: 16, coQualname: 128, coFilename: 112, coFirstLine: 68, coLinetable: 136, coCode: 192,
@@ -102,7 +116,7 @@ var tables = map[uint32]layout{
 	// 3.13 publishes its offsets (_Py_DebugOffsets); this entry gives what
 	// they leave out (the size of a compact non-ASCII string) and is
 	// checked against them by the tests.
-	0x030d: {
+	{
 		interpretersHead: 632, threadsHead: 7344, tsNext: 8, tsNativeID: 160, tsFrame: 72,
 		frCode: 0, frPrevious: 8, frInstr: 56, frOwner: 70,
 		coSize: 16, coQualname: 128, coFilename: 112, coFirstLine: 68, coLinetable: 136, coCode: 200,
@@ -177,11 +191,39 @@ func (in *Interp) VersionString() string {
 	return fmt.Sprintf("%d.%d.%d", v>>24, v>>16&0xff, v>>8&0xff)
 }
 
-var pyName = regexp.MustCompile(`(?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$`)
+// pyVersionOf returns the version a python executable's or libpython's
+// file name gives ("python3.10", "libpython3.8.so.1.0": 3 and 10, 3 and
+// 8), and false for any other name.
+func pyVersionOf(path string) (major, minor int, ok bool) {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	rest, found := strings.CutPrefix(strings.TrimPrefix(base, "lib"), "python")
+	if !found {
+		return 0, 0, false
+	}
+	maj, rest, found := strings.Cut(rest, ".")
+	if !found || len(maj) != 1 || maj[0] < '0' || maj[0] > '9' {
+		return 0, 0, false
+	}
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 {
+		return 0, 0, false
+	}
+	mnr, err := strconv.Atoi(rest[:n])
+	if err != nil {
+		return 0, 0, false
+	}
+	return int(maj[0] - '0'), mnr, true
+}
 
 // MaybePython says whether a module path names a python executable or
 // a libpython, the only files [Find] looks into.
-func MaybePython(path string) bool { return pyName.MatchString(path) }
+func MaybePython(path string) bool {
+	_, _, ok := pyVersionOf(path)
+	return ok
+}
 
 // Find reads the interpreter in the ELF file f (named path, for errors).
 // It returns errNotPython when f has no _PyRuntime, and an error wrapping
@@ -221,14 +263,12 @@ func Find(f *elf.File, path string) (*Interp, error) {
 		}
 	}
 	if in.Version == 0 { // before 3.11 there is no Py_Version: the file name says
-		if m := pyName.FindStringSubmatch(path); m != nil {
-			maj, _ := strconv.Atoi(m[1])
-			mnr, _ := strconv.Atoi(m[2])
+		if maj, mnr, ok := pyVersionOf(path); ok {
 			in.Version = uint32(maj)<<24 | uint32(mnr)<<16
 		}
 	}
 	minor := in.Version >> 16
-	lay, ok := tables[minor]
+	lay, ok := tableOf(minor)
 	if !ok {
 		return nil, fmt.Errorf("%s: CPython %s: %w (rawstack reads 3.8 to 3.13)", path, in.VersionString(), ErrUnknownVersion)
 	}
