@@ -83,7 +83,11 @@ func DumpEvent(ev *Event) string {
 		return b.String()
 	case KindRawStack:
 		e := &ev.RawStack
-		return fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))
+		s := fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))
+		if e.Python != 0 {
+			s += fmt.Sprintf(" python=%d", e.Python)
+		}
+		return s
 	case KindSpanBegin:
 		e := ev.SpanBegin
 		return fmt.Sprintf("SpanBegin t=%d tid=%d id=%d parent=%d name=%d stack=%d", e.Time, e.Tid, e.ID, e.Parent, e.Name, e.Stack)

@@ -347,6 +347,9 @@ type RawStack struct {
 	Data      []byte
 	// Kernel is an interned Stack of kernel frames above the user frames, or 0.
 	Kernel uint64
+	// Python is the interned PyStack of the thread's Python frames, 0 for
+	// none (SPEC.md §6.11, appended with PyStack).
+	Python uint64
 }
 
 // SpanBegin opens span ID on thread Tid. Name is an interned String id.

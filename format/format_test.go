@@ -62,6 +62,7 @@ func sampleEvents() []Event {
 		{Kind: KindPyStack, PyStack: PyStack{ID: 2, Frames: []PyFrame{}}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Python: 1}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_300, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 3, Labels: 2, Python: 2}},
+		{Kind: KindRawStack, RawStack: RawStack{Time: 1_010_400, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1_000_000, RegMask: 1 << 7, Regs: []uint64{0x7ffe_0000_0f00}, StackAddr: 0x7ffe_0000_0f00, Data: []byte{9}, Python: 1}},
 	}
 }
 

@@ -472,6 +472,10 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		s.Regs = regs
 		s.StackAddr = d.uv()
 		s.Data = d.bytes()
+		s.Python = 0
+		if len(d.b) > 0 { // appended with PyStack, optional
+			s.Python = d.uv()
+		}
 	case KindSpanBegin:
 		s := &ev.SpanBegin
 		s.Time = r.time(&d)

@@ -481,6 +481,9 @@ func (w *Writer) WriteRawStack(e *RawStack) error {
 	}
 	w.uv(e.StackAddr)
 	w.bytesField(e.Data)
+	if e.Python != 0 { // optional: absent means 0
+		w.uv(e.Python)
+	}
 	return w.end(lp)
 }
 

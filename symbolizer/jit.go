@@ -247,7 +247,7 @@ func (b *builder) deferRaw(ev *format.RawStack, pcs []uint64) {
 	if all == nil {
 		all = []uint64{}
 	}
-	b.pending = append(b.pending, pendingSample{pid: ev.Pid, tid: ev.Tid, t: ev.Time, weight: ev.Weight, flags: ev.Flags, pcs: all})
+	b.pending = append(b.pending, pendingSample{pid: ev.Pid, tid: ev.Tid, t: ev.Time, weight: ev.Weight, flags: ev.Flags, pcs: all, python: ev.Python})
 }
 
 // resolvePending normalizes the samples set aside, now that every JIT
@@ -265,9 +265,9 @@ func (b *builder) resolvePending() {
 			for i, pc := range s.pcs {
 				locs[i] = b.locAt(s.pid, pc, i > 0, s.t)
 			}
-			b.add(locs, s.weight, s.flags)
+			b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
 			if b.tl != nil {
-				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, 0)
+				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
 			}
 			continue
 		}

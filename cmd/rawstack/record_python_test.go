@@ -33,9 +33,12 @@ func TestRecordPython(t *testing.T) {
 	testbuild.Feature(t, linux.Probe())
 	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
 	for _, v := range []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"} {
-		for _, mode := range []string{"fp", "dwarf", "auto", "ebpf"} {
+		for _, mode := range []string{"fp", "dwarf", "auto", "keep-raw", "ebpf"} {
 			t.Run(v+"/"+mode, func(t *testing.T) {
 				flags := []string{"--unwind", mode}
+				if mode == "keep-raw" { // RawStack events, unwound at convert time
+					flags = []string{"--unwind", "dwarf", "--keep-raw"}
+				}
 				if mode == "ebpf" {
 					testbuild.Feature(t, linux.ProbeBPF())
 					flags = []string{"--backend", "ebpf"} // dwarf: a stack window unwound with CFI
