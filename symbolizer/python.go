@@ -266,7 +266,10 @@ func line310(t []byte, line int, off uint32) (int, bool) {
 			line += int(d)
 		}
 		if n > 0 && off < addr+n {
-			return line, d != -128
+			if d == -128 {
+				return 0, false
+			}
+			return line, true
 		}
 		addr += n
 	}

@@ -105,3 +105,17 @@ func TestSplicePython(t *testing.T) {
 		t.Errorf("gamma_py's location: %+v in %v", l.Frames[0], l.Module)
 	}
 }
+
+// FuzzPyLine: a line table read from a trace is untrusted; no bytes make
+// PyLine panic or loop, whatever the encoding they claim.
+func FuzzPyLine(f *testing.F) {
+	f.Add(uint8(format.PyLineTableLocations), []byte{0x80, 0x00, 0xd8, 0x08, 0x0c, 0xf0, 0x46, 0x03}, uint32(12), uint32(4))
+	f.Add(uint8(format.PyLineTable310), []byte{6, 1, 8, 0x80, 2, 0xff}, uint32(1), uint32(10))
+	f.Add(uint8(format.PyLineTableLnotab), []byte{2, 1, 4, 0xfe}, uint32(3), uint32(5))
+	f.Fuzz(func(t *testing.T, kind uint8, table []byte, first, off uint32) {
+		line, ok := PyLine(format.PyLineTable(kind%5), table, first, off)
+		if !ok && line != 0 {
+			t.Fatalf("no line, yet line %d", line)
+		}
+	})
+}
