@@ -66,6 +66,9 @@ func DumpEvent(ev *Event) string {
 		if e.Goroutine != 0 || e.Labels != 0 {
 			s += fmt.Sprintf(" goroutine=%d labels=%d", e.Goroutine, e.Labels)
 		}
+		if e.Python != 0 {
+			s += fmt.Sprintf(" python=%d", e.Python)
+		}
 		return s
 	case KindLabelSet:
 		var b strings.Builder
@@ -80,7 +83,11 @@ func DumpEvent(ev *Event) string {
 		return b.String()
 	case KindRawStack:
 		e := &ev.RawStack
-		return fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))
+		s := fmt.Sprintf("RawStack t=%d pid=%d tid=%d cpu=%d weight=%d flags=%#x kernel=%d regmask=%#x regs=%#x stackaddr=%#x data=%d bytes", e.Time, e.Pid, e.Tid, int32(e.CPU), e.Weight, uint8(e.Flags), e.Kernel, e.RegMask, e.Regs, e.StackAddr, len(e.Data))
+		if e.Python != 0 {
+			s += fmt.Sprintf(" python=%d", e.Python)
+		}
+		return s
 	case KindSpanBegin:
 		e := ev.SpanBegin
 		return fmt.Sprintf("SpanBegin t=%d tid=%d id=%d parent=%d name=%d stack=%d", e.Time, e.Tid, e.ID, e.Parent, e.Name, e.Stack)
@@ -116,6 +123,23 @@ func DumpEvent(ev *Event) string {
 	case KindFree:
 		e := ev.Free
 		return fmt.Sprintf("Free t=%d pid=%d tid=%d addr=%#x stack=%d bytes=%d objects=%d", e.Time, e.Pid, e.Tid, e.Addr, e.Stack, e.Bytes, e.Objects)
+	case KindPyCode:
+		e := &ev.PyCode
+		return fmt.Sprintf("PyCode id=%d name=%q file=%q firstline=%d table=%v lines=%x", e.ID, e.Name, e.File, e.FirstLine, e.Table, e.Lines)
+	case KindPyStack:
+		var b strings.Builder
+		fmt.Fprintf(&b, "PyStack id=%d [", ev.PyStack.ID)
+		for i, f := range ev.PyStack.Frames {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%d+%#x", f.Code, f.Offset)
+			if f.Entry {
+				b.WriteString("!")
+			}
+		}
+		b.WriteByte(']')
+		return b.String()
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
 	}

@@ -33,6 +33,8 @@ const (
 	KindJITUnload    Kind = 21  // JIT code that stopped being valid (SPEC.md §6.21)
 	KindAlloc        Kind = 22  // sampled allocations, in bytes and objects (SPEC.md §6.22)
 	KindFree         Kind = 23  // sampled allocations released (SPEC.md §6.23)
+	KindPyCode       Kind = 24  // an interned Python code object (SPEC.md §6.24)
+	KindPyStack      Kind = 25  // an interned list of Python frames (SPEC.md §6.25)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
@@ -60,11 +62,13 @@ var kindNames = [...]string{
 	KindLabelSet:     "LabelSet",
 	KindAlloc:        "Alloc",
 	KindFree:         "Free",
+	KindPyCode:       "PyCode",
+	KindPyStack:      "PyStack",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
 // Codes below it that have no name (kindNames) are reserved, not defined.
-const NumKinds = int(KindFree) + 1
+const NumKinds = int(KindPyStack) + 1
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -309,6 +313,9 @@ type Sample struct {
 	// Labels is the interned LabelSet of the goroutine's pprof labels, 0
 	// for none.
 	Labels uint64
+	// Python is the interned PyStack of the thread's Python frames, 0 for
+	// none (SPEC.md §6.10, appended with PyStack).
+	Python uint64
 }
 
 // LabelSet is an interned set of key/value labels (a goroutine's pprof
@@ -344,6 +351,9 @@ type RawStack struct {
 	Data      []byte
 	// Kernel is an interned Stack of kernel frames above the user frames, or 0.
 	Kernel uint64
+	// Python is the interned PyStack of the thread's Python frames, 0 for
+	// none (SPEC.md §6.11, appended with PyStack).
+	Python uint64
 }
 
 // SpanBegin opens span ID on thread Tid. Name is an interned String id.
@@ -448,6 +458,8 @@ type Event struct {
 	LabelSet     LabelSet
 	Alloc        Alloc
 	Free         Free
+	PyCode       PyCode
+	PyStack      PyStack
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
 }

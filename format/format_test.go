@@ -60,6 +60,13 @@ func sampleEvents() []Event {
 		{Kind: KindAlloc, Alloc: Alloc{Time: 1_010_900, Pid: 4242, Stack: 1, Bytes: 524288, Objects: 8192}},
 		{Kind: KindFree, Free: Free{Time: 1_011_100, Pid: 4242, Tid: 4243, Addr: 0x7f00_1234_5000}},
 		{Kind: KindFree, Free: Free{Time: 1_011_200, Pid: 4242, Stack: 1, Bytes: 65536, Objects: 1024}},
+		{Kind: KindPyCode, PyCode: PyCode{ID: 1, Name: "gamma_py", File: "/srv/app.py", FirstLine: 3, Table: PyLineTableLocations, Lines: []byte{0x80, 0x00, 0xd8, 0x08, 0x0c}}},
+		{Kind: KindPyCode, PyCode: PyCode{ID: 2, Name: "Outer.<locals>.inner", File: "", FirstLine: 1 << 20, Table: PyLineTableNone, Lines: []byte{}}},
+		{Kind: KindPyStack, PyStack: PyStack{ID: 1, Frames: []PyFrame{{Code: 1, Offset: 0x2a}, {Code: 2, Offset: 0, Entry: true}, {Code: 1 << 33, Offset: 1<<32 - 1, Entry: true}}}},
+		{Kind: KindPyStack, PyStack: PyStack{ID: 2, Frames: []PyFrame{}}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Python: 1}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_300, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 3, Labels: 2, Python: 2}},
+		{Kind: KindRawStack, RawStack: RawStack{Time: 1_010_400, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1_000_000, RegMask: 1 << 7, Regs: []uint64{0x7ffe_0000_0f00}, StackAddr: 0x7ffe_0000_0f00, Data: []byte{9}, Python: 1}},
 	}
 }
 
@@ -167,6 +174,11 @@ func cloneEvent(ev *Event) Event {
 		out.Free = ev.Free
 	case KindLabelSet:
 		out.LabelSet = LabelSet{ID: ev.LabelSet.ID, Labels: append([]Label{}, ev.LabelSet.Labels...)}
+	case KindPyCode:
+		out.PyCode = ev.PyCode
+		out.PyCode.Lines = append([]byte{}, ev.PyCode.Lines...)
+	case KindPyStack:
+		out.PyStack = PyStack{ID: ev.PyStack.ID, Frames: append([]PyFrame{}, ev.PyStack.Frames...)}
 	case KindUnknown:
 		out.Code = ev.Code
 		out.Unknown = append([]byte{}, ev.Unknown...)

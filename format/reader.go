@@ -79,11 +79,12 @@ type Reader struct {
 	lastStack uint64
 	lastCPU1  uint32
 
-	ev    Event
-	pcs   []uint64
-	regs  []uint64
-	lines []JITLine
-	stats ReaderStats
+	ev       Event
+	pcs      []uint64
+	regs     []uint64
+	lines    []JITLine
+	pyFrames []PyFrame
+	stats    ReaderStats
 }
 
 // Open opens the stream in the named file. Close the Reader when done.
@@ -444,10 +445,13 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		s.Stack = r.lastStack + uint64(d.zz())
 		r.lastPid, r.lastTid, r.lastCPU1, r.lastStack = s.Pid, s.Tid, cpu1, s.Stack
-		s.Goroutine, s.Labels = 0, 0
+		s.Goroutine, s.Labels, s.Python = 0, 0, 0
 		if len(d.b) > 0 { // appended in 1.1, optional
 			s.Goroutine = d.uv()
 			s.Labels = d.uv()
+		}
+		if len(d.b) > 0 { // appended with PyStack, optional
+			s.Python = d.uv()
 		}
 	case KindRawStack:
 		s := &ev.RawStack
@@ -468,6 +472,10 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		s.Regs = regs
 		s.StackAddr = d.uv()
 		s.Data = d.bytes()
+		s.Python = 0
+		if len(d.b) > 0 { // appended with PyStack, optional
+			s.Python = d.uv()
+		}
 	case KindSpanBegin:
 		s := &ev.SpanBegin
 		s.Time = r.time(&d)
@@ -498,6 +506,10 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		l.Pid = d.u32()
 		l.Count = d.uv()
 		l.Reason = LostReason(d.byte())
+	case KindPyCode:
+		r.decodePyCode(&d, &ev.PyCode)
+	case KindPyStack:
+		r.decodePyStack(&d, &ev.PyStack)
 	case KindJITCode:
 		r.decodeJITCode(&d, &ev.JITCode)
 	case KindJITUnload:

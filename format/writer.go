@@ -432,9 +432,12 @@ func (w *Writer) WriteSample(e Sample) error {
 	}
 	w.buf = appendZigzag(w.buf, int64(e.Stack-w.lastStack))
 	w.lastPid, w.lastTid, w.lastCPU1, w.lastStack = e.Pid, e.Tid, e.CPU+1, e.Stack
-	if e.Goroutine != 0 || e.Labels != 0 { // optional: absent means 0
+	if e.Goroutine != 0 || e.Labels != 0 || e.Python != 0 { // optional: absent means 0
 		w.uv(e.Goroutine)
 		w.uv(e.Labels)
+	}
+	if e.Python != 0 {
+		w.uv(e.Python)
 	}
 	return w.end(lp)
 }
@@ -478,6 +481,9 @@ func (w *Writer) WriteRawStack(e *RawStack) error {
 	}
 	w.uv(e.StackAddr)
 	w.bytesField(e.Data)
+	if e.Python != 0 { // optional: absent means 0
+		w.uv(e.Python)
+	}
 	return w.end(lp)
 }
 
@@ -642,6 +648,10 @@ func (w *Writer) WriteEvent(e *Event) error {
 		return w.WriteAlloc(e.Alloc)
 	case KindFree:
 		return w.WriteFree(e.Free)
+	case KindPyCode:
+		return w.WritePyCode(&e.PyCode)
+	case KindPyStack:
+		return w.WritePyStack(e.PyStack.ID, e.PyStack.Frames)
 	case KindUnknown:
 		return w.writeRaw(e.Code, e.Unknown)
 	}

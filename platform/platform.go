@@ -146,6 +146,11 @@ type Config struct {
 	// per AllocRate bytes allocated, a Poisson process over bytes as in
 	// tcmalloc and the Go runtime; 0 means DefaultAllocRate.
 	AllocRate int
+	// NoPython turns off reading the Python frames of CPython threads
+	// (on by default: each sample of a thread that runs Python code
+	// carries the thread's Python frames, read from the interpreter's
+	// state in the target's memory; package platform/linux/cpython).
+	NoPython bool
 }
 
 // DefaultAllocRate is Config.AllocRate's default: 512 KiB, the Go
@@ -270,6 +275,12 @@ type Sample struct {
 	Goroutine uint64
 	LabelSet  uint64
 	NewLabels []format.Label
+	// Python holds the thread's Python frames, leaf first (none when
+	// Config.NoPython is set or the thread runs no Python code);
+	// NewPyCodes the code objects they refer to that no earlier sample
+	// did, with ids numbered by the back end from 1.
+	Python     []format.PyFrame
+	NewPyCodes []format.PyCode
 }
 
 // Handler receives a back end's events, in order, from one goroutine.
@@ -313,4 +324,11 @@ type Stats struct {
 	// rate).
 	AskedHz            int
 	AchievedHz, TickHz float64
+
+	// PythonSamples counts the samples given Python frames
+	// (Config.NoPython unset), PythonCut the chains cut short by a check
+	// (a frame that moved mid-read, the depth cap); PythonWarning names
+	// the interpreters found but not read (an unknown version), "" if none.
+	PythonSamples, PythonCut uint64
+	PythonWarning            string
 }

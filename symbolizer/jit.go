@@ -202,6 +202,7 @@ type pendingSample struct {
 	stack  uint64   // a Sample's stack id, or 0
 	gen    uint64   // the module generation the stack was seen in
 	pcs    []uint64 // an unwound RawStack's frames (kernel first)
+	python uint64   // a Sample's PyStack id, or 0
 }
 
 type jitStackKey struct {
@@ -246,7 +247,7 @@ func (b *builder) deferRaw(ev *format.RawStack, pcs []uint64) {
 	if all == nil {
 		all = []uint64{}
 	}
-	b.pending = append(b.pending, pendingSample{pid: ev.Pid, tid: ev.Tid, t: ev.Time, weight: ev.Weight, flags: ev.Flags, pcs: all})
+	b.pending = append(b.pending, pendingSample{pid: ev.Pid, tid: ev.Tid, t: ev.Time, weight: ev.Weight, flags: ev.Flags, pcs: all, python: ev.Python})
 }
 
 // resolvePending normalizes the samples set aside, now that every JIT
@@ -264,9 +265,9 @@ func (b *builder) resolvePending() {
 			for i, pc := range s.pcs {
 				locs[i] = b.locAt(s.pid, pc, i > 0, s.t)
 			}
-			b.add(locs, s.weight, s.flags)
+			b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
 			if b.tl != nil {
-				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
+				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
 			}
 			continue
 		}
@@ -280,9 +281,9 @@ func (b *builder) resolvePending() {
 			}
 			cache[k] = locs
 		}
-		b.add(locs, s.weight, s.flags)
+		b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
 		if b.tl != nil {
-			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
+			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
 		}
 	}
 	b.pending = nil

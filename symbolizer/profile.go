@@ -80,6 +80,8 @@ type Sample struct {
 	// the end of the trace.
 	AllocBytes, AllocObjects int64
 	InuseBytes, InuseObjects int64
+
+	python uint64 // the PyStack spliced into Locs after symbolization (python.go)
 }
 
 // Profile is a symbolized profile built from a stream.
@@ -161,6 +163,7 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 	if err := b.symbolize(opts); err != nil {
 		return nil, err
 	}
+	b.splicePython()
 	return b.p, nil
 }
 
@@ -190,6 +193,7 @@ type builder struct {
 	opts    *Options
 	raw     *rawUnwinder
 	tl      *timelineBuilder // nil unless Options.Timeline
+	py      pyState          // Python frames (python.go)
 
 	// JIT code (jit.go)
 	jit        jitDB
@@ -253,6 +257,8 @@ func (b *builder) event(ev *format.Event) {
 		b.alloc(&ev.Alloc)
 	case format.KindFree:
 		b.free(&ev.Free)
+	case format.KindPyCode, format.KindPyStack:
+		b.pyEvent(ev)
 	}
 }
 
@@ -262,7 +268,7 @@ func (b *builder) sample(s *format.Sample) {
 	if s.Stack != 0 {
 		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
 		if b.deferStack(k, b.stacks[s.Stack], s.Time) {
-			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen})
+			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen, python: s.Python})
 			return
 		}
 		var ok bool
@@ -278,21 +284,21 @@ func (b *builder) sample(s *format.Sample) {
 			b.norm[k] = locs
 		}
 	}
-	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels)
+	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels, s.Python)
 	if b.tl != nil {
-		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs)
+		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs, s.Python)
 	}
 }
 
 // add aggregates one sample with the given locations.
 func (b *builder) add(locs []int, weight uint64, flags format.SampleFlags) {
-	b.addGo(locs, weight, flags, 0, 0)
+	b.addGo(locs, weight, flags, 0, 0, 0)
 }
 
 // addGo aggregates one sample with the given locations, goroutine and
-// label set.
-func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels uint64) {
-	agg := b.aggregate(locs, goid, labels)
+// label set, and Python stack (spliced in after symbolization).
+func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels, python uint64) {
+	agg := b.aggregate(locs, goid, labels, python)
 	agg.Count++
 	if flags&format.SampleOffCPU != 0 {
 		agg.OffCPUNanos += int64(weight)
@@ -303,21 +309,22 @@ func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goi
 	}
 }
 
-// aggregate returns the Sample of locs, goroutine and label set,
-// creating it empty.
-func (b *builder) aggregate(locs []int, goid, labels uint64) *Sample {
+// aggregate returns the Sample of locs, goroutine, label set and Python
+// stack, creating it empty.
+func (b *builder) aggregate(locs []int, goid, labels, python uint64) *Sample {
 	// The length first, so what follows the locations is unambiguous.
 	b.keyBuf = binary.AppendUvarint(b.keyBuf[:0], uint64(len(locs)))
 	for _, l := range locs {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, uint64(l))
 	}
-	if goid != 0 || labels != 0 {
+	if goid != 0 || labels != 0 || python != 0 {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, goid)
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, labels)
+		b.keyBuf = binary.AppendUvarint(b.keyBuf, python)
 	}
 	agg := b.samples[string(b.keyBuf)]
 	if agg == nil {
-		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels]}
+		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels], python: python}
 		b.samples[string(b.keyBuf)] = agg
 		b.p.Samples = append(b.p.Samples, agg)
 	}

@@ -45,6 +45,8 @@ type TimedSample struct {
 	Locs   []int // leaf first; shared between samples, do not modify
 	Weight int64 // ns on CPU (the sampling period) or off CPU
 	OffCPU bool
+
+	python uint64 // the PyStack spliced into Locs after symbolization (python.go)
 }
 
 // Span is a span of a thread: [Begin, End) with a name. Spans of a
@@ -206,10 +208,10 @@ func (tb *timelineBuilder) event(b *builder, ev *format.Event) {
 	}
 }
 
-func (tb *timelineBuilder) sample(t int64, pid, tid uint32, weight uint64, flags format.SampleFlags, locs []int) {
+func (tb *timelineBuilder) sample(t int64, pid, tid uint32, weight uint64, flags format.SampleFlags, locs []int, python uint64) {
 	tb.at(t)
 	th := tb.thread(pid, tid)
-	th.Samples = append(th.Samples, TimedSample{Time: t, Locs: locs, Weight: int64(weight), OffCPU: flags&format.SampleOffCPU != 0})
+	th.Samples = append(th.Samples, TimedSample{Time: t, Locs: locs, Weight: int64(weight), OffCPU: flags&format.SampleOffCPU != 0, python: python})
 }
 
 // finish sorts each thread's events by time, closes open spans at the

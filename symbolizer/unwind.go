@@ -65,9 +65,9 @@ func (b *builder) rawStack(ev *format.RawStack) {
 	for _, pc := range ru.pcs {
 		locs = append(locs, b.loc(ev.Pid, pc, len(locs) > 0, ev.Time))
 	}
-	b.add(locs, ev.Weight, ev.Flags)
+	b.addGo(locs, ev.Weight, ev.Flags, 0, 0, ev.Python)
 	if b.tl != nil {
-		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs)
+		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs, ev.Python)
 	}
 }
 

@@ -83,10 +83,14 @@ func (h *handler) ModuleUnload(e *format.ModuleUnload) {
 func (h *handler) Sample(s *platform.Sample) {
 	t := (*Tracer)(h)
 	t.mu.Lock()
+	var py uint64
+	if len(s.Python) > 0 {
+		py = t.python.intern(t.w, s.NewPyCodes, s.Python)
+	}
 	if s.Stack != nil {
 		t.inChunk++
 		t.w.WriteRawStack(&format.RawStack{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Flags: s.Flags,
-			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs)})
+			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs), Python: py})
 		t.mu.Unlock()
 		return
 	}
@@ -97,7 +101,7 @@ func (h *handler) Sample(s *platform.Sample) {
 	}
 	t.inChunk++
 	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags,
-		Goroutine: s.Goroutine, Labels: s.LabelSet})
+		Goroutine: s.Goroutine, Labels: s.LabelSet, Python: py})
 	t.mu.Unlock()
 }
 

@@ -104,6 +104,9 @@ type Options struct {
 	// record (24 bytes); the DWARF modes sample them already. RawStack
 	// events (KeepRaw) carry no goroutine.
 	Goroutines bool
+	// NoPython turns off reading the Python frames of CPython threads
+	// (platform.Config.NoPython; on by default on Linux).
+	NoPython bool
 	// NoJIT turns off recording the code JIT runtimes publish in perf
 	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
 	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
@@ -201,6 +204,11 @@ type Stats struct {
 	// per second it managed; both are 0 elsewhere.
 	AskedHz            int
 	AchievedHz, TickHz float64
+	// PythonSamples counts the samples that carry Python frames,
+	// PythonCut the Python chains cut short by a check (counted, never
+	// filled in); PythonWarning names interpreters found but not read.
+	PythonSamples, PythonCut uint64
+	PythonWarning            string
 }
 
 // backend is what a per-OS back end provides.
@@ -239,6 +247,7 @@ type Tracer struct {
 	// labelSets are the goroutine label sets written so far, by id-1
 	// (the back end numbers them from 1), replayed on hot join.
 	labelSets [][]format.Label
+	python    pyTable // Python code objects and stacks written so far
 	procs     map[uint32]format.Process
 	threads   map[uint32]threadState
 	modules   map[uint64]format.ModuleLoad
@@ -483,6 +492,10 @@ func (t *Tracer) Stats() Stats {
 		AskedHz:      bs.AskedHz,
 		AchievedHz:   bs.AchievedHz,
 		TickHz:       bs.TickHz,
+
+		PythonSamples: bs.PythonSamples,
+		PythonCut:     bs.PythonCut,
+		PythonWarning: bs.PythonWarning,
 	}
 }
 
@@ -577,6 +590,7 @@ func (t *Tracer) snapshot(withHeader bool) []byte {
 	for i, ls := range t.labelSets {
 		w.WriteLabelSet(uint64(i+1), ls)
 	}
+	t.python.replay(w)
 	w.Close()
 	return buf.b
 }

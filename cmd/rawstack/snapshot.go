@@ -23,7 +23,7 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
 		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
 		run:   runSnapshot,
 	})
@@ -45,6 +45,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	stats := fs.Bool("stats", false, "print timings to stderr")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
 	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
+	noPython := fs.Bool("no-python", false, "do not read CPython threads' Python frames (by default printed at their _PyEval_EvalFrameDefault frames)")
 	writeDump := fs.String("write-minidump", "", "also write the threads, their stacks and the modules as a minidump (Windows processes, minidumps)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
@@ -63,7 +64,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	// collector's first 4 MB goal: a collection then costs more than the
 	// memory it would save.
 	debug.SetGCPercent(400)
-	opts := &snapshot.Options{MaxFrames: *maxFrames, Exe: *exe, Root: *root}
+	opts := &snapshot.Options{MaxFrames: *maxFrames, Exe: *exe, Root: *root, Python: !*noPython}
 	t0 := time.Now()
 	var snap *snapshot.Snapshot
 	var err error
@@ -140,6 +141,10 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
 	}
 	// Lines are appended with strconv rather than fmt: a hundred threads
 	// print thousands of frames, and fmt was a tenth of a snapshot's CPU.
+	codes := map[uint64]*format.PyCode{}
+	for i := range snap.PyCodes {
+		codes[snap.PyCodes[i].ID] = &snap.PyCodes[i]
+	}
 	b := make([]byte, 0, 64<<10)
 	b = fmt.Appendf(b, "PID %d - process\n", snap.Pid)
 	for _, t := range snap.Threads {
@@ -150,7 +155,20 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
 			b = fmt.Appendf(b, "  (%v)\n", t.Err)
 			continue
 		}
+		py := pythonGroups(t.Python)
 		for i, pc := range t.PCs {
+			if len(py) > 0 && names != nil {
+				if m := snap.Module(pc); m != nil {
+					look := pc
+					if i > 0 {
+						look--
+					}
+					if fn, _ := names.name(m, look); fn == "_PyEval_EvalFrameDefault" {
+						b = appendPython(b, py[0], codes)
+						py = py[1:]
+					}
+				}
+			}
 			b = appendFrameHead(b, i, pc) // "#%-2d 0x%016x"
 			m := snap.Module(pc)
 			look := pc
@@ -182,6 +200,9 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
 			}
 			b = append(b, '\n')
 		}
+		for _, g := range py { // no evaluation frame left for them
+			b = appendPython(b, g, codes)
+		}
 		if t.Stop != arch.StopOutermost {
 			b = fmt.Appendf(b, "    (unwind stopped: %v)\n", t.Stop)
 		}
@@ -194,6 +215,38 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
 	}
 	_, err := w.Write(b)
 	return err
+}
+
+// pythonGroups splits a thread's Python frames (leaf first) into the
+// groups each evaluation frame ran: a group ends at an entry frame.
+func pythonGroups(frames []format.PyFrame) [][]format.PyFrame {
+	var groups [][]format.PyFrame
+	start := 0
+	for i, f := range frames {
+		if f.Entry {
+			groups = append(groups, frames[start:i+1])
+			start = i + 1
+		}
+	}
+	if start < len(frames) {
+		groups = append(groups, frames[start:])
+	}
+	return groups
+}
+
+// appendPython appends one line per Python frame, as py-spy dump
+// --native prints them: "    gamma_py (/srv/app.py:16)".
+func appendPython(b []byte, frames []format.PyFrame, codes map[uint64]*format.PyCode) []byte {
+	for _, f := range frames {
+		c := codes[f.Code]
+		if c == nil {
+			b = fmt.Appendf(b, "    [python code %d]\n", f.Code)
+			continue
+		}
+		line, _ := symbolizer.PyLine(c.Table, c.Lines, c.FirstLine, f.Offset)
+		b = fmt.Appendf(b, "    %s (%s:%d)\n", c.Name, c.File, line)
+	}
+	return b
 }
 
 // appendFrameHead appends what fmt's "#%-2d 0x%016x" prints for frame i at pc.

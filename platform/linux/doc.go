@@ -21,6 +21,7 @@
 //	├── tracking              what both share: process/thread/module tracking, perf rings and records, the online unwinder, Run
 //	├── jit                   the JIT tracker (perf maps, jitdump)
 //	├── goruntime             the goroutine reader (goroutine id and pprof labels of a Go sample)
+//	├── cpython               the Python frame reader (a CPython thread's frames, read at each sample)
 //	├── procfs                /proc and /proc/PID/maps
 //	└── internal/linuxtest    the tests' shared handlers and raw capture
 //

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/procinfo"
 	"github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/cpython"
 )
 
 // hostArch is the architecture of live targets: a 64-bit process of the
@@ -101,6 +103,14 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	defer unix.Munmap(buf) // the page cache holding it lives in this call
 	snap.Modules = mods
 
+	// The interpreter, if any, is found before anything stops too.
+	var py *cpython.Sampling
+	if opts != nil && opts.Python {
+		if py = cpython.NewSampling(); !py.AttachMaps(uint32(pid)) {
+			py = nil
+		}
+	}
+
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	st := &stopper{pid: pid, dir: dir}
@@ -147,6 +157,17 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 	}()
 	err = unwindThreads(snap.Threads, set, mem, opts.maxFrames())
+	if py != nil {
+		for i := range snap.Threads {
+			t := &snap.Threads[i]
+			frames, fresh := py.Frames(uint32(pid), uint32(t.Tid), snap.Time)
+			t.Python = append([]format.PyFrame(nil), frames...)
+			for _, c := range fresh {
+				c.Lines = append([]byte(nil), c.Lines...)
+				snap.PyCodes = append(snap.PyCodes, c)
+			}
+		}
+	}
 	st.release()
 	snap.Stopped = time.Since(start)
 	<-namesDone

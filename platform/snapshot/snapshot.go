@@ -61,6 +61,9 @@ type Snapshot struct {
 	// snapshots (minidumps, live Windows processes) have PE modules and
 	// QPC times.
 	OS format.OS
+	// PyCodes are the code objects the threads' Python frames refer to
+	// (Options.Python), ids from 1.
+	PyCodes []format.PyCode
 }
 
 // Thread is one thread's stack.
@@ -76,6 +79,9 @@ type Thread struct {
 	// Err is set when the thread's registers could not be read; PCs is
 	// then empty.
 	Err error
+	// Python holds the thread's Python frames, leaf first, read while it
+	// was stopped (Options.Python; a live CPython 3.8–3.13 process).
+	Python []format.PyFrame
 }
 
 // Module is one executable mapping of an ELF file (or the vDSO).
@@ -124,6 +130,9 @@ type Options struct {
 	Exe string
 	// Root (cores) is prepended to the paths a core names (a sysroot).
 	Root string
+	// Python reads each thread's Python frames in a live CPython process
+	// (package platform/linux/cpython), while the threads are stopped.
+	Python bool
 }
 
 func (o *Options) maxFrames() int {
@@ -164,6 +173,11 @@ func (s *Snapshot) Write(w *format.Writer) error {
 			TimeDateStamp: m.TimeDateStamp, SizeOfImage: m.SizeOfImage,
 		})
 	}
+	for i := range s.PyCodes {
+		w.WritePyCode(&s.PyCodes[i])
+	}
+	pyIDs := map[string]uint64{}
+	var pyKey []byte
 	// Threads parked in the same place share one interned Stack.
 	ids := map[string]uint64{}
 	var key []byte
@@ -185,9 +199,28 @@ func (s *Snapshot) Write(w *format.Writer) error {
 		if t.Stop != arch.StopOutermost {
 			flags |= format.SampleTruncated
 		}
-		w.WriteSample(format.Sample{Time: s.Time, Pid: pid, Tid: uint32(t.Tid), CPU: format.NoCPU, Weight: 1, Stack: stack, Flags: flags})
+		var py uint64
+		if len(t.Python) > 0 {
+			pyKey = pyKey[:0]
+			for _, f := range t.Python {
+				pyKey = binary.AppendUvarint(binary.AppendUvarint(pyKey, f.Code), uint64(f.Offset)<<1|uint64(btou(f.Entry)))
+			}
+			if py = pyIDs[string(pyKey)]; py == 0 {
+				py = uint64(len(pyIDs) + 1)
+				pyIDs[string(pyKey)] = py
+				w.WritePyStack(py, t.Python)
+			}
+		}
+		w.WriteSample(format.Sample{Time: s.Time, Pid: pid, Tid: uint32(t.Tid), CPU: format.NoCPU, Weight: 1, Stack: stack, Flags: flags, Python: py})
 	}
 	return w.Err()
+}
+
+func btou(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Header returns the stream header for a snapshot of s.

@@ -6,7 +6,8 @@ import "github.com/rawstack/rawstack/platform"
 // the suspend-and-copy sampler does not implement. It honours Pid,
 // Frequency, StackSize and OffCPU (waits seen through the threads' CPU
 // times, their stacks taken once per wait); NoKernel and NoJIT hold by construction (it
-// reads no kernel frames and no JIT maps); every Unwind mode unwinds with
+// reads no kernel frames and no JIT maps), and so does NoPython (it reads no
+// Python frames); every Unwind mode unwinds with
 // the modules' x64 unwind data (.pdata/.xdata), the one mechanism it has.
 func checkConfig(cfg platform.Config) error {
 	bad := func(option, reason string) error {

@@ -20,6 +20,7 @@ type Flags struct {
 	Unwind     string
 	StackSize  int
 	NoJIT      bool
+	NoPython   bool
 	JITCode    bool
 	KeepRaw    bool
 	Backend    string
@@ -50,6 +51,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.Backend, "backend", "perf", "sampling mechanism: perf (perf_event ring buffers) or ebpf (BPF programs; whole system, off-CPU)")
 	fs.BoolVar(&f.System, "a", false, "with --backend ebpf: sample every process of the host (until --duration or Ctrl-C)")
 	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf (Linux) or on Windows: also record where threads wait, weighted by the time off CPU")
+	fs.BoolVar(&f.NoPython, "no-python", false, "do not read CPython threads' Python frames (by default each sample of a CPython 3.8–3.13 thread carries them, read from the interpreter's memory, and reports show them at _PyEval_EvalFrameDefault)")
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	fs.BoolVar(&f.Alloc, "alloc", false, "record native heap allocations (uprobes on the target's malloc/free; selects --backend ebpf): convert --value alloc_space|alloc_objects|inuse_space|inuse_objects")
 	fs.IntVar(&f.AllocRate, "alloc-rate", 0, "with --alloc: sample one allocation per this many bytes allocated, on average (default 524288)")
@@ -121,7 +123,7 @@ var flagOf = map[string]string{
 	"Pid": "-p", "Frequency": "-F", "NoKernel": "--no-kernel", "Unwind": "--unwind",
 	"StackSize": "--stack-size", "KeepRaw": "--keep-raw", "Backend": "--backend",
 	"System": "-a", "OffCPU": "--off-cpu", "NoJIT": "--no-jit", "JITCodeBytes": "--jit-code",
-	"Goroutines": "--goroutines", "Alloc": "--alloc", "AllocRate": "--alloc-rate",
+	"Goroutines": "--goroutines", "Alloc": "--alloc", "AllocRate": "--alloc-rate", "NoPython": "--no-python",
 }
 
 // Options returns the tracer options the flags give (without streams or
@@ -130,5 +132,5 @@ func (f *Flags) Options(be platform.Backend, mode platform.UnwindMode) tracer.Op
 	return tracer.Options{Frequency: f.Hz, Pid: f.Pid, NoKernel: f.NoKernel,
 		Unwind: mode, StackSize: f.StackSize, KeepRaw: f.KeepRaw, NoJIT: f.NoJIT, JITCodeBytes: f.JITCode,
 		Backend: be, System: f.System, OffCPU: f.OffCPU, Goroutines: f.Goroutines,
-		Alloc: f.Alloc, AllocRate: f.AllocRate}
+		Alloc: f.Alloc, AllocRate: f.AllocRate, NoPython: f.NoPython}
 }

@@ -30,7 +30,7 @@ import (
 )
 
 // Usage is record's usage line (after "rawstack record").
-const Usage = "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] [--alloc [--alloc-rate BYTES]] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
+const Usage = "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] [--alloc [--alloc-rate BYTES]] [--no-python] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
 
 // Linked reports whether the back end be is linked into the running
 // program; [Main] hands a recording whose back end is not to delegate.
@@ -125,6 +125,12 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 		}
 		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
+	}
+	if st.PythonSamples > 0 || st.PythonCut > 0 {
+		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames (%d Python chains cut short by a check)\n", st.PythonSamples, st.PythonCut)
+	}
+	if st.PythonWarning != "" {
+		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)
 	}
 	if st.Suspensions > 0 {
 		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v (%v in all); %d idle thread-ticks skipped\n",

@@ -120,11 +120,12 @@ func (s *Session) attach() error {
 		s.Unwinder().ChooseAuto(s.Pid())
 	}
 	s.SetUserAttr(&attr)
-	if s.Goroutines() {
-		// A sample's goroutine and labels are read from the target when
-		// the reader gets to it, and a goroutine that has ended has no
-		// labels left to read: wake the reader every few samples rather
-		// than when half the ring is full (or its 50 ms timeout).
+	if s.Goroutines() || s.Python() {
+		// A sample's goroutine and labels, and its Python frames, are
+		// read from the target when the reader gets to it, and a
+		// goroutine that has ended has no labels left to read (a Python
+		// thread's frames move on): wake the reader every few samples
+		// rather than when half the ring is full (or its 50 ms timeout).
 		attr.Wakeup = goWakeupEvents
 	}
 

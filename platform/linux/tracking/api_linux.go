@@ -6,6 +6,7 @@ import (
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/cpython"
 )
 
 // What a back end's session calls while it opens its events (perf,
@@ -57,6 +58,18 @@ func (s *Tracker) SetEvent(name string) { s.event = name }
 
 // Unwinder is the online unwinder, nil in frame-pointer mode.
 func (s *Tracker) Unwinder() *Unwinder { return s.uw }
+
+// Python reports whether samples' Python frames are read.
+func (s *Tracker) Python() bool { return s.py != nil }
+
+// PythonStats returns what the Python frame reader did, and the
+// interpreters it found but could not read (unknown versions).
+func (s *Tracker) PythonStats() (cpython.Stats, []error) {
+	if s.py == nil {
+		return cpython.Stats{}, nil
+	}
+	return s.py.Stats(), s.py.Errors()
+}
 
 // Goroutines reports whether samples' goroutines are read.
 func (s *Tracker) Goroutines() bool { return s.gos != nil }

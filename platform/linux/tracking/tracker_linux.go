@@ -21,6 +21,7 @@ import (
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/cpython"
 	"github.com/rawstack/rawstack/platform/linux/goruntime"
 	"github.com/rawstack/rawstack/platform/linux/jit"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
@@ -77,6 +78,10 @@ type Tracker struct {
 	system    bool      // every process of the host (the eBPF back end)
 	jit       *jit.Tracker
 	gos       *goruntime.Sampling // Config.Goroutines
+	py        *cpython.Sampling   // nil with Config.NoPython
+	pySamples atomic.Uint64
+	pyCut     atomic.Uint64
+	pyWarning atomic.Pointer[string]
 }
 
 type procState struct {
@@ -189,6 +194,9 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	if cfg.Goroutines {
 		s.gos = goruntime.NewSampling()
 	}
+	if !cfg.NoPython {
+		s.py = cpython.NewSampling()
+	}
 	if s.gos != nil {
 		mask := s.gos.Mask
 		if s.uw != nil {
@@ -226,7 +234,12 @@ func (s *Tracker) ExitErr() error {
 
 // Stats returns the running totals.
 func (s *Tracker) Stats() platform.Stats {
-	return platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load()}
+	st := platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load(),
+		PythonSamples: s.pySamples.Load(), PythonCut: s.pyCut.Load()}
+	if w := s.pyWarning.Load(); w != nil {
+		st.PythonWarning = *w
+	}
+	return st
 }
 
 var (
@@ -377,6 +390,20 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	}
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
 	s.h.ModuleLoad(&ml)
+	if s.py != nil && ml.Kind == format.ModuleELF {
+		s.pyLoaded(pid, path, start, off)
+	}
+}
+
+// pyLoaded looks for an interpreter in a module of pid and keeps the
+// warnings about those it cannot read where Stats finds them.
+func (s *Tracker) pyLoaded(pid uint32, path string, start, off uint64) {
+	n := len(s.py.Errors())
+	s.py.ModuleLoaded(pid, path, start, off)
+	if errs := s.py.Errors(); len(errs) > n {
+		w := errors.Join(errs...).Error()
+		s.pyWarning.Store(&w)
+	}
 }
 
 // moduleIDs reads (and caches) the build ids of path as process pid sees it.
@@ -553,6 +580,9 @@ func (s *Tracker) dispatch(r *record) {
 			if s.gos != nil {
 				s.gos.Forget(r.Pid)
 			}
+			if s.py != nil {
+				s.py.Forget(r.Pid)
+			}
 			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid))})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
@@ -618,6 +648,9 @@ func (s *Tracker) dispatch(r *record) {
 			if s.gos != nil {
 				s.gos.Forget(r.Pid)
 			}
+			if s.py != nil {
+				s.py.Forget(r.Pid)
+			}
 			if int(r.Pid) != s.pid || s.cmd == nil {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
@@ -679,6 +712,14 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
 	}
+	sm.Python, sm.NewPyCodes = nil, nil
+	if s.py != nil && sm.Flags&format.SampleOffCPU == 0 {
+		sm.Python, sm.NewPyCodes = s.py.Frames(r.Pid, r.Tid, int64(r.Time))
+		if len(sm.Python) > 0 {
+			s.pySamples.Add(1)
+		}
+		s.pyCut.Store(s.py.Cut())
+	}
 	return s.uw == nil || s.uw.sample(s, r, sm)
 }
 
@@ -690,6 +731,9 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 	ps := s.procs[to]
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: m.start, end: m.end, ml: &ml})
 	s.h.ModuleLoad(&ml)
+	if s.py != nil && ml.Kind == format.ModuleELF {
+		s.pyLoaded(to, ml.Path, ml.Base, ml.FileOffset)
+	}
 }
 
 // Close stops sampling and releases the perf events and rings and the

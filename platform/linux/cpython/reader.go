@@ -1,0 +1,407 @@
+package cpython
+
+import (
+	"encoding/binary"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// Limits of one read. A chain deeper than MaxDepth is cut there (and
+// counted); names, file names and line tables longer than these are not
+// read (the code object is taken as invalid).
+const (
+	MaxDepth     = 128
+	maxString    = 4096
+	maxLineTable = 1 << 16
+	// retryMiss is how long (ns) a thread that has no thread state stays
+	// known as such before the list is walked again for it.
+	retryMiss  = 200e6
+	maxThreads = 4096 // thread states walked at most, per search
+)
+
+// Reasons a chain was cut, counted in [Stats].
+const (
+	CutRead     = iota // target memory could not be read (it moved, or the thread exited)
+	CutCodeType        // a frame's code object is not of type code
+	CutOffset          // an instruction offset outside the code, or a line out of range
+	CutLoop            // a frame seen twice in one chain
+	CutDepth           // deeper than MaxDepth
+	CutString          // a name, file name or line table that could not be read
+	nCuts
+)
+
+// Stats counts what a Reader did.
+type Stats struct {
+	Stacks uint64        // samples given Python frames
+	Frames uint64        // Python frames given
+	Codes  uint64        // distinct code objects interned
+	Cut    [nCuts]uint64 // chains cut, by reason
+}
+
+// Reader reads the Python frames of sampled threads out of their
+// processes' memory. It is used from one goroutine.
+type Reader struct {
+	read  func(pid uint32, addr uint64, buf []byte) bool
+	read2 func(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int
+	procs map[uint32]*proc
+	ids   map[string]uint64 // code contents → PyCode id
+	Stats Stats
+
+	buf    [512]byte
+	frame  [256]byte
+	pair   [768]byte
+	frames []format.PyFrame
+	fresh  []format.PyCode
+	seen   [MaxDepth]uint64
+	key    []byte
+}
+
+type proc struct {
+	in       *Interp
+	runtime  uint64 // absolute address of _PyRuntime
+	codeType uint64 // absolute address of PyCode_Type
+	tstates  map[uint32]tstate
+	codes    map[uint64]codeEntry // by code object address
+}
+
+type tstate struct {
+	addr uint64 // 0: none found
+	at   int64  // when a miss was recorded
+}
+
+// codeEntry is a code object read before; it is taken as the same object
+// when the pointers to its name, file and table and its first line read
+// the same (a code object is immutable; a new one at a reused address
+// has other strings).
+type codeEntry struct {
+	qualname, filename, linetable uint64
+	codeObj                       uint64 // 3.8–3.10: co_code
+	firstLine                     uint32
+	units                         uint64
+	id                            uint64
+}
+
+// NewReader returns a Reader that reads target memory with read, which
+// must fail (return false) rather than fault on a bad address, and with
+// read2, which reads n1 bytes at a1 then n2 at a2 (n2 may be 0) into
+// buf[:n1+n2] in one go and returns how many bytes it read, stopping at
+// the first range it cannot read.
+func NewReader(read func(pid uint32, addr uint64, buf []byte) bool, read2 func(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int) *Reader {
+	return &Reader{read: read, read2: read2, procs: map[uint32]*proc{}, ids: map[string]uint64{},
+		frames: make([]format.PyFrame, 0, MaxDepth), key: make([]byte, 0, 256)}
+}
+
+// Attach says that process pid runs interpreter in, loaded with bias
+// (the absolute address of link-time address 0).
+func (r *Reader) Attach(pid uint32, in *Interp, bias uint64) {
+	r.procs[pid] = &proc{in: in, runtime: in.runtime + bias, codeType: in.codeType + bias,
+		tstates: map[uint32]tstate{}, codes: map[uint64]codeEntry{}}
+}
+
+// Attached reports whether pid has an interpreter.
+func (r *Reader) Attached(pid uint32) bool { return r.procs[pid] != nil }
+
+// Forget drops what is known of pid (it exited or exec'd).
+func (r *Reader) Forget(pid uint32) { delete(r.procs, pid) }
+
+// Frames returns the Python frames, leaf first, that thread tid of pid
+// was running at time t (ns), and the code objects met for the first
+// time (ids numbered from 1 across the Reader). Both are valid until the
+// next call. A process with no interpreter, a thread with no thread
+// state and a thread in no Python code give no frames. A chain that
+// fails a check is cut there: the frames before the cut are returned.
+func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.PyCode) {
+	p := r.procs[pid]
+	r.frames, r.fresh = r.frames[:0], r.fresh[:0]
+	if p == nil {
+		return nil, nil
+	}
+	l := &p.in.lay
+	ts, known := p.tstates[tid]
+	var frame uint64
+	ok := false
+	if ts.addr != 0 {
+		frame, ok = r.current(pid, tid, l, ts.addr)
+	}
+	if !ok {
+		if known && ts.addr == 0 && t-ts.at < retryMiss {
+			return nil, nil
+		}
+		addr := r.find(pid, tid, p, l)
+		p.tstates[tid] = tstate{addr: addr, at: t}
+		if addr == 0 {
+			return nil, nil
+		}
+		if frame, ok = r.current(pid, tid, l, addr); !ok {
+			return nil, nil
+		}
+	}
+	r.walk(pid, p, l, frame)
+	if len(r.frames) > 0 {
+		r.Stats.Stacks++
+		r.Stats.Frames += uint64(len(r.frames))
+	}
+	return r.frames, r.fresh
+}
+
+// current reads thread state ts and returns its current frame; false when
+// ts is no longer tid's.
+func (r *Reader) current(pid, tid uint32, l *layout, ts uint64) (uint64, bool) {
+	n := max(l.tsNativeID, l.tsFrame, l.tsThreadID) + 8
+	b := r.buf[:n]
+	if !r.read(pid, ts, b) || r.tidOf(pid, l, b) != uint64(tid) {
+		return 0, false
+	}
+	frame := le64(b, l.tsFrame)
+	if l.viaCFrame && frame != 0 {
+		if !r.read(pid, frame+l.cframeFrame, r.buf[:8]) {
+			return 0, true
+		}
+		frame = le64(r.buf[:8], 0)
+	}
+	return frame, true
+}
+
+// tidOf returns the kernel thread id of the thread state in b: its
+// native_thread_id, or (3.8–3.10) the tid in the glibc struct pthread its
+// thread_id points to.
+func (r *Reader) tidOf(pid uint32, l *layout, b []byte) uint64 {
+	if !l.legacy {
+		return le64(b, l.tsNativeID)
+	}
+	var t [4]byte
+	if !r.read(pid, le64(b, l.tsThreadID)+pthreadTidAMD64, t[:]) {
+		return 0
+	}
+	return uint64(binary.LittleEndian.Uint32(t[:]))
+}
+
+// find walks every interpreter's thread list for tid's thread state.
+func (r *Reader) find(pid, tid uint32, p *proc, l *layout) uint64 {
+	b := r.buf[:8]
+	if !r.read(pid, p.runtime+l.interpretersHead, b) {
+		return 0
+	}
+	n := 0
+	for interp := le64(b, 0); interp != 0 && n < maxThreads; n++ {
+		if !r.read(pid, interp+l.threadsHead, b) {
+			return 0
+		}
+		for ts := le64(b, 0); ts != 0 && n < maxThreads; n++ {
+			nb := r.buf[:max(l.tsNext, l.tsNativeID, l.tsThreadID)+8]
+			if !r.read(pid, ts, nb) {
+				return 0
+			}
+			next := le64(nb, l.tsNext)
+			if r.tidOf(pid, l, nb) == uint64(tid) {
+				return ts
+			}
+			ts = next
+		}
+		// PyInterpreterState.next is the interpreter's first field.
+		if !r.read(pid, interp, b) {
+			return 0
+		}
+		interp = le64(b, 0)
+	}
+	return 0
+}
+
+// walk follows the chain from frame, appending validated frames. Each
+// frame after the first costs one read: its code object's header and the
+// previous frame are read together.
+func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
+	fb := r.frame[:l.frSpan]
+	if !r.read(pid, frame, fb) {
+		r.Stats.Cut[CutRead]++
+		return
+	}
+	depth := 0
+	for frame != 0 {
+		if depth == MaxDepth {
+			r.Stats.Cut[CutDepth]++
+			return
+		}
+		for _, f := range r.seen[:depth] {
+			if f == frame {
+				r.Stats.Cut[CutLoop]++
+				return
+			}
+		}
+		r.seen[depth] = frame
+		depth++
+		prev := le64(fb, l.frPrevious)
+		if !l.legacy && fb[l.frOwner] == ownedByCStack && l.frIsEntry == 0 {
+			if n := len(r.frames); n > 0 {
+				r.frames[n-1].Entry = true
+			}
+			frame = prev
+			if frame != 0 && !r.read(pid, frame, fb) {
+				r.Stats.Cut[CutRead]++
+				return
+			}
+			continue
+		}
+		code, instr := le64(fb, l.frCode), le64(fb, l.frInstr)
+		entry := l.legacy || l.frIsEntry != 0 && fb[l.frIsEntry] != 0
+		lasti := int32(binary.LittleEndian.Uint32(fb[l.frLasti:]))
+		next := l.frSpan
+		if prev == 0 {
+			next = 0
+		}
+		pair := r.pair[:l.coSpan+next]
+		n := 0
+		if code != 0 {
+			n = r.read2(pid, code, int(l.coSpan), prev, int(next), pair)
+		}
+		if n < int(l.coSpan) {
+			r.Stats.Cut[CutRead]++
+			return
+		}
+		id, units, cut := r.code(pid, p, l, code, pair[:l.coSpan])
+		if cut >= 0 {
+			r.Stats.Cut[cut]++
+			return
+		}
+		start := code + l.coCode
+		var off uint64
+		switch {
+		case l.legacy: // f_lasti; -1 before the first instruction
+			if lasti > 0 {
+				off = uint64(lasti)
+			}
+			if l.lastiUnits {
+				off *= 2
+			}
+		case instr >= start:
+			off = instr - start
+		case instr+2 == start: // 3.11–3.12: prev_instr before the first instruction
+		default:
+			r.Stats.Cut[CutOffset]++
+			return
+		}
+		if off >= units*2 || off > 1<<32-1 {
+			r.Stats.Cut[CutOffset]++
+			return
+		}
+		r.frames = append(r.frames, format.PyFrame{Code: id, Offset: uint32(off), Entry: entry})
+		frame = prev
+		if frame != 0 {
+			if n < len(pair) {
+				r.Stats.Cut[CutRead]++
+				return
+			}
+			copy(fb, pair[l.coSpan:])
+		}
+	}
+}
+
+// code returns the PyCode id and size in code units of the code object at
+// addr, whose header cb holds, reading and interning it when it is new; cut is the reason it
+// failed, or -1.
+func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64, cb []byte) (id, units uint64, cut int) {
+	if le64(cb, 8) != p.codeType { // PyObject.ob_type
+		return 0, 0, CutCodeType
+	}
+	e := codeEntry{qualname: le64(cb, l.coQualname), filename: le64(cb, l.coFilename), linetable: le64(cb, l.coLinetable),
+		firstLine: uint32(binary.LittleEndian.Uint32(cb[l.coFirstLine:]))}
+	if l.legacy {
+		e.codeObj = le64(cb, l.coCodeObj)
+	} else {
+		e.units = le64(cb, l.coSize)
+	}
+	if old, ok := p.codes[addr]; ok && old.qualname == e.qualname && old.filename == e.filename &&
+		old.linetable == e.linetable && old.firstLine == e.firstLine && old.codeObj == e.codeObj && (l.legacy || old.units == e.units) {
+		return old.id, old.units, -1
+	}
+	if l.legacy { // the code's size: its co_code bytes object's
+		h := r.buf[:l.bytesData]
+		if e.codeObj == 0 || !r.read(pid, e.codeObj, h) {
+			return 0, 0, CutRead
+		}
+		e.units = le64(h, l.bytesSize) / 2
+	}
+	if int32(e.firstLine) < 0 || e.firstLine > 1<<24 || e.units == 0 || e.units > 1<<26 {
+		return 0, 0, CutOffset
+	}
+	name, ok1 := r.unicode(pid, l, e.qualname)
+	file, ok2 := r.unicode(pid, l, e.filename)
+	table, ok3 := r.bytesObject(pid, l, e.linetable)
+	if !ok1 || !ok2 || !ok3 {
+		return 0, 0, CutString
+	}
+	r.key = append(append(append(append(r.key[:0], name...), 0), file...), 0)
+	r.key = strconv.AppendUint(r.key, uint64(e.firstLine), 10)
+	r.key = append(append(r.key, 0), table...)
+	if id, ok := r.ids[string(r.key)]; ok {
+		e.id = id
+	} else {
+		e.id = uint64(len(r.ids) + 1)
+		r.ids[string(r.key)] = e.id
+		r.Stats.Codes++
+		r.fresh = append(r.fresh, format.PyCode{ID: e.id, Name: name, File: file, FirstLine: e.firstLine,
+			Table: l.table, Lines: table})
+	}
+	p.codes[addr] = e
+	return e.id, e.units, -1
+}
+
+// unicode reads a compact str object (every code object's names are).
+func (r *Reader) unicode(pid uint32, l *layout, addr uint64) (string, bool) {
+	h := make([]byte, l.uniCompactSize)
+	if addr == 0 || !r.read(pid, addr, h) {
+		return "", false
+	}
+	n := le64(h, l.uniLength)
+	state := binary.LittleEndian.Uint32(h[l.uniState:])
+	kind, compact, ascii := uint64(state>>2&7), state>>5&1 != 0, state>>6&1 != 0
+	if !compact || n > maxString || (kind != 1 && kind != 2 && kind != 4) {
+		return "", false
+	}
+	if ascii {
+		b := make([]byte, n)
+		if !r.read(pid, addr+l.uniASCIISize, b) {
+			return "", false
+		}
+		return string(b), true
+	}
+	b := make([]byte, n*kind)
+	if !r.read(pid, addr+l.uniCompactSize, b) {
+		return "", false
+	}
+	out := make([]byte, 0, n*2)
+	for i := uint64(0); i < n; i++ {
+		var c rune
+		switch kind {
+		case 1:
+			c = rune(b[i])
+		case 2:
+			c = rune(binary.LittleEndian.Uint16(b[2*i:]))
+		case 4:
+			c = rune(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		out = utf8.AppendRune(out, c)
+	}
+	return string(out), true
+}
+
+// bytesObject reads a bytes object's contents.
+func (r *Reader) bytesObject(pid uint32, l *layout, addr uint64) ([]byte, bool) {
+	h := make([]byte, l.bytesData)
+	if addr == 0 || !r.read(pid, addr, h) {
+		return nil, false
+	}
+	n := le64(h, l.bytesSize)
+	if n > maxLineTable {
+		return nil, false
+	}
+	b := make([]byte, n)
+	if n > 0 && !r.read(pid, addr+l.bytesData, b) {
+		return nil, false
+	}
+	return b, true
+}
+
+func le64(b []byte, off uint64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }

@@ -1,0 +1,141 @@
+//go:build linux
+
+package cpython
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procmaps"
+	sys "github.com/rawstack/rawstack/internal/unix"
+)
+
+// Sampling is a session's Python frame reading: it finds the interpreter
+// in the modules a process maps and reads each sample's frames.
+type Sampling struct {
+	r     *Reader
+	iov   [2]sys.RemoteIovec
+	files map[string]fileResult
+	errs  []error
+}
+
+type fileResult struct {
+	in  *Interp
+	err error
+}
+
+// NewSampling returns a Sampling that reads with process_vm_readv.
+func NewSampling() *Sampling {
+	s := &Sampling{files: map[string]fileResult{}}
+	s.r = NewReader(s.read, s.read2)
+	return s
+}
+
+// read reads the target's memory with process_vm_readv: a bad address
+// fails the call instead of faulting.
+func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool {
+	s.iov[0] = sys.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
+	n, err := sys.ProcessVMRead(int(pid), buf, s.iov[:1])
+	return err == nil && n == len(buf)
+}
+
+// read2 reads two ranges with one process_vm_readv.
+func (s *Sampling) read2(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int {
+	s.iov[0] = sys.RemoteIovec{Base: uintptr(a1), Len: n1}
+	k := 1
+	if n2 > 0 {
+		s.iov[1] = sys.RemoteIovec{Base: uintptr(a2), Len: n2}
+		k = 2
+	}
+	n, err := sys.ProcessVMRead(int(pid), buf[:n1+n2], s.iov[:k])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// ModuleLoaded looks for an interpreter in the executable mapping
+// [start, …) at file offset off of path in process pid, and attaches the
+// process to it when there is one. Only files named like python or
+// libpython are opened.
+func (s *Sampling) ModuleLoaded(pid uint32, path string, start, off uint64) {
+	if s.r.Attached(pid) || !MaybePython(path) {
+		return
+	}
+	fr, ok := s.files[path]
+	if !ok {
+		fr = s.open(pid, path)
+		s.files[path] = fr
+		if fr.err != nil && !errors.Is(fr.err, errNotPython) && len(s.errs) < 8 {
+			s.errs = append(s.errs, fr.err)
+		}
+	}
+	if fr.in == nil {
+		return
+	}
+	if bias, ok := fr.in.bias(start, off); ok {
+		s.r.Attach(pid, fr.in, bias)
+	}
+}
+
+func (s *Sampling) open(pid uint32, path string) fileResult {
+	f, err := elf.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/root" + path)
+	if err != nil {
+		if f, err = elf.Open(path); err != nil {
+			return fileResult{err: fmt.Errorf("cpython: %w", err)}
+		}
+	}
+	defer f.Close()
+	in, err := Find(f, path)
+	if err != nil {
+		return fileResult{err: err}
+	}
+	in.progs = loadSegments(f)
+	return fileResult{in: in}
+}
+
+// Frames returns the Python frames of a sample of tid in pid at time t
+// and the code objects seen for the first time (see [Reader.Frames]).
+func (s *Sampling) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.PyCode) {
+	return s.r.Frames(pid, tid, t)
+}
+
+// Forget drops what is known of process pid (it exited or exec'd).
+func (s *Sampling) Forget(pid uint32) { s.r.Forget(pid) }
+
+// Stats returns the running counts.
+func (s *Sampling) Stats() Stats { return s.r.Stats }
+
+// Cut returns how many chains were cut, for every reason.
+func (s *Sampling) Cut() uint64 {
+	var n uint64
+	for _, c := range s.r.Stats.Cut {
+		n += c
+	}
+	return n
+}
+
+// Errors returns the interpreters found but not read (unknown versions),
+// one per file.
+func (s *Sampling) Errors() []error { return s.errs }
+
+// AttachMaps looks for an interpreter in the executable mappings of
+// process pid now (/proc/PID/maps): for a process attached to after it
+// started, or a snapshot. It reports whether pid has one.
+func (s *Sampling) AttachMaps(pid uint32) bool {
+	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
+	if err != nil {
+		return false
+	}
+	maps, _ := procmaps.Parse(data)
+	for _, m := range maps {
+		if m.Exec() && m.Path != "" {
+			s.ModuleLoaded(pid, m.Path, m.Start, m.Offset)
+		}
+	}
+	return s.r.Attached(pid)
+}

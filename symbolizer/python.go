@@ -1,0 +1,291 @@
+package symbolizer
+
+import (
+	"math"
+	"slices"
+
+	"github.com/rawstack/rawstack/format"
+)
+
+// Python frames (format/SPEC.md §6.24, §6.25). A sample of a CPython
+// thread carries, besides its native stack, the thread's Python frames:
+// code object and instruction offset. Each is resolved to function, file
+// and line with the code object's line table, and spliced into the
+// native stack at the interpreter's evaluation frames, so one stack
+// reads main → … → _PyEval_EvalFrameDefault → alpha_py → beta_py →
+// gamma_py → [native callee]. Python frames are locations of the
+// "[python]" pseudo-module; their address is the instruction's offset.
+
+// evalFunction is the interpreter loop: each of its native frames runs
+// the Python frames from one entry frame on (format.PyFrame.Entry).
+const evalFunction = "_PyEval_EvalFrameDefault"
+
+type pyLocKey struct {
+	code uint64
+	line int
+}
+
+// pyState is what the builder keeps of a stream's Python frames.
+type pyState struct {
+	codes  map[uint64]format.PyCode
+	stacks map[uint64][]format.PyFrame
+	locs   map[pyLocKey]int
+	module *Module
+}
+
+func (b *builder) pyEvent(ev *format.Event) {
+	if b.py.codes == nil {
+		b.py.codes = map[uint64]format.PyCode{}
+		b.py.stacks = map[uint64][]format.PyFrame{}
+		b.py.locs = map[pyLocKey]int{}
+	}
+	switch ev.Kind {
+	case format.KindPyCode:
+		c := ev.PyCode
+		c.Lines = append([]byte(nil), c.Lines...)
+		b.py.codes[c.ID] = c
+	case format.KindPyStack:
+		b.py.stacks[ev.PyStack.ID] = append([]format.PyFrame(nil), ev.PyStack.Frames...)
+	}
+}
+
+// pyLoc returns the location of Python frame f.
+func (b *builder) pyLoc(f format.PyFrame) int {
+	c, ok := b.py.codes[f.Code]
+	line := 0
+	if ok {
+		line, _ = PyLine(c.Table, c.Lines, c.FirstLine, f.Offset)
+	}
+	k := pyLocKey{f.Code, line}
+	if i, ok := b.py.locs[k]; ok {
+		return i
+	}
+	if b.py.module == nil {
+		b.jitModules++
+		b.py.module = &Module{ModuleLoad: format.ModuleLoad{ID: math.MaxUint64 - b.jitModules, Kind: format.ModuleJIT, Path: "[python]"}, Unload: math.MaxInt64, jit: true}
+		b.p.Modules = append(b.p.Modules[:len(b.p.Modules):len(b.p.Modules)], b.py.module)
+	}
+	l := &Location{Module: b.py.module, Abs: uint64(f.Offset), Addr: uint64(f.Offset)}
+	if ok {
+		l.Frames = []Frame{{Function: c.Name, File: c.File, Line: line}}
+	} else {
+		l.Frames = []Frame{{Function: "[python code " + itoa(f.Code) + "]"}}
+	}
+	i := len(b.p.Locations)
+	b.p.Locations = append(b.p.Locations, l)
+	b.py.locs[k] = i
+	return i
+}
+
+// splicePython puts each sample's Python frames into its native stack,
+// once the native locations are symbolized, in the profile's samples and
+// in the timeline's.
+func (b *builder) splicePython() {
+	if len(b.py.stacks) == 0 {
+		return
+	}
+	type key struct {
+		python uint64
+		locs   *int
+		n      int
+	}
+	cache := map[key][]int{}
+	splice := func(locs []int, python uint64) []int {
+		if python == 0 {
+			return locs
+		}
+		k := key{python: python, n: len(locs)}
+		if len(locs) > 0 {
+			k.locs = &locs[0]
+		}
+		out, ok := cache[k]
+		if !ok {
+			out = b.splice(locs, b.py.stacks[python])
+			cache[k] = out
+		}
+		return out
+	}
+	for _, s := range b.p.Samples {
+		s.Locs = splice(s.Locs, s.python)
+	}
+	if b.p.Timeline != nil {
+		for _, th := range b.p.Timeline.Threads {
+			for i := range th.Samples {
+				ts := &th.Samples[i]
+				ts.Locs = splice(ts.Locs, ts.python)
+			}
+		}
+	}
+}
+
+// splice returns locs with frames spliced in. The Python frames, leaf
+// first, fall into groups that each end (rootward) at an entry frame;
+// group k from the leaf belongs to the k-th evaluation frame from the
+// leaf and goes just leafward of it. Groups left over (the native stack
+// was cut, or its unwinding missed evaluation frames) go at the root end,
+// in order. A native stack with no evaluation frame gets none: the
+// recorder reads Python frames when it drains the sample, a few
+// milliseconds later, and a thread sampled outside the interpreter (in
+// start-up, in a C extension's thread) may have run Python code by then.
+func (b *builder) splice(locs []int, frames []format.PyFrame) []int {
+	if len(frames) == 0 || !slices.ContainsFunc(locs, b.isEval) {
+		return locs
+	}
+	var groups [][]int
+	var cur []int
+	for _, f := range frames {
+		cur = append(cur, b.pyLoc(f))
+		if f.Entry {
+			groups = append(groups, cur)
+			cur = nil
+		}
+	}
+	if len(cur) > 0 {
+		groups = append(groups, cur)
+	}
+	out := make([]int, 0, len(locs)+len(frames))
+	g := 0
+	for _, li := range locs {
+		if g < len(groups) && b.isEval(li) {
+			out = append(out, groups[g]...)
+			g++
+		}
+		out = append(out, li)
+	}
+	for ; g < len(groups); g++ {
+		out = append(out, groups[g]...)
+	}
+	return out
+}
+
+func (b *builder) isEval(li int) bool {
+	for _, f := range b.p.Locations[li].Frames {
+		if f.Function == evalFunction {
+			return true
+		}
+	}
+	return false
+}
+
+// PyLine returns the source line of the instruction at byte offset off of
+// a code object whose line table is table (in encoding kind) and whose
+// first line is first; false when the table gives the instruction no
+// line or cannot be read.
+func PyLine(kind format.PyLineTable, table []byte, first uint32, off uint32) (int, bool) {
+	switch kind {
+	case format.PyLineTableNone:
+		return int(first), true
+	case format.PyLineTableLocations:
+		return lineLocations(table, int(first), off/2)
+	case format.PyLineTable310:
+		return line310(table, int(first), off)
+	case format.PyLineTableLnotab:
+		return lineLnotab(table, int(first), off)
+	}
+	return 0, false
+}
+
+// lineLocations reads a 3.11+ location table (CPython's
+// Objects/locations.md): entries of a first byte 1CCCCLLL (code C,
+// length L+1 code units) and the code's operands, in 6-bit varints.
+func lineLocations(t []byte, line int, unit uint32) (int, bool) {
+	var addr uint32
+	i := 0
+	varint := func() (uint32, bool) {
+		var v uint32
+		for shift := 0; shift < 32; shift += 6 {
+			if i >= len(t) {
+				return 0, false
+			}
+			c := t[i]
+			i++
+			v |= uint32(c&63) << shift
+			if c&64 == 0 {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	svarint := func() (int, bool) {
+		u, ok := varint()
+		if u&1 != 0 {
+			return -int(u >> 1), ok
+		}
+		return int(u >> 1), ok
+	}
+	for i < len(t) {
+		h := t[i]
+		i++
+		if h&0x80 == 0 {
+			return 0, false
+		}
+		code, n := h>>3&15, uint32(h&7)+1
+		noLine := false
+		switch {
+		case code == 15:
+			noLine = true
+		case code == 14: // long form: line delta, end line delta, columns
+			d, ok := svarint()
+			_, ok2 := varint()
+			_, ok3 := varint()
+			_, ok4 := varint()
+			if !ok || !ok2 || !ok3 || !ok4 {
+				return 0, false
+			}
+			line += d
+		case code == 13: // no column
+			d, ok := svarint()
+			if !ok {
+				return 0, false
+			}
+			line += d
+		case code >= 10: // one-line form: two column bytes
+			line += int(code) - 10
+			i += 2
+		default: // short form: one column byte
+			i++
+		}
+		if unit < addr+n {
+			if noLine || i > len(t) {
+				return 0, false
+			}
+			return line, true
+		}
+		addr += n
+	}
+	return 0, false
+}
+
+// line310 reads a 3.10 co_linetable: pairs (bytecode bytes, line delta),
+// a delta of -128 meaning no line.
+func line310(t []byte, line int, off uint32) (int, bool) {
+	var addr uint32
+	for i := 0; i+1 < len(t); i += 2 {
+		n, d := uint32(t[i]), int8(t[i+1])
+		if d != -128 {
+			line += int(d)
+		}
+		if n > 0 && off < addr+n {
+			if d == -128 {
+				return 0, false
+			}
+			return line, true
+		}
+		addr += n
+	}
+	return 0, false
+}
+
+// lineLnotab reads a 3.8–3.9 co_lnotab: pairs (bytecode increment, line
+// increment), the line increment signed.
+func lineLnotab(t []byte, line int, off uint32) (int, bool) {
+	var addr uint32
+	for i := 0; i+1 < len(t); i += 2 {
+		addr += uint32(t[i])
+		if addr > off {
+			break
+		}
+		line += int(int8(t[i+1]))
+	}
+	return line, true
+}
