@@ -29,6 +29,12 @@ type otlpFlags struct {
 	headers  multiFlag
 	service  string
 	compress string
+	// every, if set, makes the companion print its totals this often
+	// (agent --verbose)
+	every time.Duration
+	// noWarn keeps the companion from printing export failures (agent
+	// without --verbose: silent but for its summary)
+	noWarn bool
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -64,14 +70,20 @@ func (s *otlpStream) finish() error {
 	return err
 }
 
-// start starts rawstack-otlp stream; it returns nil
+// start starts rawstack-otlp stream, whose lines begin with label; it returns nil
 // without --otlp-endpoint.
-func (o *otlpFlags) start(stderr io.Writer, hz int) (*otlpStream, error) {
+func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, error) {
 	if o.endpoint == "" {
 		return nil, nil
 	}
 	args := []string{"stream", "--endpoint", o.endpoint, "--interval", o.interval.String(), "--queue", strconv.Itoa(o.queue),
-		"--compression", o.compress, "--hz", strconv.Itoa(hz)}
+		"--compression", o.compress, "--hz", strconv.Itoa(hz), "--label", label}
+	if o.every > 0 {
+		args = append(args, "--every", o.every.String())
+	}
+	if o.noWarn {
+		args = append(args, "--no-warn")
+	}
 	for _, h := range o.headers {
 		args = append(args, "--header", h)
 	}

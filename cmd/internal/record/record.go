@@ -7,7 +7,8 @@
 // record --backend ebpf` runs with the same arguments because the eBPF
 // loader links github.com/cilium/ebpf, whose initialisation would slow the
 // start of every rawstack command. A flag, a sink or a line of the summary
-// added here is one of both.
+// added here is one of both. `rawstack agent` ([AgentMain]) is the same run
+// with a daemon's defaults and no file sink.
 package record
 
 import (
@@ -65,6 +66,13 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 		}
 		return delegate(args)
 	}
+	return rf.run(be, mode, rest, stdout, stderr)
+}
+
+// run records with the checked flags: the one record loop of record and
+// agent (which is this run with other defaults and no file sink).
+func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []string, stdout, stderr io.Writer) error {
+	fs := rf.fs
 	s, err := openSinks(rf, fs, stderr)
 	if err != nil {
 		return err
@@ -183,7 +191,7 @@ type sinks struct {
 
 func openSinks(rf *Flags, fs *flag.FlagSet, stderr io.Writer) (*sinks, error) {
 	s := &sinks{path: rf.Out}
-	exp, err := rf.otlp.start(stderr, rf.Hz)
+	exp, err := rf.otlp.start(stderr, rf.Hz, rf.summaryLabel())
 	if err != nil {
 		return nil, err
 	}
@@ -191,9 +199,11 @@ func openSinks(rf *Flags, fs *flag.FlagSet, stderr io.Writer) (*sinks, error) {
 		s.otlp = exp
 		s.streams = append(s.streams, exp)
 	}
-	// With --otlp-endpoint a file is written only when -o is given.
+	// With --otlp-endpoint a file is written only when -o is given; the
+	// agent writes none.
 	file := exp == nil
 	fs.Visit(func(fl *flag.Flag) { file = file || fl.Name == "o" })
+	file = file && !rf.agent
 	if file {
 		f, err := os.Create(rf.Out)
 		if err != nil {

@@ -153,6 +153,7 @@ type Builder struct {
 	endedProcs   []uint32
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
+	lostBy                                  map[format.LostReason]int64
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
 }
@@ -201,6 +202,10 @@ func (b *Builder) Event(ev *format.Event) {
 		b.stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
 	case format.KindLost:
 		b.lost += int64(ev.Lost.Count)
+		if b.lostBy == nil {
+			b.lostBy = map[format.LostReason]int64{}
+		}
+		b.lostBy[ev.Lost.Reason] += int64(ev.Lost.Count)
 	case format.KindRawStack:
 		b.rawStacks++
 	case format.KindSample:

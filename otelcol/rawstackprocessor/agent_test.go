@@ -1,0 +1,135 @@
+//go:build linux
+
+package rawstackprocessor
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
+)
+
+func needBPF(t *testing.T) {
+	t.Helper()
+	if err := linux.ProbeBPF(); err != nil {
+		var pe *platform.PermissionError
+		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+}
+
+var agentSummary = regexp.MustCompile(`otlp \S+: (\d+) samples sent in \d+ batches \(\d+ bytes, \d+ on the wire\), (\d+) lost \((\d+) queue full, \d+ rejected, (\d+) unsent at exit; .*; (\d+) taken, `)
+
+// agentLine is the one line rawstack agent prints, at its end.
+type agentLine struct {
+	sent, lost, queueFull, unsent, taken int64
+}
+
+func parseAgentLine(t *testing.T, stderr string) agentLine {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "rawstack agent: otlp ") {
+		t.Fatalf("agent printed %d lines, want its one summary line:\n%s", len(lines), stderr)
+	}
+	m := agentSummary.FindStringSubmatch(lines[0])
+	if m == nil {
+		t.Fatalf("summary %q: not in the expected form", lines[0])
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(m[i], 10, 64); return v }
+	return agentLine{sent: n(1), lost: n(2), queueFull: n(3), unsent: n(4), taken: n(5)}
+}
+
+// sinkTotal counts the samples a sink received, all processes.
+func sinkTotal(t *testing.T, sink *consumertest.ProfilesSink) (total int64, perPidN map[int64]int, chainN map[int64]int) {
+	samples, chain := perPid(t, sink)
+	for _, n := range samples {
+		total += int64(n)
+	}
+	return total, samples, chain
+}
+
+// waitPid waits until the sink holds samples of pid.
+func waitPid(t *testing.T, sink *consumertest.ProfilesSink, pid int, within time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if s, _ := perPid(t, sink); s[int64(pid)] > 0 {
+			return
+		}
+	}
+	t.Fatalf("no samples of pid %d arrived within %v", pid, within)
+}
+
+// TestAgent runs rawstack agent as a daemon runs it: the whole host into
+// the in-process Collector (receiver and this processor), a program
+// profiled among the host's others and named from debug files by build
+// id; the Collector stops for a while mid-run with a queue of two
+// batches, so some batches are dropped; SIGTERM ends the agent, which
+// exits 0 after one summary line: every sample it counts as sent
+// arrived, and sent plus lost is every sample taken.
+func TestAgent(t *testing.T) {
+	needBPF(t)
+	bin, dbg := chain(t)
+	c := startCollector(t, &Config{DebugDirs: []string{dbg}}, "")
+	agent := exec.Command(rawstackCLI(t), "agent", "--otlp-endpoint", c.addr, "-F", "99",
+		"--otlp-interval", "200ms", "--otlp-queue", "2")
+	var stderr bytes.Buffer
+	agent.Stderr, agent.Stdout = &stderr, &stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Process.Kill()
+
+	// A program among the host's, until its samples arrive named.
+	prog := exec.Command(bin, "30")
+	if err := prog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Process.Kill()
+	waitPid(t, c.sink, prog.Process.Pid, time.Minute)
+
+	// The Collector goes away for 3 s: 15 batches are cut, the queue
+	// keeps 2.
+	c.stop()
+	time.Sleep(3 * time.Second)
+	c.start(t, c.addr)
+	time.Sleep(2 * time.Second)
+	prog.Process.Kill()
+	prog.Wait()
+	time.Sleep(time.Second)
+
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	sum := parseAgentLine(t, stderr.String())
+	t.Log(strings.TrimSpace(stderr.String()))
+	got, samples, named := sinkTotal(t, c.sink)
+	pid := int64(prog.Process.Pid)
+	t.Logf("the Collector received %d samples of %d processes; pid %d: %d, %d named c;b;a;main", got, len(samples), pid, samples[pid], named[pid])
+	if got != sum.sent {
+		t.Errorf("the Collector received %d samples, the agent says it sent %d", got, sum.sent)
+	}
+	if sum.sent+sum.lost != sum.taken {
+		t.Errorf("sent %d + lost %d != taken %d", sum.sent, sum.lost, sum.taken)
+	}
+	if sum.queueFull == 0 {
+		t.Errorf("a Collector down for 3 s with a queue of 2 batches of 200 ms lost nothing to the queue: %+v", sum)
+	}
+	if named[pid] < samples[pid]/2 {
+		t.Errorf("pid %d: %d of %d samples named c;b;a;main", pid, named[pid], samples[pid])
+	}
+}
