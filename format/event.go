@@ -192,6 +192,11 @@ type Process struct {
 	Ppid    uint32
 	Name    string // short name (comm on Linux, image name on Windows)
 	Cmdline string // the command line, arguments separated by NUL where known
+	// Attrs are the process's resource attributes, named as the
+	// OpenTelemetry semantic conventions name them (process.executable.path,
+	// container.id, k8s.pod.uid, service.name, host.name, host.id), as the
+	// recorder found them; optional (SPEC §6.1), nil when none.
+	Attrs []Label
 }
 
 // ProcessEnd says a process exited.

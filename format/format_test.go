@@ -23,6 +23,7 @@ func sampleEvents() []Event {
 	guid := [16]byte{0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 1, 2, 3, 4, 5, 6, 7, 8}
 	return []Event{
 		{Kind: KindProcess, Process: Process{Time: 1_000_000, Pid: 4242, Ppid: 1, Name: "prog", Cmdline: "prog\x00--flag"}},
+		{Kind: KindProcess, Process: Process{Time: 1_000_050, Pid: 4244, Ppid: 4242, Name: "svc", Attrs: []Label{{"process.executable.path", "/srv/svc"}, {"container.id", "3f9a1c0b2e7d4a5b8c6f0e1d2c3b4a5968778695a4b3c2d1e0f1a2b3c4d5e6f7"}, {"service.name", ""}}}},
 		{Kind: KindClockSync, ClockSync: ClockSync{Time: 1_000_100, WallNano: 1_795_000_000_000_000_000}},
 		{Kind: KindThreadStart, ThreadStart: ThreadStart{Time: 1_000_200, Pid: 4242, Tid: 4243}},
 		{Kind: KindThreadName, ThreadName: ThreadName{Time: 1_000_300, Pid: 4242, Tid: 4243, Name: "worker-1"}},
@@ -112,6 +113,10 @@ func cloneEvent(ev *Event) Event {
 	switch ev.Kind {
 	case KindProcess:
 		out.Process = ev.Process
+		out.Process.Attrs = append([]Label(nil), ev.Process.Attrs...)
+		if len(out.Process.Attrs) == 0 {
+			out.Process.Attrs = nil
+		}
 	case KindProcessEnd:
 		out.ProcessEnd = ev.ProcessEnd
 	case KindClockSync:

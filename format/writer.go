@@ -227,6 +227,9 @@ func (w *Writer) WriteProcess(e Process) error {
 	w.uv(uint64(e.Ppid))
 	w.str(e.Name)
 	w.str(e.Cmdline)
+	if len(e.Attrs) > 0 { // optional: absent means none
+		w.labels(e.Attrs)
+	}
 	return w.end(lp)
 }
 
@@ -446,12 +449,17 @@ func (w *Writer) WriteLabelSet(id uint64, labels []Label) error {
 	}
 	lp := w.begin(KindLabelSet)
 	w.uv(id)
+	w.labels(labels)
+	return w.end(lp)
+}
+
+// labels appends a count and key/value pairs.
+func (w *Writer) labels(labels []Label) {
 	w.uv(uint64(len(labels)))
 	for _, l := range labels {
 		w.str(l.Key)
 		w.str(l.Value)
 	}
-	return w.end(lp)
 }
 
 // WriteRawStack appends a RawStack event. len(e.Regs) must equal the

@@ -4,8 +4,12 @@ package rawstackprocessor
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -91,13 +95,43 @@ func TestAgent(t *testing.T) {
 	}
 	defer agent.Process.Kill()
 
-	// A program among the host's, until its samples arrive named.
-	prog := exec.Command(bin, "30")
+	// Two programs among the host's, until their samples arrive named:
+	// one in a cgroup named as Docker names a container's, one that names
+	// its service in its environment.
+	procs, cid := containerCgroup(t)
+	prog := exec.Command("/bin/sh", "-c", `echo $$ > "$0" && exec "$1" 30`, procs, bin)
 	if err := prog.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer prog.Process.Kill()
+	svc := exec.Command(bin, "30")
+	svc.Env = append(os.Environ(), "OTEL_SERVICE_NAME=agent-test-svc")
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Process.Kill()
 	waitPid(t, c.sink, prog.Process.Pid, time.Minute)
+	waitPid(t, c.sink, svc.Process.Pid, time.Minute)
+	svc.Process.Kill()
+	svc.Wait()
+	for pid, want := range map[int]map[string]string{
+		prog.Process.Pid: {"container.id": cid, "process.executable.path": bin, "process.executable.name": "chain"},
+		svc.Process.Pid:  {"service.name": "agent-test-svc", "process.executable.path": bin, "process.executable.name": "chain"},
+	} {
+		got := resourceOf(c.sink, pid)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("pid %d: %s = %v, want %q (resource %v)", pid, k, got[k], v, got)
+			}
+		}
+		if got["host.name"] == nil || got["os.type"] != "linux" {
+			t.Errorf("pid %d: resource %v", pid, got)
+		}
+	}
+	_, named := perPid(t, c.sink)
+	if named[int64(svc.Process.Pid)] == 0 {
+		t.Errorf("pid %d (OTEL_SERVICE_NAME): no sample named c;b;a;main", svc.Process.Pid)
+	}
 
 	// The Collector goes away for 3 s: 15 batches are cut, the queue
 	// keeps 2.
@@ -132,4 +166,57 @@ func TestAgent(t *testing.T) {
 	if named[pid] < samples[pid]/2 {
 		t.Errorf("pid %d: %d of %d samples named c;b;a;main", pid, named[pid], samples[pid])
 	}
+}
+
+// containerCgroup makes a cgroup named as Docker names a container's
+// (v2: docker-ID.scope under system.slice; v1: docker/ID in the pids
+// hierarchy) and returns its cgroup.procs file and the id.
+func containerCgroup(t *testing.T) (procs, id string) {
+	t.Helper()
+	var b [32]byte
+	rand.Read(b[:])
+	id = hex.EncodeToString(b[:])
+	var dirs []string
+	switch {
+	case fileExists("/sys/fs/cgroup/cgroup.controllers"): // v2
+		dirs = []string{"/sys/fs/cgroup/system.slice", "/sys/fs/cgroup/system.slice/docker-" + id + ".scope"}
+	case fileExists("/sys/fs/cgroup/unified/cgroup.procs"): // hybrid: v2 beside v1
+		dirs = []string{"/sys/fs/cgroup/unified/system.slice", "/sys/fs/cgroup/unified/system.slice/docker-" + id + ".scope"}
+	case fileExists("/sys/fs/cgroup/pids/cgroup.procs"): // v1
+		dirs = []string{"/sys/fs/cgroup/pids/docker", "/sys/fs/cgroup/pids/docker/" + id}
+	default:
+		t.Skip("no cgroup hierarchy to make a container's cgroup in")
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			if os.IsPermission(err) || errors.Is(err, syscall.EROFS) {
+				t.Skipf("making a container-like cgroup: %v", err)
+			}
+			t.Fatal(err)
+		}
+	}
+	leaf := dirs[len(dirs)-1]
+	t.Cleanup(func() {
+		// rmdir fails while a process is in it: wait for the kills.
+		for i := 0; i < 50 && os.Remove(leaf) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return filepath.Join(leaf, "cgroup.procs"), id
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// resourceOf returns the resource attributes the sink received for pid
+// (the last batch's).
+func resourceOf(sink *consumertest.ProfilesSink, pid int) map[string]any {
+	var got map[string]any
+	for _, pd := range sink.AllProfiles() {
+		for _, rp := range pd.ResourceProfiles().All() {
+			if v, ok := rp.Resource().Attributes().Get("process.pid"); ok && v.Int() == int64(pid) {
+				got = rp.Resource().Attributes().AsRaw()
+			}
+		}
+	}
+	return got
 }

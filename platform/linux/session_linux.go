@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procattr"
 	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
@@ -71,6 +72,7 @@ type Session struct {
 
 type procState struct {
 	comm    string
+	attrs   []format.Label // resource attributes (package internal/procattr)
 	modules []liveModule
 	names   map[uint32]string // tid → name, for threads that inherit it
 	// live counts the threads known to be running; leaderGone is set by
@@ -494,8 +496,9 @@ func (s *Session) reportProcess(ipid int, tids []int, now int64) {
 	pid := uint32(ipid)
 	dir := procDir(ipid)
 	comm := procComm(dir)
-	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid)})
-	ps := &procState{comm: comm, live: len(tids)}
+	attrs := procattr.Read(ipid)
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procPpid(ipid)), Name: comm, Cmdline: procCmdline(ipid), Attrs: attrs})
+	ps := &procState{comm: comm, attrs: attrs, live: len(tids)}
 	s.procs[pid] = ps
 	s.jit.started(pid)
 	for _, tid := range tids {
@@ -780,7 +783,11 @@ func (s *Session) dispatch(r *record) {
 			if s.gos != nil {
 				s.gos.gr.forget(r.Pid)
 			}
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid))})
+			attrs := procattr.Read(int(r.Pid)) // a new executable, maybe a new environment
+			if ps != nil {
+				ps.attrs = attrs
+			}
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procPpid(int(r.Pid))), Name: name, Cmdline: procCmdline(int(r.Pid)), Attrs: attrs})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
 	case recFork:
@@ -791,11 +798,12 @@ func (s *Session) dispatch(r *record) {
 			comm := ""
 			if parent != nil {
 				comm = parent.comm
+				ps.attrs = parent.attrs // a fork keeps the executable, cgroup and environment
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
 			s.jit.started(r.Pid)
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm, Attrs: ps.attrs})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
 				for _, m := range parent.modules {

@@ -9,7 +9,9 @@
 //   - one ResourceProfiles per process, with the semantic-convention
 //     resource attributes process.pid, process.parent_pid,
 //     process.executable.name, process.command_args, host.name, os.type
-//     and host.arch;
+//     and host.arch, and those the recorder found
+//     (process.executable.path, container.id, k8s.pod.uid, service.name,
+//     host.id: format.Process.Attrs);
 //   - a "samples"/"count" profile of on-CPU samples (period type
 //     "cpu"/"nanoseconds") and, when there are off-CPU samples, an
 //     "off_cpu"/"nanoseconds" profile, as the OpenTelemetry eBPF profiler
@@ -319,6 +321,15 @@ func (b *Builder) resource(attrs pcommon.Map, pid uint32) {
 	}
 	if b.opts.ServiceName != "" {
 		attrs.PutStr(AttrServiceName, b.opts.ServiceName)
+	}
+	// What the recorder found about the process (format SPEC §6.1):
+	// process.executable.path, container.id, k8s.pod.uid, service.name,
+	// host.name, host.id. The recording host's names win over the
+	// converting one's, the process's own service name over the default.
+	for _, a := range b.procs[pid].Attrs {
+		if a.Value != "" {
+			attrs.PutStr(a.Key, a.Value)
+		}
 	}
 	switch b.hdr.OS {
 	case format.OSLinux:
