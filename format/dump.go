@@ -70,6 +70,9 @@ func DumpEvent(ev *Event) string {
 		if e.Goroutine != 0 || e.Labels != 0 {
 			s += fmt.Sprintf(" goroutine=%d labels=%d", e.Goroutine, e.Labels)
 		}
+		if !e.Link.IsZero() {
+			s += fmt.Sprintf(" trace_id=%x span_id=%x", e.Link.TraceID, e.Link.SpanID)
+		}
 		return s
 	case KindLabelSet:
 		var b strings.Builder

@@ -295,6 +295,16 @@ const (
 	SampleTruncated SampleFlags = 1 << 2 // the stack was cut short (depth limit, unwinding stopped)
 )
 
+// SpanLink names an OpenTelemetry span: its trace id and span id, as
+// go.opentelemetry.io/otel/trace and the OTLP data model hold them.
+type SpanLink struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+}
+
+// IsZero reports whether l names no span.
+func (l SpanLink) IsZero() bool { return l == SpanLink{} }
+
 // Sample is one observation of a thread: its stack at Time.
 type Sample struct {
 	Time   int64
@@ -310,6 +320,9 @@ type Sample struct {
 	// Labels is the interned LabelSet of the goroutine's pprof labels, 0
 	// for none.
 	Labels uint64
+	// Link is the OpenTelemetry span the thread was in (a tracer span
+	// opened with one), zero if none (SPEC.md §6.10, optional).
+	Link SpanLink
 }
 
 // LabelSet is an interned set of key/value labels (a goroutine's pprof

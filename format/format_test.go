@@ -57,6 +57,8 @@ func sampleEvents() []Event {
 		{Kind: KindLabelSet, LabelSet: LabelSet{ID: 2, Labels: []Label{}}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_000, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 18, Labels: 1}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_100, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 1 << 40}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1,
+			Link: SpanLink{TraceID: [16]byte{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}, SpanID: [8]byte{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}}}},
 	}
 }
 

@@ -436,10 +436,14 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		s.Stack = r.lastStack + uint64(d.zz())
 		r.lastPid, r.lastTid, r.lastCPU1, r.lastStack = s.Pid, s.Tid, cpu1, s.Stack
-		s.Goroutine, s.Labels = 0, 0
+		s.Goroutine, s.Labels, s.Link = 0, 0, SpanLink{}
 		if len(d.b) > 0 { // appended in 1.1, optional
 			s.Goroutine = d.uv()
 			s.Labels = d.uv()
+		}
+		if len(d.b) > 0 { // appended: optional
+			copy(s.Link.TraceID[:], d.fixed(16))
+			copy(s.Link.SpanID[:], d.fixed(8))
 		}
 	case KindRawStack:
 		s := &ev.RawStack

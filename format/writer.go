@@ -435,9 +435,13 @@ func (w *Writer) WriteSample(e Sample) error {
 	}
 	w.buf = appendZigzag(w.buf, int64(e.Stack-w.lastStack))
 	w.lastPid, w.lastTid, w.lastCPU1, w.lastStack = e.Pid, e.Tid, e.CPU+1, e.Stack
-	if e.Goroutine != 0 || e.Labels != 0 { // optional: absent means 0
+	if e.Goroutine != 0 || e.Labels != 0 || !e.Link.IsZero() { // optional: absent means 0
 		w.uv(e.Goroutine)
 		w.uv(e.Labels)
+	}
+	if !e.Link.IsZero() {
+		w.buf = append(w.buf, e.Link.TraceID[:]...)
+		w.buf = append(w.buf, e.Link.SpanID[:]...)
 	}
 	return w.end(lp)
 }

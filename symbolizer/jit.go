@@ -202,6 +202,9 @@ type pendingSample struct {
 	stack  uint64   // a Sample's stack id, or 0
 	gen    uint64   // the module generation the stack was seen in
 	pcs    []uint64 // an unwound RawStack's frames (kernel first)
+	// a Sample's goroutine, label set and span link
+	goid, labels uint64
+	link         format.SpanLink
 }
 
 type jitStackKey struct {
@@ -280,7 +283,7 @@ func (b *builder) resolvePending() {
 			}
 			cache[k] = locs
 		}
-		b.add(locs, s.weight, s.flags)
+		b.addLinked(locs, s.weight, s.flags, s.goid, s.labels, s.link)
 		if b.tl != nil {
 			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs)
 		}

@@ -205,7 +205,8 @@ type Tracer struct {
 	nModules  int
 	dropped   uint64
 
-	sp spanState // spans, markers, counters (span.go)
+	sp    spanState // spans, markers, counters (span.go)
+	links linkState // spans linked to OpenTelemetry spans (spanlink.go)
 }
 
 type threadState struct {

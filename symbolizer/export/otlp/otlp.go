@@ -17,7 +17,9 @@
 //     "off_cpu"/"nanoseconds" profile, as the OpenTelemetry eBPF profiler
 //     writes them: each Sample is one (stack, thread) with one timestamp
 //     per observation (and, off CPU, one value per timestamp: ns blocked),
-//     and the attributes thread.id and thread.name;
+//     and the attributes thread.id and thread.name; a sample taken in a
+//     tracer span linked to an OpenTelemetry span (format.Sample.Link)
+//     points at that trace and span in the link table;
 //   - mappings with the attributes process.executable.build_id.gnu,
 //     process.executable.build_id.go and, for every file found at its
 //     recorded path when the batch is built, process.executable.build_id.htlhash
@@ -167,6 +169,7 @@ type pendingSample struct {
 	weight uint64
 	stack  uint64
 	off    bool
+	link   format.SpanLink
 }
 
 // NewBuilder returns a Builder for a stream with header h.
@@ -213,7 +216,7 @@ func (b *Builder) Event(ev *format.Event) {
 	case format.KindSample:
 		s := &ev.Sample
 		b.samples++
-		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0})
+		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0, link: s.Link})
 	}
 }
 
@@ -350,6 +353,7 @@ func (b *Builder) resource(attrs pcommon.Map, pid uint32) {
 type sampleKey struct {
 	stack int32
 	tid   uint32
+	link  format.SpanLink
 }
 
 func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample, off bool) {
@@ -371,11 +375,14 @@ func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample,
 	for _, s := range samples {
 		first, last = min(first, s.time), max(last, s.time)
 		st := b.stack(d, &s)
-		k := sampleKey{st, s.tid}
+		k := sampleKey{st, s.tid, s.link}
 		ps, ok := agg[k]
 		if !ok {
 			ps = pr.Samples().AppendEmpty()
 			ps.SetStackIndex(st)
+			if !s.link.IsZero() {
+				ps.SetLinkIndex(d.link(s.link))
+			}
 			ps.AttributeIndices().Append(d.intAttr(AttrThreadID, int64(s.tid)))
 			if name := b.threads[s.tid]; name != "" {
 				ps.AttributeIndices().Append(d.strAttr(AttrThreadName, name))
@@ -488,6 +495,7 @@ type dict struct {
 	locs   map[locKey]int32
 	funcs  map[[2]string]int32
 	stacks map[string]int32
+	links  map[format.SpanLink]int32
 	// fileHash returns a module's htlhash, "" if unknown; nil for none
 	fileHash func(*symbolizer.Module) string
 	keyBuf   []byte
@@ -503,7 +511,7 @@ type attrKey struct {
 
 func newDict(d pprofile.ProfilesDictionary) *dict {
 	x := &dict{d: d, strs: map[string]int32{}, attrs: map[attrKey]int32{}, maps: map[*symbolizer.Module]int32{},
-		locs: map[locKey]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}}
+		locs: map[locKey]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}, links: map[format.SpanLink]int32{}}
 	x.str("")
 	d.AttributeTable().AppendEmpty()
 	d.MappingTable().AppendEmpty()
@@ -548,6 +556,19 @@ func (x *dict) intAttr(key string, val int64) int32 {
 	a.SetKeyStrindex(x.str(key))
 	a.Value().SetInt(val)
 	x.attrs[k] = i
+	return i
+}
+
+// link returns the link table index of an OpenTelemetry span.
+func (x *dict) link(l format.SpanLink) int32 {
+	if i, ok := x.links[l]; ok {
+		return i
+	}
+	i := int32(x.d.LinkTable().Len())
+	pl := x.d.LinkTable().AppendEmpty()
+	pl.SetTraceID(pcommon.TraceID(l.TraceID))
+	pl.SetSpanID(pcommon.SpanID(l.SpanID))
+	x.links[l] = i
 	return i
 }
 
