@@ -293,6 +293,11 @@ func (b *Builder) forget() {
 	for _, pid := range b.endedProcs {
 		delete(b.procs, pid)
 	}
+	// Their modules too: a whole-host stream sees processes come and go
+	// for as long as it runs.
+	for _, m := range b.db.Forget(b.endedProcs) {
+		delete(b.hashes, m)
+	}
 	b.endedThreads, b.endedProcs = b.endedThreads[:0], b.endedProcs[:0]
 }
 
