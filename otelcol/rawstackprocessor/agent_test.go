@@ -86,52 +86,17 @@ func TestAgent(t *testing.T) {
 	needBPF(t)
 	bin, dbg := chain(t)
 	c := startCollector(t, &Config{DebugDirs: []string{dbg}}, "")
-	agent := exec.Command(rawstackCLI(t), "agent", "--otlp-endpoint", c.addr, "-F", "99",
-		"--otlp-interval", "200ms", "--otlp-queue", "2")
-	var stderr bytes.Buffer
-	agent.Stderr, agent.Stdout = &stderr, &stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Process.Kill()
+	agent, stderr := startAgent(t, "--otlp-endpoint", c.addr, "-F", "99", "--otlp-interval", "200ms", "--otlp-queue", "2")
 
 	// Two programs among the host's, until their samples arrive named:
 	// one in a cgroup named as Docker names a container's, one that names
 	// its service in its environment.
-	procs, cid := containerCgroup(t)
-	prog := exec.Command("/bin/sh", "-c", `echo $$ > "$0" && exec "$1" 30`, procs, bin)
-	if err := prog.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Process.Kill()
-	svc := exec.Command(bin, "30")
-	svc.Env = append(os.Environ(), "OTEL_SERVICE_NAME=agent-test-svc")
-	if err := svc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Process.Kill()
-	waitPid(t, c.sink, prog.Process.Pid, time.Minute)
+	boxed, svc, want := startPrograms(t, bin, "agent-test-svc")
+	waitPid(t, c.sink, boxed.Process.Pid, time.Minute)
 	waitPid(t, c.sink, svc.Process.Pid, time.Minute)
 	svc.Process.Kill()
 	svc.Wait()
-	for pid, want := range map[int]map[string]string{
-		prog.Process.Pid: {"container.id": cid, "process.executable.path": bin, "process.executable.name": "chain"},
-		svc.Process.Pid:  {"service.name": "agent-test-svc", "process.executable.path": bin, "process.executable.name": "chain"},
-	} {
-		got := resourceOf(c.sink, pid)
-		for k, v := range want {
-			if got[k] != v {
-				t.Errorf("pid %d: %s = %v, want %q (resource %v)", pid, k, got[k], v, got)
-			}
-		}
-		if got["host.name"] == nil || got["os.type"] != "linux" {
-			t.Errorf("pid %d: resource %v", pid, got)
-		}
-	}
-	_, named := perPid(t, c.sink)
-	if named[int64(svc.Process.Pid)] == 0 {
-		t.Errorf("pid %d (OTEL_SERVICE_NAME): no sample named c;b;a;main", svc.Process.Pid)
-	}
+	checkResources(t, c.sink, want)
 
 	// The Collector goes away for 3 s: 15 batches are cut, the queue
 	// keeps 2.
@@ -139,21 +104,13 @@ func TestAgent(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	c.start(t, c.addr)
 	time.Sleep(2 * time.Second)
-	prog.Process.Kill()
-	prog.Wait()
+	boxed.Process.Kill()
+	boxed.Wait()
 	time.Sleep(time.Second)
 
-	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.Wait(); err != nil {
-		t.Fatalf("agent after SIGTERM: %v\n%s", err, stderr.String())
-	}
-	sum := parseAgentLine(t, stderr.String())
-	t.Log(strings.TrimSpace(stderr.String()))
-	got, samples, named := sinkTotal(t, c.sink)
-	pid := int64(prog.Process.Pid)
-	t.Logf("the Collector received %d samples of %d processes; pid %d: %d, %d named c;b;a;main", got, len(samples), pid, samples[pid], named[pid])
+	sum := stopAgent(t, agent, stderr)
+	got, samples, _ := sinkTotal(t, c.sink)
+	t.Logf("the Collector received %d samples of %d processes", got, len(samples))
 	if got != sum.sent {
 		t.Errorf("the Collector received %d samples, the agent says it sent %d", got, sum.sent)
 	}
@@ -163,8 +120,77 @@ func TestAgent(t *testing.T) {
 	if sum.queueFull == 0 {
 		t.Errorf("a Collector down for 3 s with a queue of 2 batches of 200 ms lost nothing to the queue: %+v", sum)
 	}
-	if named[pid] < samples[pid]/2 {
-		t.Errorf("pid %d: %d of %d samples named c;b;a;main", pid, named[pid], samples[pid])
+}
+
+// startAgent starts rawstack agent with args, its output kept.
+func startAgent(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	agent := exec.Command(rawstackCLI(t), append([]string{"agent"}, args...)...)
+	var stderr bytes.Buffer
+	agent.Stderr, agent.Stdout = &stderr, &stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Process.Kill() })
+	return agent, &stderr
+}
+
+// stopAgent ends the agent as a service manager does, with SIGTERM: it
+// exits 0 after its one summary line, which stopAgent returns.
+func stopAgent(t *testing.T, agent *exec.Cmd, stderr *bytes.Buffer) agentLine {
+	t.Helper()
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	t.Log(strings.TrimSpace(stderr.String()))
+	return parseAgentLine(t, stderr.String())
+}
+
+// startPrograms starts the chain fixture twice, for a minute: once in a
+// container-like cgroup, once naming its service in OTEL_SERVICE_NAME;
+// it returns them and the resource attributes each should arrive with.
+func startPrograms(t *testing.T, bin, service string) (boxed, svc *exec.Cmd, want map[int]map[string]string) {
+	t.Helper()
+	procs, cid := containerCgroup(t)
+	boxed = exec.Command("/bin/sh", "-c", `echo $$ > "$0" && exec "$1" 60`, procs, bin)
+	svc = exec.Command(bin, "60")
+	svc.Env = append(os.Environ(), "OTEL_SERVICE_NAME="+service)
+	for _, c := range []*exec.Cmd{boxed, svc} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	want = map[int]map[string]string{
+		boxed.Process.Pid: {"container.id": cid, "process.executable.path": bin, "process.executable.name": "chain"},
+		svc.Process.Pid:   {"service.name": service, "process.executable.path": bin, "process.executable.name": "chain"},
+	}
+	return boxed, svc, want
+}
+
+// checkResources holds each program's resource to the attributes it
+// should carry, and its samples to the chain, named.
+func checkResources(t *testing.T, sink *consumertest.ProfilesSink, want map[int]map[string]string) {
+	t.Helper()
+	samples, named := perPid(t, sink)
+	for pid, w := range want {
+		res := resourceOf(sink, pid)
+		for k, v := range w {
+			if res[k] != v {
+				t.Errorf("pid %d: %s = %v, want %q (resource %v)", pid, k, res[k], v, res)
+			}
+		}
+		if res["host.name"] == nil || res["host.id"] == nil || res["os.type"] != "linux" {
+			t.Errorf("pid %d: resource %v", pid, res)
+		}
+		n := samples[int64(pid)]
+		t.Logf("pid %d: %d samples, %d named c;b;a;main; resource %v", pid, n, named[int64(pid)], res)
+		if n == 0 || named[int64(pid)] < n/2 {
+			t.Errorf("pid %d: %d of %d samples named c;b;a;main", pid, named[int64(pid)], n)
+		}
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,24 +129,8 @@ service:
 	col.start(t)
 	defer col.kill()
 
-	agent := exec.Command(rawstackCLI(t), "agent", "--otlp-endpoint", colAddr, "--otlp-raw", "-F", "99", "--otlp-interval", "500ms")
-	var stderr bytes.Buffer
-	agent.Stderr, agent.Stdout = &stderr, &stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Process.Kill()
-
-	procs, cid := containerCgroup(t)
-	boxed := exec.Command("/bin/sh", "-c", `echo $$ > "$0" && exec "$1" 60`, procs, bin)
-	svc := exec.Command(bin, "60")
-	svc.Env = append(os.Environ(), "OTEL_SERVICE_NAME=distribution-test")
-	for _, c := range []*exec.Cmd{boxed, svc} {
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer c.Process.Kill()
-	}
+	agent, stderr := startAgent(t, "--otlp-endpoint", colAddr, "--otlp-raw", "-F", "99", "--otlp-interval", "500ms")
+	boxed, svc, want := startPrograms(t, bin, "distribution-test")
 	waitPid(t, sink, boxed.Process.Pid, 2*time.Minute)
 	waitPid(t, sink, svc.Process.Pid, time.Minute)
 
@@ -161,32 +143,11 @@ service:
 		c.Process.Kill()
 		c.Wait()
 	}
-	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.Wait(); err != nil {
-		t.Fatalf("agent after SIGTERM: %v\n%s", err, stderr.String())
-	}
-	sum := parseAgentLine(t, stderr.String())
-	t.Log(strings.TrimSpace(stderr.String()))
-	got, samples, named := sinkTotal(t, sink)
+	sum := stopAgent(t, agent, stderr)
+	got, samples, _ := sinkTotal(t, sink)
 	t.Logf("the receiver got %d samples of %d processes", got, len(samples))
 	if got+sum.lost != sum.taken {
 		t.Errorf("delivered %d + lost %d != taken %d (the agent says %d sent)\ncollector log:\n%s", got, sum.lost, sum.taken, sum.sent, col.log.String())
 	}
-	for pid, want := range map[int]map[string]string{
-		boxed.Process.Pid: {"container.id": cid, "process.executable.name": "chain"},
-		svc.Process.Pid:   {"service.name": "distribution-test", "process.executable.name": "chain"},
-	} {
-		res := resourceOf(sink, pid)
-		for k, v := range want {
-			if res[k] != v {
-				t.Errorf("pid %d: %s = %v, want %q (resource %v)", pid, k, res[k], v, res)
-			}
-		}
-		t.Logf("pid %d: %d samples, %d named c;b;a;main; resource %v", pid, samples[int64(pid)], named[int64(pid)], res)
-		if n := samples[int64(pid)]; n == 0 || named[int64(pid)] < n/2 {
-			t.Errorf("pid %d: %d of %d samples named c;b;a;main by the Collector", pid, named[int64(pid)], n)
-		}
-	}
+	checkResources(t, sink, want)
 }
