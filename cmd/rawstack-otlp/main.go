@@ -147,6 +147,7 @@ func stream(args []string) error {
 	hz := fs.Int("hz", 0, "sampling frequency, for the summary line")
 	every := fs.Duration("every", 0, "also print the totals this often (0: only at the end)")
 	noWarn := fs.Bool("no-warn", false, "do not print export failures (the summary counts what they lost)")
+	maxStacks := fs.Int("max-stacks", 0, "the recorder's stack table cap (tracer.Options.MaxStacks): older stacks are forgotten")
 	fs.Parse(args)
 	start := time.Now()
 	// The stream ends when standard input does: the recorder closes it
@@ -177,7 +178,7 @@ func stream(args []string) error {
 	}
 	host, _ := os.Hostname()
 	opts := otlp.ExporterOptions{Client: c, Interval: *interval, Queue: *queue,
-		Build: otlp.Options{Raw: *raw, RawKernel: *rawKernel, HostName: host, ServiceName: *service}}
+		Build: otlp.Options{Raw: *raw, RawKernel: *rawKernel, HostName: host, ServiceName: *service, MaxStacks: *maxStacks}}
 	if !*raw {
 		opts.Build.Resolver = symbolizer.NewResolver(nil, 0, 0)
 	}

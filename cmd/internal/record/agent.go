@@ -22,6 +22,11 @@ const (
 	agentHz       = 19
 	agentInterval = 10 * time.Second
 	agentQueue    = 64
+	// agentMaxStacks caps the stacks the agent and its OTLP companion hold
+	// (tracer.Options.MaxStacks): whole-host stacks of short-lived
+	// processes rarely repeat (each process has its own addresses), so a
+	// default-sized table would grow to ~24 MiB before its first reset.
+	agentMaxStacks = 16 << 10
 )
 
 // agentFlags are the flags of record that agent takes too; the others
@@ -40,6 +45,7 @@ func registerAgent(fs *flag.FlagSet) (*Flags, *bool) {
 	f := Register(fs)
 	f.agent, f.System, f.Backend, f.Quiet = true, true, "ebpf", true
 	f.Hz, f.otlp.raw, f.otlp.interval, f.otlp.queue = agentHz, true, agentInterval, agentQueue
+	f.otlp.maxStacks = agentMaxStacks
 	for name, def := range map[string]string{"F": strconv.Itoa(agentHz), "otlp-raw": "true",
 		"otlp-interval": agentInterval.String(), "otlp-queue": strconv.Itoa(agentQueue)} {
 		fs.Lookup(name).DefValue = def

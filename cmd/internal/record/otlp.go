@@ -35,6 +35,9 @@ type otlpFlags struct {
 	// noWarn keeps the companion from printing export failures (agent
 	// without --verbose: silent but for its summary)
 	noWarn bool
+	// maxStacks is the tracer's stack table cap, which the companion
+	// mirrors to forget stacks no longer referenced (agent)
+	maxStacks int
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -83,6 +86,9 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	}
 	if o.noWarn {
 		args = append(args, "--no-warn")
+	}
+	if o.maxStacks > 0 {
+		args = append(args, "--max-stacks", strconv.Itoa(o.maxStacks))
 	}
 	for _, h := range o.headers {
 		args = append(args, "--header", h)

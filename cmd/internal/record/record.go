@@ -94,6 +94,7 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 	}
 	opts := rf.Options(be, mode)
 	opts.Streams = s.streams
+	opts.MaxStacks = rf.otlp.maxStacks // the agent's; the companion mirrors it
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)

@@ -128,6 +128,11 @@ type Options struct {
 	// its KASLR addresses exists only on that host, so the OpenTelemetry
 	// profiler names kernel frames there as well.
 	RawKernel bool
+	// MaxStacks, if set, is the writer's stack table cap
+	// (tracer.Options.MaxStacks): a stack defined more than MaxStacks
+	// definitions ago is never referenced again, and Flush forgets it, so
+	// that a long stream does not grow with the stacks it has seen.
+	MaxStacks int
 	// NoFileHash leaves out process.executable.build_id.htlhash, which
 	// is computed from the files at their recorded paths: set it when
 	// converting a trace on another machine than the one that recorded
@@ -158,6 +163,7 @@ type Builder struct {
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
 	lostBy                                  map[format.LostReason]int64
+	maxStack                                uint64 // the largest stack id defined
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
 }
@@ -205,6 +211,7 @@ func (b *Builder) Event(ev *format.Event) {
 		b.db.Unload(&ev.ModuleUnload)
 	case format.KindStack:
 		b.stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
+		b.maxStack = max(b.maxStack, ev.Stack.ID)
 	case format.KindLost:
 		b.lost += int64(ev.Lost.Count)
 		if b.lostBy == nil {
@@ -292,6 +299,14 @@ func (b *Builder) forget() {
 	}
 	for _, pid := range b.endedProcs {
 		delete(b.procs, pid)
+	}
+	// Stacks the writer no longer references (Options.MaxStacks).
+	if n := uint64(b.opts.MaxStacks); n > 0 && len(b.stacks) > b.opts.MaxStacks && b.maxStack > n {
+		for id := range b.stacks {
+			if id <= b.maxStack-n {
+				delete(b.stacks, id)
+			}
+		}
 	}
 	// Their modules too: a whole-host stream sees processes come and go
 	// for as long as it runs.
