@@ -55,8 +55,10 @@ func (o *otlpFlags) register(fs *flag.FlagSet) {
 // otlpStream is the rawstack-otlp child that streams what record writes
 // to its standard input.
 type otlpStream struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{} // closed when the child has exited; err is its status
+	err    error
 }
 
 func (s *otlpStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
@@ -65,7 +67,8 @@ func (s *otlpStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
 // and print its summary.
 func (s *otlpStream) finish() error {
 	s.stdin.Close()
-	err := s.cmd.Wait()
+	<-s.exited
+	err := s.err
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return errors.New(OTLPHelper + " failed (see above)")
@@ -118,7 +121,9 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &otlpStream{cmd: cmd, stdin: in}, nil
+	s := &otlpStream{cmd: cmd, stdin: in, exited: make(chan struct{})}
+	go func() { s.err = cmd.Wait(); close(s.exited) }()
+	return s, nil
 }
 
 // check validates the OTLP flags; they matter only with --otlp-endpoint.

@@ -114,7 +114,14 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 	if err != nil {
 		return err
 	}
-	wait(t, cmd, sigs, cancel, newProgress(stderr, rf.Quiet), start)
+	// The OTLP companion dying, when it is the only sink, ends the
+	// recording: nothing else would notice until the end (the agent would
+	// sample for nothing until SIGTERM; a service manager restarts it).
+	var sinkGone <-chan struct{}
+	if s.otlp != nil && s.file == nil {
+		sinkGone = s.otlp.exited
+	}
+	wait(t, cmd, sigs, sinkGone, cancel, newProgress(stderr, rf.Quiet), start)
 	exitErr := t.Wait()
 	st := t.Stats()
 	if err := s.finish(); err != nil {
@@ -145,7 +152,7 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 
 // wait runs until the recording ends: the tracer is done (the command
 // exited, the duration ended), or interrupts stopped it.
-func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, cancel func(), p *progress, start time.Time) {
+func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, sinkGone <-chan struct{}, cancel func(), p *progress, start time.Time) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	defer p.clear()
@@ -155,6 +162,9 @@ func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, cancel func(),
 		select {
 		case <-t.Done():
 			return
+		case <-sinkGone:
+			sinkGone = nil
+			cancel()
 		case <-tick.C:
 			p.update(t, time.Since(start))
 		case <-sigs:
