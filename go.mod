@@ -30,3 +30,12 @@ require (
 	golang.org/x/telemetry v0.0.0-20241106142447-58a1122356f5 // indirect
 	google.golang.org/protobuf v1.36.12 // test: decodes the Perfetto export
 )
+
+// tracer/otelspan only (the API: span contexts); the rawstack command does
+// not link it.
+require go.opentelemetry.io/otel/trace v1.47.0
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+)

@@ -11,7 +11,11 @@ func DumpEvent(ev *Event) string {
 	switch ev.Kind {
 	case KindProcess:
 		e := ev.Process
-		return fmt.Sprintf("Process t=%d pid=%d ppid=%d name=%q cmdline=%q", e.Time, e.Pid, e.Ppid, e.Name, e.Cmdline)
+		s := fmt.Sprintf("Process t=%d pid=%d ppid=%d name=%q cmdline=%q", e.Time, e.Pid, e.Ppid, e.Name, e.Cmdline)
+		for _, a := range e.Attrs {
+			s += fmt.Sprintf(" %s=%q", a.Key, a.Value)
+		}
+		return s
 	case KindProcessEnd:
 		e := ev.ProcessEnd
 		return fmt.Sprintf("ProcessEnd t=%d pid=%d exit=%d", e.Time, e.Pid, e.ExitCode)
@@ -68,6 +72,9 @@ func DumpEvent(ev *Event) string {
 		}
 		if e.Python != 0 {
 			s += fmt.Sprintf(" python=%d", e.Python)
+		}
+		if !e.Link.IsZero() {
+			s += fmt.Sprintf(" trace_id=%x span_id=%x", e.Link.TraceID, e.Link.SpanID)
 		}
 		return s
 	case KindLabelSet:

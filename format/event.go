@@ -200,6 +200,11 @@ type Process struct {
 	Ppid    uint32
 	Name    string // short name (comm on Linux, image name on Windows)
 	Cmdline string // the command line, arguments separated by NUL where known
+	// Attrs are the process's resource attributes, named as the
+	// OpenTelemetry semantic conventions name them (process.executable.path,
+	// container.id, k8s.pod.uid, service.name, host.name, host.id), as the
+	// recorder found them; optional (SPEC §6.1), nil when none.
+	Attrs []Label
 }
 
 // ProcessEnd says a process exited.
@@ -298,6 +303,16 @@ const (
 	SampleTruncated SampleFlags = 1 << 2 // the stack was cut short (depth limit, unwinding stopped)
 )
 
+// SpanLink names an OpenTelemetry span: its trace id and span id, as
+// go.opentelemetry.io/otel/trace and the OTLP data model hold them.
+type SpanLink struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+}
+
+// IsZero reports whether l names no span.
+func (l SpanLink) IsZero() bool { return l == SpanLink{} }
+
 // Sample is one observation of a thread: its stack at Time.
 type Sample struct {
 	Time   int64
@@ -316,6 +331,9 @@ type Sample struct {
 	// Python is the interned PyStack of the thread's Python frames, 0 for
 	// none (SPEC.md §6.10, appended with PyStack).
 	Python uint64
+	// Link is the OpenTelemetry span the thread was in (a tracer span
+	// opened with one), zero if none (SPEC.md §6.10, optional).
+	Link SpanLink
 }
 
 // LabelSet is an interned set of key/value labels (a goroutine's pprof

@@ -23,6 +23,7 @@ func sampleEvents() []Event {
 	guid := [16]byte{0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 1, 2, 3, 4, 5, 6, 7, 8}
 	return []Event{
 		{Kind: KindProcess, Process: Process{Time: 1_000_000, Pid: 4242, Ppid: 1, Name: "prog", Cmdline: "prog\x00--flag"}},
+		{Kind: KindProcess, Process: Process{Time: 1_000_050, Pid: 4244, Ppid: 4242, Name: "svc", Attrs: []Label{{"process.executable.path", "/srv/svc"}, {"container.id", "3f9a1c0b2e7d4a5b8c6f0e1d2c3b4a5968778695a4b3c2d1e0f1a2b3c4d5e6f7"}, {"service.name", ""}}}},
 		{Kind: KindClockSync, ClockSync: ClockSync{Time: 1_000_100, WallNano: 1_795_000_000_000_000_000}},
 		{Kind: KindThreadStart, ThreadStart: ThreadStart{Time: 1_000_200, Pid: 4242, Tid: 4243}},
 		{Kind: KindThreadName, ThreadName: ThreadName{Time: 1_000_300, Pid: 4242, Tid: 4243, Name: "worker-1"}},
@@ -67,6 +68,8 @@ func sampleEvents() []Event {
 		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Python: 1}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_300, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 3, Labels: 2, Python: 2}},
 		{Kind: KindRawStack, RawStack: RawStack{Time: 1_010_400, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1_000_000, RegMask: 1 << 7, Regs: []uint64{0x7ffe_0000_0f00}, StackAddr: 0x7ffe_0000_0f00, Data: []byte{9}, Python: 1}},
+		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1,
+			Link: SpanLink{TraceID: [16]byte{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}, SpanID: [8]byte{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}}}},
 	}
 }
 
@@ -123,6 +126,10 @@ func cloneEvent(ev *Event) Event {
 	switch ev.Kind {
 	case KindProcess:
 		out.Process = ev.Process
+		out.Process.Attrs = append([]Label(nil), ev.Process.Attrs...)
+		if len(out.Process.Attrs) == 0 {
+			out.Process.Attrs = nil
+		}
 	case KindProcessEnd:
 		out.ProcessEnd = ev.ProcessEnd
 	case KindClockSync:

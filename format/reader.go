@@ -337,6 +337,10 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		p.Ppid = d.u32()
 		p.Name = d.str()
 		p.Cmdline = d.str()
+		p.Attrs = nil     // fresh each time: readers keep Process events
+		if len(d.b) > 0 { // appended: optional
+			p.Attrs = d.labels(nil)
+		}
 	case KindProcessEnd:
 		p := &ev.ProcessEnd
 		p.Time = r.time(&d)
@@ -414,15 +418,7 @@ func (r *Reader) decodeEvent() (*Event, error) {
 	case KindLabelSet:
 		ls := &ev.LabelSet
 		ls.ID = d.uv()
-		cnt := d.uv()
-		if cnt > uint64(len(d.b))/2 { // every label takes at least two bytes
-			d.fail("label count exceeds event size")
-			cnt = 0
-		}
-		ls.Labels = ls.Labels[:0]
-		for i := uint64(0); i < cnt && d.err == nil; i++ {
-			ls.Labels = append(ls.Labels, Label{Key: d.str(), Value: d.str()})
-		}
+		ls.Labels = d.labels(ls.Labels[:0])
 	case KindSample:
 		s := &ev.Sample
 		head := d.byte()
@@ -445,13 +441,17 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		}
 		s.Stack = r.lastStack + uint64(d.zz())
 		r.lastPid, r.lastTid, r.lastCPU1, r.lastStack = s.Pid, s.Tid, cpu1, s.Stack
-		s.Goroutine, s.Labels, s.Python = 0, 0, 0
+		s.Goroutine, s.Labels, s.Python, s.Link = 0, 0, 0, SpanLink{}
 		if len(d.b) > 0 { // appended in 1.1, optional
 			s.Goroutine = d.uv()
 			s.Labels = d.uv()
 		}
 		if len(d.b) > 0 { // appended with PyStack, optional
 			s.Python = d.uv()
+		}
+		if len(d.b) > 0 { // appended with the span link, optional
+			copy(s.Link.TraceID[:], d.fixed(16))
+			copy(s.Link.SpanID[:], d.fixed(8))
 		}
 	case KindRawStack:
 		s := &ev.RawStack
@@ -639,3 +639,17 @@ func (d *decoder) bytes() []byte {
 }
 
 func (d *decoder) str() string { return string(d.bytes()) }
+
+// labels appends a count and that many key/value pairs (LabelSet, Process
+// attributes) to ls.
+func (d *decoder) labels(ls []Label) []Label {
+	cnt := d.uv()
+	if cnt > uint64(len(d.b))/2 { // every label takes at least two bytes
+		d.fail("label count exceeds event size")
+		cnt = 0
+	}
+	for i := uint64(0); i < cnt && d.err == nil; i++ {
+		ls = append(ls, Label{Key: d.str(), Value: d.str()})
+	}
+	return ls
+}

@@ -227,6 +227,9 @@ func (w *Writer) WriteProcess(e Process) error {
 	w.uv(uint64(e.Ppid))
 	w.str(e.Name)
 	w.str(e.Cmdline)
+	if len(e.Attrs) > 0 { // optional: absent means none
+		w.labels(e.Attrs)
+	}
 	return w.end(lp)
 }
 
@@ -432,12 +435,17 @@ func (w *Writer) WriteSample(e Sample) error {
 	}
 	w.buf = appendZigzag(w.buf, int64(e.Stack-w.lastStack))
 	w.lastPid, w.lastTid, w.lastCPU1, w.lastStack = e.Pid, e.Tid, e.CPU+1, e.Stack
-	if e.Goroutine != 0 || e.Labels != 0 || e.Python != 0 { // optional: absent means 0
+	link := !e.Link.IsZero()
+	if e.Goroutine != 0 || e.Labels != 0 || e.Python != 0 || link { // optional: absent means 0
 		w.uv(e.Goroutine)
 		w.uv(e.Labels)
 	}
-	if e.Python != 0 {
+	if e.Python != 0 || link {
 		w.uv(e.Python)
+	}
+	if link {
+		w.buf = append(w.buf, e.Link.TraceID[:]...)
+		w.buf = append(w.buf, e.Link.SpanID[:]...)
 	}
 	return w.end(lp)
 }
@@ -449,12 +457,17 @@ func (w *Writer) WriteLabelSet(id uint64, labels []Label) error {
 	}
 	lp := w.begin(KindLabelSet)
 	w.uv(id)
+	w.labels(labels)
+	return w.end(lp)
+}
+
+// labels appends a count and key/value pairs.
+func (w *Writer) labels(labels []Label) {
 	w.uv(uint64(len(labels)))
 	for _, l := range labels {
 		w.str(l.Key)
 		w.str(l.Value)
 	}
-	return w.end(lp)
 }
 
 // WriteRawStack appends a RawStack event. len(e.Regs) must equal the

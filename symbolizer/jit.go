@@ -203,6 +203,9 @@ type pendingSample struct {
 	gen    uint64   // the module generation the stack was seen in
 	pcs    []uint64 // an unwound RawStack's frames (kernel first)
 	python uint64   // a Sample's PyStack id, or 0
+	// a Sample's goroutine, label set and span link
+	goid, labels uint64
+	link         format.SpanLink
 }
 
 type jitStackKey struct {
@@ -281,7 +284,7 @@ func (b *builder) resolvePending() {
 			}
 			cache[k] = locs
 		}
-		b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
+		b.addLinked(locs, s.weight, s.flags, s.goid, s.labels, s.python, s.link)
 		if b.tl != nil {
 			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
 		}

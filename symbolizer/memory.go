@@ -30,7 +30,7 @@ func (b *builder) memLocs(pid uint32, stack uint64, t int64) []int {
 
 func (b *builder) alloc(a *format.Alloc) {
 	b.span(a.Time)
-	agg := b.aggregate(b.memLocs(a.Pid, a.Stack, a.Time), 0, 0, 0)
+	agg := b.aggregate(b.memLocs(a.Pid, a.Stack, a.Time), 0, 0, 0, format.SpanLink{})
 	bytes, objs := int64(a.Bytes), int64(a.Objects)
 	agg.AllocBytes += bytes
 	agg.AllocObjects += objs
@@ -69,7 +69,7 @@ func (b *builder) free(f *format.Free) {
 		l.agg.InuseObjects -= l.objects
 		bytes = l.bytes
 	} else {
-		agg := b.aggregate(b.memLocs(f.Pid, f.Stack, f.Time), 0, 0, 0)
+		agg := b.aggregate(b.memLocs(f.Pid, f.Stack, f.Time), 0, 0, 0, format.SpanLink{})
 		bytes, objs = int64(f.Bytes), int64(f.Objects)
 		agg.InuseBytes -= bytes
 		agg.InuseObjects -= objs

@@ -92,6 +92,36 @@ func (db *ModuleDB) pid(pid uint32) *pidModules {
 	return p
 }
 
+// Forget drops every module of the processes pids (never the kernel's,
+// pid 0) and returns them: a reader of a long stream that saw those
+// processes end, and holds no sample of theirs left to name, calls it so
+// that the database does not grow with the processes it has seen.
+func (db *ModuleDB) Forget(pids []uint32) []*Module {
+	drop := map[uint32]bool{}
+	for _, pid := range pids {
+		if pid != 0 && db.byPid[pid] != nil {
+			drop[pid] = true
+			delete(db.byPid, pid)
+		}
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	var gone []*Module
+	kept := db.all[:0]
+	for _, m := range db.all {
+		if drop[m.Pid] {
+			gone = append(gone, m)
+			delete(db.byID, m.ID)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	clear(db.all[len(kept):])
+	db.all = kept
+	return gone
+}
+
 // Modules returns every module ever loaded, in load order.
 func (db *ModuleDB) Modules() []*Module { return db.all }
 

@@ -2,6 +2,7 @@ package symbolizer
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -268,7 +269,8 @@ func (b *builder) sample(s *format.Sample) {
 	if s.Stack != 0 {
 		k := stackKey{s.Pid, s.Stack, b.db.Generation(s.Pid)}
 		if b.deferStack(k, b.stacks[s.Stack], s.Time) {
-			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen, python: s.Python})
+			b.pending = append(b.pending, pendingSample{pid: s.Pid, tid: s.Tid, t: s.Time, weight: s.Weight, flags: s.Flags, stack: s.Stack, gen: k.gen,
+				goid: s.Goroutine, labels: s.Labels, python: s.Python, link: s.Link})
 			return
 		}
 		var ok bool
@@ -284,7 +286,7 @@ func (b *builder) sample(s *format.Sample) {
 			b.norm[k] = locs
 		}
 	}
-	b.addGo(locs, s.Weight, s.Flags, s.Goroutine, s.Labels, s.Python)
+	b.addLinked(locs, s.Weight, s.Flags, s.Goroutine, s.Labels, s.Python, s.Link)
 	if b.tl != nil {
 		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs, s.Python)
 	}
@@ -298,7 +300,21 @@ func (b *builder) add(locs []int, weight uint64, flags format.SampleFlags) {
 // addGo aggregates one sample with the given locations, goroutine and
 // label set, and Python stack (spliced in after symbolization).
 func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goid, labels, python uint64) {
-	agg := b.aggregate(locs, goid, labels, python)
+	b.addLinked(locs, weight, flags, goid, labels, python, format.SpanLink{})
+}
+
+// Labels of samples taken in a span linked to an OpenTelemetry span
+// (format.Sample.Link): the trace and span ids in lower-case hex, the
+// names Pyroscope's span profiles use.
+const (
+	LabelTraceID = "trace_id"
+	LabelSpanID  = "span_id"
+)
+
+// addLinked is addGo for a sample that may carry the link to an
+// OpenTelemetry span: the link becomes two labels of its own aggregate.
+func (b *builder) addLinked(locs []int, weight uint64, flags format.SampleFlags, goid, labels, python uint64, link format.SpanLink) {
+	agg := b.aggregate(locs, goid, labels, python, link)
 	agg.Count++
 	if flags&format.SampleOffCPU != 0 {
 		agg.OffCPUNanos += int64(weight)
@@ -309,22 +325,32 @@ func (b *builder) addGo(locs []int, weight uint64, flags format.SampleFlags, goi
 	}
 }
 
-// aggregate returns the Sample of locs, goroutine, label set and Python
-// stack, creating it empty.
-func (b *builder) aggregate(locs []int, goid, labels, python uint64) *Sample {
+// aggregate returns the Sample of locs, goroutine, label set, Python
+// stack and span link, creating it empty.
+func (b *builder) aggregate(locs []int, goid, labels, python uint64, link format.SpanLink) *Sample {
 	// The length first, so what follows the locations is unambiguous.
 	b.keyBuf = binary.AppendUvarint(b.keyBuf[:0], uint64(len(locs)))
 	for _, l := range locs {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, uint64(l))
 	}
-	if goid != 0 || labels != 0 || python != 0 {
+	linked := !link.IsZero()
+	if goid != 0 || labels != 0 || python != 0 || linked {
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, goid)
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, labels)
 		b.keyBuf = binary.AppendUvarint(b.keyBuf, python)
 	}
+	if linked {
+		b.keyBuf = append(b.keyBuf, link.TraceID[:]...)
+		b.keyBuf = append(b.keyBuf, link.SpanID[:]...)
+	}
 	agg := b.samples[string(b.keyBuf)]
 	if agg == nil {
 		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels], python: python}
+		if linked {
+			agg.Labels = append(agg.Labels[:len(agg.Labels):len(agg.Labels)],
+				format.Label{Key: LabelTraceID, Value: hex.EncodeToString(link.TraceID[:])},
+				format.Label{Key: LabelSpanID, Value: hex.EncodeToString(link.SpanID[:])})
+		}
 		b.samples[string(b.keyBuf)] = agg
 		b.p.Samples = append(b.p.Samples, agg)
 	}

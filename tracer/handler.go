@@ -101,7 +101,7 @@ func (h *handler) Sample(s *platform.Sample) {
 	}
 	t.inChunk++
 	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags,
-		Goroutine: s.Goroutine, Labels: s.LabelSet, Python: py})
+		Goroutine: s.Goroutine, Labels: s.LabelSet, Python: py, Link: t.links.at(s.Tid, s.Time)})
 	t.mu.Unlock()
 }
 

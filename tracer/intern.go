@@ -32,8 +32,14 @@ type stackEntry struct {
 	next   int32 // next entry with the same hash, or -1
 }
 
-func newStackTable() *stackTable {
-	return &stackTable{byHash: make(map[uint64]int32, 1024), maxPCs: defaultMaxPCs, maxStacks: defaultMaxStacks}
+// newStackTable returns a table capped at maxStacks stacks (and 32 PCs
+// a stack on average); 0 means the default caps.
+func newStackTable(maxStacks int) *stackTable {
+	t := &stackTable{byHash: make(map[uint64]int32, 1024), maxPCs: defaultMaxPCs, maxStacks: defaultMaxStacks}
+	if maxStacks > 0 && maxStacks < defaultMaxStacks {
+		t.maxStacks, t.maxPCs = maxStacks, min(defaultMaxPCs, 32*maxStacks)
+	}
+	return t
 }
 
 func hashPCs(pcs []uint64) uint64 {

@@ -89,3 +89,18 @@ func TestStackTableCapped(t *testing.T) {
 	}
 	t.Logf("%d samples, %d stack definitions, %d resets", n, len(defined), tr.stacks.resets)
 }
+
+// TestMaxStacks: Options.MaxStacks sets the table's caps (32 PCs a stack
+// on average); 0 and values above the default keep the default.
+func TestMaxStacks(t *testing.T) {
+	for _, c := range []struct{ in, stacks, pcs int }{
+		{0, defaultMaxStacks, defaultMaxPCs},
+		{16 << 10, 16 << 10, 512 << 10},
+		{1 << 30, defaultMaxStacks, defaultMaxPCs},
+	} {
+		st := newStackTable(c.in)
+		if st.maxStacks != c.stacks || st.maxPCs != c.pcs {
+			t.Errorf("MaxStacks %d: caps %d stacks, %d PCs; want %d, %d", c.in, st.maxStacks, st.maxPCs, c.stacks, c.pcs)
+		}
+	}
+}

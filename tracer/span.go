@@ -163,8 +163,9 @@ type spanCtxKey struct{}
 // The zero Span, returned when the tracer is nil, stopped or records
 // another process, does nothing.
 type Span struct {
-	t  *Tracer
-	id uint64
+	t      *Tracer
+	id     uint64
+	linked bool // opened by SpanLink
 }
 
 // Span opens a span named name on the calling goroutine's thread, now.
@@ -213,6 +214,9 @@ func (t *Tracer) span(ctx context.Context, name string) Span {
 func (s Span) End() {
 	if s.t != nil {
 		s.t.sp.end(s.id)
+		if s.linked {
+			s.t.links.end(s.id, spanNow())
+		}
 	}
 }
 

@@ -62,6 +62,14 @@ type Options struct {
 	FlushInterval time.Duration
 	// ChunkSize is the format chunk payload size; 0 means the format's default.
 	ChunkSize int
+	// MaxStacks caps the distinct stacks the tracer holds to intern them
+	// (and 32 PCs a stack on average); when a new stack would pass it, the
+	// table starts afresh and ids go on, so an id older than the last
+	// MaxStacks defined is never referenced again. 0 means 256 Ki stacks
+	// and 1 Mi PCs (about 24 MiB). A long whole-host recording (rawstack
+	// agent) sets it low to keep its memory flat, at the cost of defining
+	// stacks still in use again.
+	MaxStacks int
 	// Unwind selects how user stacks are captured: UnwindFP (the default;
 	// the kernel follows frame pointers), UnwindDWARF (registers and a
 	// copy of the stack, unwound with the modules' CFI in the tracer's
@@ -261,8 +269,9 @@ type Tracer struct {
 	nModules  int
 	dropped   uint64
 
-	sp   spanState     // spans, markers, counters (span.go)
-	heap *heapRecorder // Options.Heap (heap.go)
+	sp    spanState     // spans, markers, counters (span.go)
+	heap  *heapRecorder // Options.Heap (heap.go)
+	links linkState     // spans linked to OpenTelemetry spans (spanlink.go)
 	// span records in the chunk being built, and in chunks a slow
 	// stream dropped
 	inChunkSpans, spansDropped uint64
@@ -334,7 +343,7 @@ func newTracer(opts Options) (*Tracer, error) {
 		self:    opts.Pid == 0 && opts.Command == nil && !opts.System,
 		done:    make(chan struct{}),
 		flushQ:  make(chan struct{}),
-		stacks:  newStackTable(),
+		stacks:  newStackTable(opts.MaxStacks),
 		strings: map[string]uint64{},
 		procs:   map[uint32]format.Process{},
 		threads: map[uint32]threadState{},

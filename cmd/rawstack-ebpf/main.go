@@ -1,17 +1,20 @@
 // Command rawstack-ebpf records with rawstack's eBPF back end; `rawstack
-// record --backend ebpf` runs it with its arguments, which both hand to
-// package cmd/internal/record:
+// record --backend ebpf` and `rawstack agent` run it with their
+// arguments, which it hands to package cmd/internal/record:
 //
 //	rawstack-ebpf record [record's flags]
+//	rawstack-ebpf agent [agent's flags]
 //
 // It is a command of its own because the back end's loader links
 // github.com/cilium/ebpf, whose package initialisation would otherwise run
-// at the start of every rawstack command.
+// at the start of every rawstack command. A service unit may run it
+// directly (deploy/rawstack-agent.service).
 package main
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/rawstack/rawstack/cmd/internal/record"
@@ -20,15 +23,24 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "record" {
+	runs := map[string]struct {
+		main  func([]string, io.Writer, io.Writer, record.Linked, func([]string) error) error
+		usage string
+	}{
+		"record": {record.Main, "--backend ebpf " + record.Usage},
+		"agent":  {record.AgentMain, record.AgentUsage},
+	}
+	if len(os.Args) < 2 || runs[os.Args[1]].main == nil {
 		fmt.Fprintln(os.Stderr, "usage: rawstack-ebpf record --backend ebpf "+record.Usage)
+		fmt.Fprintln(os.Stderr, "       rawstack-ebpf agent "+record.AgentUsage)
 		os.Exit(2)
 	}
+	sub := os.Args[1]
 	ebpfOnly := func(be platform.Backend) bool { return be == platform.BackendEBPF }
-	if err := record.Main(os.Args[2:], os.Stdout, os.Stderr, ebpfOnly, nil); err != nil {
-		fmt.Fprintf(os.Stderr, "rawstack record: %v\n", err)
+	if err := runs[sub].main(os.Args[2:], os.Stdout, os.Stderr, ebpfOnly, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "rawstack %s: %v\n", sub, err)
 		if errors.As(err, new(*record.UsageError)) {
-			fmt.Fprintln(os.Stderr, "usage: rawstack record "+record.Usage)
+			fmt.Fprintf(os.Stderr, "usage: rawstack %s %s\n", sub, runs[sub].usage)
 			os.Exit(2)
 		}
 		os.Exit(1)

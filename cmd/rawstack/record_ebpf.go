@@ -17,14 +17,14 @@ import (
 // runs it instead: looked for next to rawstack, then on PATH.
 const ebpfHelper = "rawstack-ebpf"
 
-// runEBPFRecord runs rawstack-ebpf record with record's arguments; its
-// output and exit status become the command's.
-func runEBPFRecord(args []string, stdout, stderr io.Writer) error {
+// runEBPF runs rawstack-ebpf sub (record or agent) with the command's
+// arguments; its output and exit status become the command's.
+func runEBPF(sub string, args []string, stdout, stderr io.Writer) error {
 	path, err := companion.Find(ebpfHelper, "--backend ebpf")
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(path, append([]string{"record"}, args...)...)
+	cmd := exec.Command(path, append([]string{sub}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	// Interrupts stop the recording, which the helper does: pass them on
 	// instead of dying and leaving it to record alone.

@@ -37,7 +37,8 @@ var heavyInit = []string{
 	"google.golang.org/grpc",
 	"google.golang.org/protobuf",
 	"github.com/go-delve",
-	"github.com/cilium/ebpf", // rawstack-ebpf
+	"github.com/cilium/ebpf",   // rawstack-ebpf
+	"go.opentelemetry.io/otel", // tracer/otelspan, for programs that use OpenTelemetry
 	// rawstack-fetch: net/http and crypto/tls cost ~4 ms of start-up
 	// (init, and 5 MB more binary to fault in).
 	"net",

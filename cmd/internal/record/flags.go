@@ -32,6 +32,16 @@ type Flags struct {
 
 	otlp otlpFlags
 	fs   *flag.FlagSet
+	// agent: the run is `rawstack agent` (no file sink, its summary label)
+	agent bool
+}
+
+// summaryLabel prefixes the lines the run prints.
+func (f *Flags) summaryLabel() string {
+	if f.agent {
+		return "rawstack agent"
+	}
+	return "rawstack record"
 }
 
 // Register defines record's flags on fs.

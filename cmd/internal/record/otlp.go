@@ -29,6 +29,15 @@ type otlpFlags struct {
 	headers  multiFlag
 	service  string
 	compress string
+	// every, if set, makes the companion print its totals this often
+	// (agent --verbose)
+	every time.Duration
+	// noWarn keeps the companion from printing export failures (agent
+	// without --verbose: silent but for its summary)
+	noWarn bool
+	// maxStacks is the tracer's stack table cap, which the companion
+	// mirrors to forget stacks no longer referenced (agent)
+	maxStacks int
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -46,8 +55,10 @@ func (o *otlpFlags) register(fs *flag.FlagSet) {
 // otlpStream is the rawstack-otlp child that streams what record writes
 // to its standard input.
 type otlpStream struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{} // closed when the child has exited; err is its status
+	err    error
 }
 
 func (s *otlpStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
@@ -56,7 +67,8 @@ func (s *otlpStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
 // and print its summary.
 func (s *otlpStream) finish() error {
 	s.stdin.Close()
-	err := s.cmd.Wait()
+	<-s.exited
+	err := s.err
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return errors.New(OTLPHelper + " failed (see above)")
@@ -64,14 +76,23 @@ func (s *otlpStream) finish() error {
 	return err
 }
 
-// start starts rawstack-otlp stream; it returns nil
+// start starts rawstack-otlp stream, whose lines begin with label; it returns nil
 // without --otlp-endpoint.
-func (o *otlpFlags) start(stderr io.Writer, hz int) (*otlpStream, error) {
+func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, error) {
 	if o.endpoint == "" {
 		return nil, nil
 	}
 	args := []string{"stream", "--endpoint", o.endpoint, "--interval", o.interval.String(), "--queue", strconv.Itoa(o.queue),
-		"--compression", o.compress, "--hz", strconv.Itoa(hz)}
+		"--compression", o.compress, "--hz", strconv.Itoa(hz), "--label", label}
+	if o.every > 0 {
+		args = append(args, "--every", o.every.String())
+	}
+	if o.noWarn {
+		args = append(args, "--no-warn")
+	}
+	if o.maxStacks > 0 {
+		args = append(args, "--max-stacks", strconv.Itoa(o.maxStacks))
+	}
 	for _, h := range o.headers {
 		args = append(args, "--header", h)
 	}
@@ -100,7 +121,9 @@ func (o *otlpFlags) start(stderr io.Writer, hz int) (*otlpStream, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &otlpStream{cmd: cmd, stdin: in}, nil
+	s := &otlpStream{cmd: cmd, stdin: in, exited: make(chan struct{})}
+	go func() { s.err = cmd.Wait(); close(s.exited) }()
+	return s, nil
 }
 
 // check validates the OTLP flags; they matter only with --otlp-endpoint.

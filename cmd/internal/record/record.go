@@ -7,7 +7,8 @@
 // record --backend ebpf` runs with the same arguments because the eBPF
 // loader links github.com/cilium/ebpf, whose initialisation would slow the
 // start of every rawstack command. A flag, a sink or a line of the summary
-// added here is one of both.
+// added here is one of both. `rawstack agent` ([AgentMain]) is the same run
+// with a daemon's defaults and no file sink.
 package record
 
 import (
@@ -66,6 +67,13 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 		}
 		return delegate(args)
 	}
+	return rf.run(be, mode, rest, stdout, stderr)
+}
+
+// run records with the checked flags: the one record loop of record and
+// agent (which is this run with other defaults and no file sink).
+func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []string, stdout, stderr io.Writer) error {
+	fs := rf.fs
 	s, err := openSinks(rf, fs, stderr)
 	if err != nil {
 		return err
@@ -87,6 +95,7 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 	}
 	opts := rf.Options(be, mode)
 	opts.Streams = s.streams
+	opts.MaxStacks = rf.otlp.maxStacks // the agent's; the companion mirrors it
 	var cmd *exec.Cmd
 	if len(rest) > 0 {
 		cmd = exec.Command(rest[0], rest[1:]...)
@@ -112,7 +121,14 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 	if err != nil {
 		return err
 	}
-	wait(t, cmd, sigs, cancel, newProgress(stderr, rf.Quiet), start)
+	// The OTLP companion dying, when it is the only sink, ends the
+	// recording: nothing else would notice until the end (the agent would
+	// sample for nothing until SIGTERM; a service manager restarts it).
+	var sinkGone <-chan struct{}
+	if s.otlp != nil && s.file == nil {
+		sinkGone = s.otlp.exited
+	}
+	wait(t, cmd, sigs, sinkGone, cancel, newProgress(stderr, rf.Quiet), start)
 	exitErr := t.Wait()
 	st := t.Stats()
 	if err := s.finish(); err != nil {
@@ -153,7 +169,7 @@ func Main(args []string, stdout, stderr io.Writer, linked Linked, delegate func(
 
 // wait runs until the recording ends: the tracer is done (the command
 // exited, the duration ended), or interrupts stopped it.
-func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, cancel func(), p *progress, start time.Time) {
+func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, sinkGone <-chan struct{}, cancel func(), p *progress, start time.Time) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	defer p.clear()
@@ -163,6 +179,9 @@ func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, cancel func(),
 		select {
 		case <-t.Done():
 			return
+		case <-sinkGone:
+			sinkGone = nil
+			cancel()
 		case <-tick.C:
 			p.update(t, time.Since(start))
 		case <-sigs:
@@ -200,7 +219,7 @@ type sinks struct {
 
 func openSinks(rf *Flags, fs *flag.FlagSet, stderr io.Writer) (*sinks, error) {
 	s := &sinks{path: rf.Out}
-	exp, err := rf.otlp.start(stderr, rf.Hz)
+	exp, err := rf.otlp.start(stderr, rf.Hz, rf.summaryLabel())
 	if err != nil {
 		return nil, err
 	}
@@ -208,9 +227,11 @@ func openSinks(rf *Flags, fs *flag.FlagSet, stderr io.Writer) (*sinks, error) {
 		s.otlp = exp
 		s.streams = append(s.streams, exp)
 	}
-	// With --otlp-endpoint a file is written only when -o is given.
+	// With --otlp-endpoint a file is written only when -o is given; the
+	// agent writes none.
 	file := exp == nil
 	fs.Visit(func(fl *flag.Flag) { file = file || fl.Name == "o" })
+	file = file && !rf.agent
 	if file {
 		f, err := os.Create(rf.Out)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procattr"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
@@ -86,6 +87,7 @@ type Tracker struct {
 
 type procState struct {
 	comm    string
+	attrs   []format.Label // resource attributes (package internal/procattr)
 	modules []liveModule
 	names   map[uint32]string // tid → name, for threads that inherit it
 	// live counts the threads known to be running; leaderGone is set by
@@ -317,8 +319,9 @@ func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 	pid := uint32(ipid)
 	dir := procfs.Dir(ipid)
 	comm := procfs.Comm(dir)
-	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid)})
-	ps := &procState{comm: comm, live: len(tids)}
+	attrs := procattr.Read(ipid)
+	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid), Attrs: attrs})
+	ps := &procState{comm: comm, attrs: attrs, live: len(tids)}
 	s.procs[pid] = ps
 	s.jit.Started(pid)
 	for _, tid := range tids {
@@ -583,7 +586,11 @@ func (s *Tracker) dispatch(r *record) {
 			if s.py != nil {
 				s.py.Forget(r.Pid)
 			}
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid))})
+			attrs := procattr.Read(int(r.Pid)) // a new executable, maybe a new environment
+			if ps != nil {
+				ps.attrs = attrs
+			}
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid)), Attrs: attrs})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
 	case recFork:
@@ -594,11 +601,12 @@ func (s *Tracker) dispatch(r *record) {
 			comm := ""
 			if parent != nil {
 				comm = parent.comm
+				ps.attrs = parent.attrs // a fork keeps the executable, cgroup and environment
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
 			s.jit.Started(r.Pid)
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm})
+			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm, Attrs: ps.attrs})
 			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			if parent != nil {
 				for _, m := range parent.modules {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"time"
 
@@ -41,15 +42,21 @@ type ExporterOptions struct {
 type ExporterStats struct {
 	Samples int64 // samples read from the stream
 	Sent    int64 // samples the endpoint accepted
-	Lost    int64 // samples dropped: queue overflow, rejected, or unsent at Close
+	Lost    int64 // samples dropped: LostQueueFull + LostRejected + LostUnsent
+	// Lost by reason: the queue was full (the endpoint down or slow for
+	// Queue × Interval), the endpoint rejected the batch (or it could not
+	// be encoded), or it was still queued when Close gave up.
+	LostQueueFull, LostRejected, LostUnsent int64
 	// StreamLost sums the stream's own Lost events (samples the tracer or
-	// the kernel dropped before they reached the Exporter).
-	StreamLost int64
-	Batches    int64 // batches accepted
-	Bytes      int64 // protobuf bytes of the accepted batches, before compression
-	WireBytes  int64 // request bytes sent for them (compressed with Client.Gzip)
-	Retries    int64 // failed attempts that were retried
-	Queued     int   // batches waiting now
+	// the kernel dropped before they reached the Exporter), and
+	// StreamLostBy splits it by reason.
+	StreamLost   int64
+	StreamLostBy map[format.LostReason]int64
+	Batches      int64 // batches accepted
+	Bytes        int64 // protobuf bytes of the accepted batches, before compression
+	WireBytes    int64 // request bytes sent for them (compressed with Client.Gzip)
+	Retries      int64 // failed attempts that were retried
+	Queued       int   // batches waiting now
 }
 
 // Exporter streams a rawstack stream to an OTLP endpoint as profiles. It
@@ -197,6 +204,7 @@ func (e *Exporter) cut() {
 	e.mu.Lock()
 	if err != nil {
 		e.st.Lost += int64(n)
+		e.st.LostRejected += int64(n)
 		e.mu.Unlock()
 		e.warn(err)
 		return
@@ -208,6 +216,7 @@ func (e *Exporter) cut() {
 			i = 1
 		}
 		e.st.Lost += int64(e.queue[i].samples)
+		e.st.LostQueueFull += int64(e.queue[i].samples)
 		e.queue = append(e.queue[:i], e.queue[i+1:]...)
 		if i == 0 {
 			e.busy = false
@@ -271,6 +280,11 @@ func (e *Exporter) sender() {
 			e.st.Retries++
 		default:
 			e.st.Lost += int64(b.samples)
+			if IsRetryable(err) {
+				e.st.LostUnsent += int64(b.samples) // Close gave up on it
+			} else {
+				e.st.LostRejected += int64(b.samples)
+			}
 		}
 		if (err == nil || !IsRetryable(err) || e.ctx.Err() != nil) && e.busy {
 			e.queue = append(e.queue[:0], e.queue[1:]...)
@@ -317,6 +331,7 @@ func (e *Exporter) Close() error {
 		e.mu.Lock()
 		for _, b := range e.queue {
 			e.st.Lost += int64(b.samples)
+			e.st.LostUnsent += int64(b.samples)
 		}
 		e.queue = nil
 		e.mu.Unlock()
@@ -334,6 +349,7 @@ func (e *Exporter) Stats() ExporterStats {
 	if e.b != nil {
 		c := e.b.Counts()
 		st.Samples, st.StreamLost = c.Samples, c.Lost
+		st.StreamLostBy = maps.Clone(e.b.lostBy)
 	}
 	st.Queued = len(e.queue)
 	return st

@@ -178,7 +178,7 @@ func (b *Builder) allocProfile(d *dict, pr pprofile.Profile, allocs []pendingAll
 	for i := range allocs {
 		a := &allocs[i]
 		st := b.stack(d, &pendingSample{time: a.time, pid: a.pid, tid: a.tid, stack: a.stack})
-		k := sampleKey{st, a.tid}
+		k := sampleKey{stack: st, tid: a.tid}
 		ps, ok := agg[k]
 		if !ok {
 			ps = pr.Samples().AppendEmpty()

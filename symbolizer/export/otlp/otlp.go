@@ -9,7 +9,9 @@
 //   - one ResourceProfiles per process, with the semantic-convention
 //     resource attributes process.pid, process.parent_pid,
 //     process.executable.name, process.command_args, host.name, os.type
-//     and host.arch;
+//     and host.arch, and those the recorder found
+//     (process.executable.path, container.id, k8s.pod.uid, service.name,
+//     host.id: format.Process.Attrs);
 //   - a "cpu"/"nanoseconds" profile of on-CPU samples (period type
 //     "cpu"/"nanoseconds", the mean weight) and, when there are off-CPU
 //     samples, an "off_cpu"/"nanoseconds" profile: each Sample is one
@@ -18,7 +20,9 @@
 //     ns blocked), and the attributes thread.id and thread.name. A stream
 //     whose on-CPU samples all weigh 1 (counts, not time) gets a
 //     "samples"/"count" profile with timestamps only, as the OpenTelemetry
-//     eBPF profiler writes;
+//     eBPF profiler writes; a sample taken in a tracer span linked to an
+//     OpenTelemetry span (format.Sample.Link) points at that trace and span
+//     in the link table;
 //   - for allocation samples (format/SPEC.md §6.22), the four profiles of
 //     a Go heap profile: "alloc_objects"/"count" and "alloc_space"/"bytes"
 //     of the batch's allocations, "inuse_objects"/"count" and
@@ -131,6 +135,11 @@ type Options struct {
 	// its KASLR addresses exists only on that host, so the OpenTelemetry
 	// profiler names kernel frames there as well.
 	RawKernel bool
+	// MaxStacks, if set, is the writer's stack table cap
+	// (tracer.Options.MaxStacks): a stack defined more than MaxStacks
+	// definitions ago is never referenced again, and Flush forgets it, so
+	// that a long stream does not grow with the stacks it has seen.
+	MaxStacks int
 	// NoFileHash leaves out process.executable.build_id.htlhash, which
 	// is computed from the files at their recorded paths: set it when
 	// converting a trace on another machine than the one that recorded
@@ -163,6 +172,8 @@ type Builder struct {
 	// weighted: an on-CPU sample of the stream weighed other than 1, so
 	// on-CPU weights are nanoseconds, not counts (format/SPEC.md §6.10).
 	weighted bool
+	lostBy   map[format.LostReason]int64
+	maxStack uint64 // the largest stack id defined
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
 	mem    memState // allocations and frees (memory.go)
@@ -175,6 +186,7 @@ type pendingSample struct {
 	weight uint64
 	stack  uint64
 	off    bool
+	link   format.SpanLink
 }
 
 // NewBuilder returns a Builder for a stream with header h.
@@ -210,14 +222,19 @@ func (b *Builder) Event(ev *format.Event) {
 		b.db.Unload(&ev.ModuleUnload)
 	case format.KindStack:
 		b.stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
+		b.maxStack = max(b.maxStack, ev.Stack.ID)
 	case format.KindLost:
 		b.lost += int64(ev.Lost.Count)
+		if b.lostBy == nil {
+			b.lostBy = map[format.LostReason]int64{}
+		}
+		b.lostBy[ev.Lost.Reason] += int64(ev.Lost.Count)
 	case format.KindRawStack:
 		b.rawStacks++
 	case format.KindSample:
 		s := &ev.Sample
 		b.samples++
-		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0})
+		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0, link: s.Link})
 		if s.Flags&format.SampleOffCPU == 0 && s.Weight != 1 {
 			b.weighted = true
 		}
@@ -307,6 +324,19 @@ func (b *Builder) forget() {
 	for _, pid := range b.endedProcs {
 		delete(b.procs, pid)
 	}
+	// Stacks the writer no longer references (Options.MaxStacks).
+	if n := uint64(b.opts.MaxStacks); n > 0 && len(b.stacks) > b.opts.MaxStacks && b.maxStack > n {
+		for id := range b.stacks {
+			if id <= b.maxStack-n {
+				delete(b.stacks, id)
+			}
+		}
+	}
+	// Their modules too: a whole-host stream sees processes come and go
+	// for as long as it runs.
+	for _, m := range b.db.Forget(b.endedProcs) {
+		delete(b.hashes, m)
+	}
 	b.endedThreads, b.endedProcs = b.endedThreads[:0], b.endedProcs[:0]
 }
 
@@ -339,6 +369,15 @@ func (b *Builder) resource(attrs pcommon.Map, pid uint32) {
 	if b.opts.ServiceName != "" {
 		attrs.PutStr(AttrServiceName, b.opts.ServiceName)
 	}
+	// What the recorder found about the process (format SPEC §6.1):
+	// process.executable.path, container.id, k8s.pod.uid, service.name,
+	// host.name, host.id. The recording host's names win over the
+	// converting one's, the process's own service name over the default.
+	for _, a := range b.procs[pid].Attrs {
+		if a.Value != "" {
+			attrs.PutStr(a.Key, a.Value)
+		}
+	}
 	switch b.hdr.OS {
 	case format.OSLinux:
 		attrs.PutStr(AttrOSType, "linux")
@@ -358,6 +397,7 @@ func (b *Builder) resource(attrs pcommon.Map, pid uint32) {
 type sampleKey struct {
 	stack int32
 	tid   uint32
+	link  format.SpanLink
 }
 
 func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample, off bool) {
@@ -391,11 +431,14 @@ func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample,
 	for _, s := range samples {
 		first, last = min(first, s.time), max(last, s.time)
 		st := b.stack(d, &s)
-		k := sampleKey{st, s.tid}
+		k := sampleKey{st, s.tid, s.link}
 		ps, ok := agg[k]
 		if !ok {
 			ps = pr.Samples().AppendEmpty()
 			ps.SetStackIndex(st)
+			if !s.link.IsZero() {
+				ps.SetLinkIndex(d.link(s.link))
+			}
 			ps.AttributeIndices().Append(d.intAttr(AttrThreadID, int64(s.tid)))
 			if name := b.threads[s.tid]; name != "" {
 				ps.AttributeIndices().Append(d.strAttr(AttrThreadName, name))
@@ -508,6 +551,7 @@ type dict struct {
 	locs   map[locKey]int32
 	funcs  map[[2]string]int32
 	stacks map[string]int32
+	links  map[format.SpanLink]int32
 	// fileHash returns a module's htlhash, "" if unknown; nil for none
 	fileHash func(*symbolizer.Module) string
 	keyBuf   []byte
@@ -523,7 +567,7 @@ type attrKey struct {
 
 func newDict(d pprofile.ProfilesDictionary) *dict {
 	x := &dict{d: d, strs: map[string]int32{}, attrs: map[attrKey]int32{}, maps: map[*symbolizer.Module]int32{},
-		locs: map[locKey]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}}
+		locs: map[locKey]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}, links: map[format.SpanLink]int32{}}
 	x.str("")
 	d.AttributeTable().AppendEmpty()
 	d.MappingTable().AppendEmpty()
@@ -568,6 +612,19 @@ func (x *dict) intAttr(key string, val int64) int32 {
 	a.SetKeyStrindex(x.str(key))
 	a.Value().SetInt(val)
 	x.attrs[k] = i
+	return i
+}
+
+// link returns the link table index of an OpenTelemetry span.
+func (x *dict) link(l format.SpanLink) int32 {
+	if i, ok := x.links[l]; ok {
+		return i
+	}
+	i := int32(x.d.LinkTable().Len())
+	pl := x.d.LinkTable().AppendEmpty()
+	pl.SetTraceID(pcommon.TraceID(l.TraceID))
+	pl.SetSpanID(pcommon.SpanID(l.SpanID))
+	x.links[l] = i
 	return i
 }
 

@@ -44,6 +44,7 @@ func chainTrace(t testing.TB) ([]byte, string) {
 	traceOnce.Do(func() {
 		var buf bytes.Buffer
 		cmd := exec.Command(bin, "0.4")
+		cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=otlp-chain")
 		tr, err := tracer.Start(context.Background(), tracer.Options{Frequency: 499, Command: cmd, Streams: []io.Writer{&buf}})
 		if err != nil {
 			traceErr = err
@@ -191,6 +192,7 @@ func TestConvertRaw(t *testing.T) {
 	if !found {
 		t.Errorf("no mapping of chain with a %s attribute", otlp.AttrBuildIDGNU)
 	}
+	checkResource(t, p, bin)
 	sym := Summarize(t, convert(t, data, false))
 	raw := Summarize(t, p)
 	if raw.Samples != sym.Samples {
@@ -225,4 +227,31 @@ func TestConvertRaw(t *testing.T) {
 	if ts := smp.TimestampsUnixNano().At(0); ts < 1e18 {
 		t.Errorf("timestamp %d is not wall-clock ns", ts)
 	}
+}
+
+// checkResource: the chain process's resource carries what the recorder
+// found about it: its executable's path, the service its environment
+// names, this host's name and machine id.
+func checkResource(t *testing.T, p pprofile.Profiles, bin string) {
+	t.Helper()
+	want := map[string]string{"process.executable.path": bin, otlp.AttrServiceName: "otlp-chain", otlp.AttrOSType: "linux"}
+	if h, err := os.Hostname(); err == nil {
+		want[otlp.AttrHostName] = h
+	}
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
+		want["host.id"] = strings.TrimSpace(string(b))
+	}
+	for _, rp := range p.ResourceProfiles().All() {
+		attrs := rp.Resource().Attributes()
+		if v, ok := attrs.Get(otlp.AttrExecutableName); !ok || v.Str() != "chain" {
+			continue
+		}
+		for k, w := range want {
+			if v, ok := attrs.Get(k); !ok || v.Str() != w {
+				t.Errorf("resource of chain: %s = %q, want %q (%v)", k, v.AsString(), w, attrs.AsRaw())
+			}
+		}
+		return
+	}
+	t.Errorf("no resource with %s chain", otlp.AttrExecutableName)
 }

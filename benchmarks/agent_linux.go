@@ -1,0 +1,215 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The agent scenario (issue 22): `rawstack agent` — the whole host through
+// the eBPF back end, raw OTLP batches to an endpoint in this process —
+// side by side with `perf record -a -g` at the same frequency, at 20 Hz
+// (a fleet daemon's rate) and 100 Hz, while short-lived processes start
+// and exit all the time (a shell spawning /bin/true, 50 a second) beside
+// whatever else the machine runs. Each recorder runs for the same
+// duration, in turn (agent, perf, agent, perf): 10 minutes each, 20
+// seconds with -short.
+//
+// The agent runs as deploy/rawstack-agent.service runs it: rawstack-ebpf
+// agent, with its rawstack-otlp child. Metrics: the recorder's CPU time
+// (its whole tree), per minute, over the whole run (start-up, which reads
+// every process of the host, and exit included) and after the first
+// minute (7 s with -short); its peak RSS (the sum of the tree's peaks);
+// and its RSS growth after the first minute: the resident set at the end
+// minus the one then, which stays near zero when nothing grows with the
+// processes seen.
+func init() {
+	register(&scenario{name: "agent", order: 220, run: runAgentScenario})
+}
+
+var reAgentTaken = regexp.MustCompile(`(\d+) taken, `)
+
+type agentRun struct {
+	cpuMs          float64 // recorder tree CPU, ms
+	steadyMs       float64 // of which after the first minute (start-up excluded)
+	peakMiB        float64 // sum of the tree's peak RSS
+	earlyMiB, late float64 // tree RSS after the first minute and at the end
+	samples        float64
+	minutes        float64
+}
+
+func runAgentScenario(cfg *config) ([]row, error) {
+	if os.Geteuid() != 0 {
+		return []row{{Scenario: "agent", Metric: "skipped", Note: "needs root (CAP_BPF, CAP_PERFMON)"}}, nil
+	}
+	rawstack, err := buildCLI(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []string{"rawstack-ebpf", "rawstack-otlp"} {
+		b := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), c), "github.com/rawstack/rawstack/cmd/"+c)
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s: %v\n%s", c, err, out)
+		}
+	}
+	perf, perfErr := exec.LookPath("perf")
+	d, early := 10*time.Minute, time.Minute
+	if cfg.short {
+		d, early = 20*time.Second, 7*time.Second
+	}
+	ep, err := newCountingEndpoint()
+	if err != nil {
+		return nil, err
+	}
+	defer ep.close()
+
+	// The churn: 50 short-lived processes a second for the whole run.
+	stop := make(chan struct{})
+	var spawned atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				if exec.Command("/bin/true").Run() == nil {
+					spawned.Add(1)
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	var rows []row
+	start := time.Now()
+	for _, hz := range []string{"20", "100"} {
+		// rawstack-ebpf, as the service unit runs it (deploy/).
+		agent, err := runFor(exec.Command(filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "agent", "--otlp-endpoint", ep.addr, "-F", hz), d, early, syscall.SIGTERM)
+		if err != nil {
+			return nil, fmt.Errorf("agent -F %s: %w", hz, err)
+		}
+		var pr agentRun
+		peer := ""
+		if perfErr == nil {
+			out := filepath.Join(cfg.work, "agent-perf.data")
+			pr, err = runFor(exec.Command(perf, "record", "-q", "-a", "-g", "-F", hz, "-o", out), d, early, syscall.SIGINT)
+			if err == nil {
+				_, n, perr := perfSamples(perf, out)
+				pr.samples, err = float64(n), perr
+			}
+			os.Remove(out)
+			if err != nil {
+				return nil, fmt.Errorf("perf record -a -g -F %s: %w", hz, err)
+			}
+			peer = "perf record -a -g -F " + hz
+		}
+		fmt.Fprintf(cfg.logger, "  %s Hz: agent %.0f ms CPU (%.0f after %v) in %.1f min, peak %.1f MiB, RSS %.1f -> %.1f MiB, %.0f samples; perf %.0f ms (%.0f), peak %.1f MiB, RSS %.1f -> %.1f MiB, %.0f samples\n",
+			hz, agent.cpuMs, agent.steadyMs, early, agent.minutes, agent.peakMiB, agent.earlyMiB, agent.late, agent.samples, pr.cpuMs, pr.steadyMs, pr.peakMiB, pr.earlyMiB, pr.late, pr.samples)
+		steady := (d - early).Minutes()
+		metric := func(m string, a, p float64, note string) row {
+			r := row{Scenario: "agent", Metric: m + " at " + hz + " Hz", Rawstack: a, Better: "lower", Note: note}
+			if peer != "" {
+				r.Peer, r.PeerVal = peer, p
+			}
+			return r
+		}
+		rows = append(rows,
+			metric("CPU (ms per minute, start-up and exit included)", agent.cpuMs/agent.minutes, pr.cpuMs/pr.minutes, "target: <= 0.5x perf's"),
+			metric(fmt.Sprintf("CPU after %v (ms per minute)", early), agent.steadyMs/steady, pr.steadyMs/steady, "target: <= 0.5x perf's"),
+			metric("peak RSS (MiB)", agent.peakMiB, pr.peakMiB, "target: <= 64 MiB"),
+			metric(fmt.Sprintf("RSS growth after %v (MiB)", early), agent.late-agent.earlyMiB, pr.late-pr.earlyMiB, "target: ~0 (flat)"),
+			row{Scenario: "agent", Metric: "samples at " + hz + " Hz", Rawstack: agent.samples, Peer: peer, PeerVal: pr.samples, Better: "higher"},
+		)
+	}
+	min := time.Since(start).Minutes()
+	rows = append(rows, row{Scenario: "agent", Metric: "churn: short-lived processes per second", Rawstack: float64(spawned.Load()) / (min * 60),
+		Note: fmt.Sprintf("%v per recorder, whole host; the machine is shared with other jobs", d)})
+	return rows, nil
+}
+
+// runFor runs a whole-host recorder for d, then stops it with sig and
+// measures it: its tree's CPU (wait4 counts the reaped descendants), its
+// tree's peak RSS, and its tree's RSS after early and at the end.
+func runFor(cmd *exec.Cmd, d, early time.Duration, sig syscall.Signal) (agentRun, error) {
+	var r agentRun
+	var cpuEarly float64
+	var stderr limitedBuf
+	cmd.Stderr, cmd.Stdout = &stderr, &stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	rss := watchRSS(cmd.Process.Pid, "")
+	time.Sleep(early)
+	r.earlyMiB, cpuEarly = treeRSS(cmd.Process.Pid), treeCPU(cmd.Process.Pid)
+	time.Sleep(d - early)
+	r.late, r.steadyMs = treeRSS(cmd.Process.Pid), treeCPU(cmd.Process.Pid)-cpuEarly
+	r.peakMiB = float64(rss.peakKiB()) / 1024
+	cmd.Process.Signal(sig)
+	if err := cmd.Wait(); err != nil {
+		// perf record re-raises the SIGINT it handled, to exit by it.
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != sig {
+			return r, fmt.Errorf("%s: %v: %s", cmd.Path, err, stderr.b)
+		}
+	}
+	r.minutes = time.Since(t0).Minutes()
+	st := cmd.ProcessState
+	r.cpuMs = float64((st.UserTime() + st.SystemTime()).Milliseconds())
+	if m := reAgentTaken.FindSubmatch(stderr.b); m != nil {
+		r.samples, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	return r, nil
+}
+
+// treeCPU sums the CPU time (user and system, reaped children included)
+// of pid's process tree, in ms.
+func treeCPU(pid int) float64 {
+	var ticks int64
+	for _, p := range processTree(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which is in parentheses.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+			if i < len(f) {
+				n, _ := strconv.ParseInt(f[i], 10, 64)
+				ticks += n
+			}
+		}
+	}
+	return float64(ticks) * 1000 / 100 // USER_HZ
+}
+
+// treeRSS sums VmRSS over pid's process tree, in MiB.
+func treeRSS(pid int) float64 {
+	var kb int64
+	for _, p := range processTree(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, ln := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(ln, "VmRSS:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				kb += n
+			}
+		}
+	}
+	return float64(kb) / 1024
+}

@@ -1,0 +1,248 @@
+//go:build linux
+
+package rawstackprocessor
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
+)
+
+func needBPF(t *testing.T) {
+	t.Helper()
+	if err := linux.ProbeBPF(); err != nil {
+		var pe *platform.PermissionError
+		if errors.Is(err, platform.ErrNotSupported) || errors.As(err, &pe) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+}
+
+var agentSummary = regexp.MustCompile(`otlp \S+: (\d+) samples sent in \d+ batches \(\d+ bytes, \d+ on the wire\), (\d+) lost \((\d+) queue full, \d+ rejected, (\d+) unsent at exit; .*; (\d+) taken, `)
+
+// agentLine is the one line rawstack agent prints, at its end.
+type agentLine struct {
+	sent, lost, queueFull, unsent, taken int64
+}
+
+func parseAgentLine(t *testing.T, stderr string) agentLine {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "rawstack agent: otlp ") {
+		t.Fatalf("agent printed %d lines, want its one summary line:\n%s", len(lines), stderr)
+	}
+	m := agentSummary.FindStringSubmatch(lines[0])
+	if m == nil {
+		t.Fatalf("summary %q: not in the expected form", lines[0])
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(m[i], 10, 64); return v }
+	return agentLine{sent: n(1), lost: n(2), queueFull: n(3), unsent: n(4), taken: n(5)}
+}
+
+// sinkTotal counts the samples a sink received, all processes.
+func sinkTotal(t *testing.T, sink *consumertest.ProfilesSink) (total int64, perPidN map[int64]int, chainN map[int64]int) {
+	samples, chain := perPid(t, sink)
+	for _, n := range samples {
+		total += int64(n)
+	}
+	return total, samples, chain
+}
+
+// waitPid waits until the sink holds samples of pid.
+func waitPid(t *testing.T, sink *consumertest.ProfilesSink, pid int, within time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if s, _ := perPid(t, sink); s[int64(pid)] > 0 {
+			return
+		}
+	}
+	t.Fatalf("no samples of pid %d arrived within %v", pid, within)
+}
+
+// TestAgent runs rawstack agent as a daemon runs it: the whole host into
+// the in-process Collector (receiver and this processor), a program
+// profiled among the host's others and named from debug files by build
+// id; the Collector stops for a while mid-run with a queue of two
+// batches, so some batches are dropped; SIGTERM ends the agent, which
+// exits 0 after one summary line: every sample it counts as sent
+// arrived, and sent plus lost is every sample taken.
+func TestAgent(t *testing.T) {
+	needBPF(t)
+	bin, dbg := chain(t)
+	c := startCollector(t, &Config{DebugDirs: []string{dbg}}, "")
+	agent, stderr := startAgent(t, "--otlp-endpoint", c.addr, "-F", "99", "--otlp-interval", "200ms", "--otlp-queue", "2")
+
+	// Two programs among the host's, until their samples arrive named:
+	// one in a cgroup named as Docker names a container's, one that names
+	// its service in its environment.
+	boxed, svc, want := startPrograms(t, bin, "agent-test-svc")
+	waitPid(t, c.sink, boxed.Process.Pid, time.Minute)
+	waitPid(t, c.sink, svc.Process.Pid, time.Minute)
+	svc.Process.Kill()
+	svc.Wait()
+	checkResources(t, c.sink, want)
+
+	// The Collector goes away for 3 s: 15 batches are cut, the queue
+	// keeps 2.
+	c.stop()
+	time.Sleep(3 * time.Second)
+	c.start(t, c.addr)
+	time.Sleep(2 * time.Second)
+	boxed.Process.Kill()
+	boxed.Wait()
+	time.Sleep(time.Second)
+
+	sum := stopAgent(t, agent, stderr)
+	got, samples, _ := sinkTotal(t, c.sink)
+	t.Logf("the Collector received %d samples of %d processes", got, len(samples))
+	if got != sum.sent {
+		t.Errorf("the Collector received %d samples, the agent says it sent %d", got, sum.sent)
+	}
+	if sum.sent+sum.lost != sum.taken {
+		t.Errorf("sent %d + lost %d != taken %d", sum.sent, sum.lost, sum.taken)
+	}
+	if sum.queueFull == 0 {
+		t.Errorf("a Collector down for 3 s with a queue of 2 batches of 200 ms lost nothing to the queue: %+v", sum)
+	}
+}
+
+// startAgent starts rawstack agent with args, its output kept.
+func startAgent(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	agent := exec.Command(rawstackCLI(t), append([]string{"agent"}, args...)...)
+	var stderr bytes.Buffer
+	agent.Stderr, agent.Stdout = &stderr, &stderr
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Process.Kill() })
+	return agent, &stderr
+}
+
+// stopAgent ends the agent as a service manager does, with SIGTERM: it
+// exits 0 after its one summary line, which stopAgent returns.
+func stopAgent(t *testing.T, agent *exec.Cmd, stderr *bytes.Buffer) agentLine {
+	t.Helper()
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	t.Log(strings.TrimSpace(stderr.String()))
+	return parseAgentLine(t, stderr.String())
+}
+
+// startPrograms starts the chain fixture twice, for a minute: once in a
+// container-like cgroup, once naming its service in OTEL_SERVICE_NAME;
+// it returns them and the resource attributes each should arrive with.
+func startPrograms(t *testing.T, bin, service string) (boxed, svc *exec.Cmd, want map[int]map[string]string) {
+	t.Helper()
+	procs, cid := containerCgroup(t)
+	boxed = exec.Command("/bin/sh", "-c", `echo $$ > "$0" && exec "$1" 60`, procs, bin)
+	svc = exec.Command(bin, "60")
+	svc.Env = append(os.Environ(), "OTEL_SERVICE_NAME="+service)
+	for _, c := range []*exec.Cmd{boxed, svc} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	want = map[int]map[string]string{
+		boxed.Process.Pid: {"container.id": cid, "process.executable.path": bin, "process.executable.name": "chain"},
+		svc.Process.Pid:   {"service.name": service, "process.executable.path": bin, "process.executable.name": "chain"},
+	}
+	return boxed, svc, want
+}
+
+// checkResources holds each program's resource to the attributes it
+// should carry, and its samples to the chain, named.
+func checkResources(t *testing.T, sink *consumertest.ProfilesSink, want map[int]map[string]string) {
+	t.Helper()
+	samples, named := perPid(t, sink)
+	for pid, w := range want {
+		res := resourceOf(sink, pid)
+		for k, v := range w {
+			if res[k] != v {
+				t.Errorf("pid %d: %s = %v, want %q (resource %v)", pid, k, res[k], v, res)
+			}
+		}
+		if res["host.name"] == nil || res["host.id"] == nil || res["os.type"] != "linux" {
+			t.Errorf("pid %d: resource %v", pid, res)
+		}
+		n := samples[int64(pid)]
+		t.Logf("pid %d: %d samples, %d named c;b;a;main; resource %v", pid, n, named[int64(pid)], res)
+		if n == 0 || named[int64(pid)] < n/2 {
+			t.Errorf("pid %d: %d of %d samples named c;b;a;main", pid, named[int64(pid)], n)
+		}
+	}
+}
+
+// containerCgroup makes a cgroup named as Docker names a container's
+// (v2: docker-ID.scope under system.slice; v1: docker/ID in the pids
+// hierarchy) and returns its cgroup.procs file and the id.
+func containerCgroup(t *testing.T) (procs, id string) {
+	t.Helper()
+	var b [32]byte
+	rand.Read(b[:])
+	id = hex.EncodeToString(b[:])
+	var dirs []string
+	switch {
+	case fileExists("/sys/fs/cgroup/cgroup.controllers"): // v2
+		dirs = []string{"/sys/fs/cgroup/system.slice", "/sys/fs/cgroup/system.slice/docker-" + id + ".scope"}
+	case fileExists("/sys/fs/cgroup/unified/cgroup.procs"): // hybrid: v2 beside v1
+		dirs = []string{"/sys/fs/cgroup/unified/system.slice", "/sys/fs/cgroup/unified/system.slice/docker-" + id + ".scope"}
+	case fileExists("/sys/fs/cgroup/pids/cgroup.procs"): // v1
+		dirs = []string{"/sys/fs/cgroup/pids/docker", "/sys/fs/cgroup/pids/docker/" + id}
+	default:
+		t.Skip("no cgroup hierarchy to make a container's cgroup in")
+	}
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			if os.IsPermission(err) || errors.Is(err, syscall.EROFS) {
+				t.Skipf("making a container-like cgroup: %v", err)
+			}
+			t.Fatal(err)
+		}
+	}
+	leaf := dirs[len(dirs)-1]
+	t.Cleanup(func() {
+		// rmdir fails while a process is in it: wait for the kills.
+		for i := 0; i < 50 && os.Remove(leaf) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return filepath.Join(leaf, "cgroup.procs"), id
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// resourceOf returns the resource attributes the sink received for pid
+// (the last batch's).
+func resourceOf(sink *consumertest.ProfilesSink, pid int) map[string]any {
+	var got map[string]any
+	for _, pd := range sink.AllProfiles() {
+		for _, rp := range pd.ResourceProfiles().All() {
+			if v, ok := rp.Resource().Attributes().Get("process.pid"); ok && v.Int() == int64(pid) {
+				got = rp.Resource().Attributes().AsRaw()
+			}
+		}
+	}
+	return got
+}

@@ -1,0 +1,196 @@
+package otelspan_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/export/otlp"
+	"github.com/rawstack/rawstack/symbolizer/export/pprof"
+	"github.com/rawstack/rawstack/tracer"
+	"github.com/rawstack/rawstack/tracer/otelspan"
+)
+
+var (
+	traceID = trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	spanID  = trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}
+)
+
+//go:noinline
+func spin(d time.Duration) (x uint64) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for i := 0; i < 1e5; i++ {
+			x = x*31 + uint64(i)
+		}
+	}
+	return x
+}
+
+// TestLinkedSamples profiles this process while a goroutine, locked to
+// its thread, works before, inside and after a span opened from an
+// OpenTelemetry span context: every sample of that thread inside the span
+// carries the trace and span ids, none outside does; the OTLP export
+// points those samples (and only those) at a link with the ids, and pprof
+// gives them trace_id and span_id labels.
+func TestLinkedSamples(t *testing.T) {
+	if err := linux.Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tr, err := tracer.Start(context.Background(), tracer.Options{Frequency: 499, Streams: []io.Writer{&buf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	tidc := make(chan uint32, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tidc <- uint32(syscall.Gettid())
+		spin(300 * time.Millisecond)
+		sp := otelspan.Start(tr, ctx, "checkout")
+		spin(400 * time.Millisecond)
+		sp.End()
+		plain := otelspan.Start(tr, context.Background(), "no otel span") // a plain span: no link
+		spin(300 * time.Millisecond)
+		plain.End()
+	}()
+	tid := <-tidc
+	time.Sleep(1200 * time.Millisecond)
+	tr.Stop()
+
+	// The stream: the span's times, and the thread's samples.
+	r, err := format.NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var begin, end int64
+	var samples []format.Sample
+	strs := map[uint64]string{}
+	var checkoutID uint64
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Kind {
+		case format.KindString:
+			strs[ev.String.ID] = ev.String.Value
+		case format.KindSpanBegin:
+			if strs[ev.SpanBegin.Name] == "checkout" {
+				begin, checkoutID = ev.SpanBegin.Time, ev.SpanBegin.ID
+			}
+		case format.KindSpanEnd:
+			if ev.SpanEnd.ID == checkoutID && checkoutID != 0 {
+				end = ev.SpanEnd.Time
+			}
+		case format.KindSample:
+			if ev.Sample.Tid == tid {
+				samples = append(samples, ev.Sample)
+			}
+		}
+	}
+	if begin == 0 || end == 0 {
+		t.Fatalf("no checkout span in the stream (begin %d, end %d)", begin, end)
+	}
+	want := format.SpanLink{TraceID: traceID, SpanID: spanID}
+	var in, out, linked int
+	for _, s := range samples {
+		switch {
+		case s.Time >= begin && s.Time < end:
+			in++
+			if s.Link != want {
+				t.Errorf("sample at %d, inside the span [%d, %d): link %x/%x", s.Time, begin, end, s.Link.TraceID, s.Link.SpanID)
+			}
+		case s.Time < begin-int64(time.Millisecond) || s.Time >= end+int64(time.Millisecond):
+			out++
+			if !s.Link.IsZero() {
+				t.Errorf("sample at %d, outside the span [%d, %d): link %x/%x", s.Time, begin, end, s.Link.TraceID, s.Link.SpanID)
+			}
+		}
+		if s.Link == want {
+			linked++
+		}
+	}
+	t.Logf("thread %d: %d samples, %d inside the span (%.0f ms), %d outside, %d linked", tid, len(samples), in, float64(end-begin)/1e6, out, linked)
+	if in < 20 || out < 20 {
+		t.Fatalf("%d samples inside the span and %d outside: too few to tell", in, out)
+	}
+
+	// OTLP: the same samples point at the link.
+	or, _ := format.NewReader(bytes.NewReader(buf.Bytes()))
+	p, _, err := otlp.Convert(or, otlp.Options{Raw: true, RawKernel: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.Dictionary()
+	var otlpLinked int
+	for _, rp := range p.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, pr := range sp.Profiles().All() {
+				for _, s := range pr.Samples().All() {
+					if s.LinkIndex() == 0 {
+						continue
+					}
+					l := d.LinkTable().At(int(s.LinkIndex()))
+					if [16]byte(l.TraceID()) != want.TraceID || [8]byte(l.SpanID()) != want.SpanID {
+						t.Errorf("OTLP link %v/%v", l.TraceID(), l.SpanID())
+					}
+					otlpLinked += s.TimestampsUnixNano().Len()
+				}
+			}
+		}
+	}
+	if otlpLinked != linked {
+		t.Errorf("OTLP: %d samples linked, the stream %d", otlpLinked, linked)
+	}
+
+	// pprof: trace_id and span_id labels.
+	pr, _ := format.NewReader(bytes.NewReader(buf.Bytes()))
+	prof, err := symbolizer.Build(pr, &symbolizer.Options{NoDebuginfod: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pb bytes.Buffer
+	if err := pprof.Write(&pb, prof); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(&pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pprofLinked int64
+	for _, s := range pp.Sample {
+		tids, sids := s.Label[symbolizer.LabelTraceID], s.Label[symbolizer.LabelSpanID]
+		if len(tids) == 0 {
+			continue
+		}
+		if tids[0] != hex.EncodeToString(traceID[:]) || len(sids) != 1 || sids[0] != hex.EncodeToString(spanID[:]) {
+			t.Errorf("pprof labels %v", s.Label)
+		}
+		pprofLinked += s.Value[0]
+	}
+	if pprofLinked != int64(linked) {
+		t.Errorf("pprof: %d samples labelled, the stream %d linked", pprofLinked, linked)
+	}
+}
