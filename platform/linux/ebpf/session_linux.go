@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
@@ -129,16 +128,8 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := newSession(cfg, h)
 	if cfg.System {
 		s.WholeHost()
-	} else if cfg.Pid == 0 {
-		s.SetTarget(os.Getpid(), true)
-	} else {
-		s.SetTarget(cfg.Pid, false)
-		if !sys.ProcessAlive(s.Pid()) {
-			return nil, fmt.Errorf("pid %d: no such process", s.Pid())
-		}
-		if procinfo.KernelThread(s.Pid()) {
-			return nil, fmt.Errorf("pid %d (%s): %w", s.Pid(), procinfo.Comm(s.Pid()), platform.ErrKernelThread)
-		}
+	} else if err := s.OpenTarget(cfg.Pid); err != nil {
+		return nil, err
 	}
 	if err := s.attach(); err != nil {
 		return nil, err

@@ -14,7 +14,6 @@ import (
 	sys "github.com/rawstack/rawstack/internal/unix"
 
 	"github.com/rawstack/rawstack/format"
-	"github.com/rawstack/rawstack/internal/procinfo"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
 	"github.com/rawstack/rawstack/platform/linux/tracking"
@@ -29,16 +28,8 @@ type Session struct {
 // Open starts sampling the running process cfg.Pid (0: the caller).
 func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := &Session{tracking.New(cfg, h)}
-	if cfg.Pid == 0 {
-		s.SetTarget(os.Getpid(), true)
-	} else {
-		s.SetTarget(cfg.Pid, false)
-		if !sys.ProcessAlive(s.Pid()) {
-			return nil, fmt.Errorf("pid %d: no such process", s.Pid())
-		}
-		if procinfo.KernelThread(s.Pid()) {
-			return nil, fmt.Errorf("pid %d (%s): %w", s.Pid(), procinfo.Comm(s.Pid()), platform.ErrKernelThread)
-		}
+	if err := s.OpenTarget(cfg.Pid); err != nil {
+		return nil, err
 	}
 	if err := s.attach(); err != nil {
 		return nil, err

@@ -3,7 +3,11 @@
 package tracking
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/procinfo"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
@@ -49,6 +53,24 @@ func (s *Tracker) SetHandler(h platform.Handler) { s.h = h }
 
 // SetTarget sets the target process; self says it is this process.
 func (s *Tracker) SetTarget(pid int, self bool) { s.pid, s.self = pid, self }
+
+// OpenTarget sets the running process an Open samples: pid, or the
+// calling process when pid is 0. A pid that does not exist, or that is a
+// kernel thread (no user stack), is an error naming it.
+func (s *Tracker) OpenTarget(pid int) error {
+	if pid == 0 {
+		s.SetTarget(os.Getpid(), true)
+		return nil
+	}
+	s.SetTarget(pid, false)
+	if !sys.ProcessAlive(pid) {
+		return fmt.Errorf("pid %d: no such process", pid)
+	}
+	if procinfo.KernelThread(pid) {
+		return fmt.Errorf("pid %d (%s): %w", pid, procinfo.Comm(pid), platform.ErrKernelThread)
+	}
+	return nil
+}
 
 // SetKernel records whether kernel frames are recorded.
 func (s *Tracker) SetKernel(on bool) { s.kernel = on }
