@@ -48,18 +48,11 @@ type agentRun struct {
 
 func runAgentScenario(cfg *config) ([]row, error) {
 	if os.Geteuid() != 0 {
-		return []row{{Scenario: "agent", Metric: "skipped", Note: "needs root (CAP_BPF, CAP_PERFMON)"}}, nil
+		return absent("agent", "skipped", "needs root (CAP_BPF, CAP_PERFMON)")
 	}
-	rawstack, err := buildCLI(cfg)
+	rawstack, err := buildCompanions(cfg, "rawstack-ebpf", "rawstack-otlp")
 	if err != nil {
 		return nil, err
-	}
-	for _, c := range []string{"rawstack-ebpf", "rawstack-otlp"} {
-		b := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), c), "github.com/rawstack/rawstack/cmd/"+c)
-		b.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := b.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s: %v\n%s", c, err, out)
-		}
 	}
 	perf, perfErr := exec.LookPath("perf")
 	d, early := 10*time.Minute, time.Minute

@@ -35,14 +35,11 @@ func runAlloc(cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	rawstack, err := buildCLI(cfg)
+	// record --backend ebpf runs the rawstack-ebpf companion, looked for
+	// next to rawstack.
+	rawstack, err := buildCompanions(cfg, "rawstack-ebpf")
 	if err != nil {
 		return nil, err
-	}
-	companion := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "github.com/rawstack/rawstack/cmd/rawstack-ebpf")
-	companion.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := companion.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build rawstack-ebpf: %v\n%s", err, b)
 	}
 	heaptrack, htErr := exec.LookPath("heaptrack")
 	if htErr != nil {

@@ -55,3 +55,20 @@ func buildCLI(cfg *config) (string, error) {
 	cfg.cli = bin
 	return bin, nil
 }
+
+// buildCompanions builds the companion commands names (cmd/NAME) next to
+// the CLI, where rawstack looks for them, and returns the CLI's path.
+func buildCompanions(cfg *config, names ...string) (string, error) {
+	rawstack, err := buildCLI(cfg)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range names {
+		b := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(rawstack), c), "github.com/rawstack/rawstack/cmd/"+c)
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %v\n%s", c, err, out)
+		}
+	}
+	return rawstack, nil
+}
