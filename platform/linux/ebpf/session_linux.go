@@ -328,19 +328,7 @@ func (s *Session) reportAll() {
 func (s *Session) ReadAll() {
 	b := s.bpf
 	until := uint64(sys.Monotonic())
-	live := s.Live[:0]
-	for _, r := range s.Rings {
-		if r == nil {
-			continue
-		}
-		r.Begin()
-		if r.Pending = r.Next(); r.Pending != nil {
-			r.PendingTime = tracking.RecordTime(r.Pending)
-			live = append(live, r)
-		} else {
-			s.AddBytes(r.Commit())
-		}
-	}
+	live := s.BeginRead()
 	if b.progs == nil {
 		return
 	}
@@ -348,26 +336,14 @@ func (s *Session) ReadAll() {
 		b.next()
 	}
 	for len(live) > 0 || (b.pending && b.pendingTime < until) {
-		best := -1
-		for i := range live {
-			if best < 0 || live[i].PendingTime < live[best].PendingTime {
-				best = i
-			}
-		}
+		best := tracking.Oldest(live)
 		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].PendingTime) {
 			s.handleBPF(b.rec)
 			b.next()
 			continue
 		}
-		r := live[best]
-		s.handleSide(r.Pending)
-		if r.Pending = r.Next(); r.Pending != nil {
-			r.PendingTime = tracking.RecordTime(r.Pending)
-			continue
-		}
-		s.AddBytes(r.Commit())
-		live[best] = live[len(live)-1]
-		live = live[:len(live)-1]
+		s.handleSide(live[best].Pending)
+		live = s.Advance(live, best)
 	}
 	s.Live = live
 	// Once per read (reads come in batches, at most every few tens of

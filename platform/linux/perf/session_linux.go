@@ -242,35 +242,11 @@ func ownerUID(pid int) int {
 // Records of different rings (CPUs) are merged by time, so that a mapping
 // reported on one CPU precedes the samples taken in it on another.
 func (s *Session) ReadAll() {
-	live := s.Live[:0]
-	for _, r := range s.Rings {
-		if r == nil {
-			continue
-		}
-		r.Begin()
-		if r.Pending = r.Next(); r.Pending != nil {
-			r.PendingTime = tracking.RecordTime(r.Pending)
-			live = append(live, r)
-		} else {
-			s.AddBytes(r.Commit())
-		}
-	}
+	live := s.BeginRead()
 	for len(live) > 0 {
-		best := 0
-		for i := 1; i < len(live); i++ {
-			if live[i].PendingTime < live[best].PendingTime {
-				best = i
-			}
-		}
-		r := live[best]
-		s.Handle(r.Pending)
-		if r.Pending = r.Next(); r.Pending != nil {
-			r.PendingTime = tracking.RecordTime(r.Pending)
-			continue
-		}
-		s.AddBytes(r.Commit())
-		live[best] = live[len(live)-1]
-		live = live[:len(live)-1]
+		i := tracking.Oldest(live)
+		s.Handle(live[i].Pending)
+		live = s.Advance(live, i)
 	}
 	s.Live = live
 }

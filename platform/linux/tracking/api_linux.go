@@ -180,3 +180,51 @@ func (s *Tracker) System() bool { return s.system }
 
 // Self reports whether the target is this process.
 func (s *Tracker) Self() bool { return s.self }
+
+// BeginRead starts a read of every ring and returns those with a record
+// pending (in s.Live's storage); the empty ones are committed. A back
+// end's ReadAll then reports the oldest pending record ([Oldest]) and
+// moves its ring on ([Tracker.Advance]) until none is left, so that the
+// records of different CPUs come out in time order: a mapping reported
+// on one CPU precedes the samples taken in it on another.
+func (s *Tracker) BeginRead() []*Ring {
+	live := s.Live[:0]
+	for _, r := range s.Rings {
+		if r == nil {
+			continue
+		}
+		r.Begin()
+		if r.Pending = r.Next(); r.Pending != nil {
+			r.PendingTime = RecordTime(r.Pending)
+			live = append(live, r)
+		} else {
+			s.AddBytes(r.Commit())
+		}
+	}
+	return live
+}
+
+// Oldest returns the index of the ring in live whose pending record is
+// the oldest, or -1 when live is empty.
+func Oldest(live []*Ring) int {
+	best := -1
+	for i := range live {
+		if best < 0 || live[i].PendingTime < live[best].PendingTime {
+			best = i
+		}
+	}
+	return best
+}
+
+// Advance moves live[i] to its next record; a ring with none left is
+// committed and dropped from live, which Advance returns.
+func (s *Tracker) Advance(live []*Ring, i int) []*Ring {
+	r := live[i]
+	if r.Pending = r.Next(); r.Pending != nil {
+		r.PendingTime = RecordTime(r.Pending)
+		return live
+	}
+	s.AddBytes(r.Commit())
+	live[i] = live[len(live)-1]
+	return live[:len(live)-1]
+}
