@@ -5,7 +5,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 )
@@ -32,6 +34,16 @@ func TestRead(t *testing.T) {
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
+	// cmd.Start returns when the child's close-on-exec pipe closes, which
+	// the kernel does before it writes the new environment to the stack:
+	// until then /proc/PID/environ reads empty though exe already names
+	// sleep. Wait for the environment as a sampler meets the process, running.
+	environ := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/environ"
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, err := os.ReadFile(environ); err != nil || len(b) > 0 {
+			break
+		}
+	}
 	attrs := Read(cmd.Process.Pid)
 	t.Logf("%q", attrs)
 	if got := get(attrs, ServiceName); got != "procattr-test" {
