@@ -396,3 +396,19 @@ func BenchmarkSpanSustained(b *testing.B) {
 		tr.Span(ctx, "bench").End()
 	}
 }
+
+// TestSpanMap: the drain's fixed-point mapping of TSC ticks to ns agrees
+// with exact arithmetic, before the pair (a record stamped just before a
+// drain's pair but published after its heads) and seconds after it.
+func TestSpanMap(t *testing.T) {
+	for _, slope := range []float64{0.3448, 0.5, 1, 2.5} {
+		m := spanMap{t0: 1 << 40, n0: 5e12, mult: uint64(slope * (1 << 32))}
+		exact := float64(m.mult) / (1 << 32)
+		for _, d := range []int64{-3e6, -1, 0, 1, 7, 1e6, 3e9, 4e11} {
+			want := float64(m.n0) + float64(d)*exact
+			if got := float64(m.ns(m.t0 + d)); got < want-1 || got > want+1 {
+				t.Errorf("slope %v, %d ticks from the pair: %v ns, want %v", slope, d, got, want)
+			}
+		}
+	}
+}
