@@ -99,7 +99,98 @@ func runSpans(cfg *config) ([]row, error) {
 				Note: fmt.Sprintf("worst run %.3f%%; Stats lost+dropped over all runs %d; goal >= 99%%", 100*minRec, lost)},
 		)
 	}
+	// The traced goroutine's cost in bursts, and the clock's floor, side
+	// by side with regions in bursts.
+	var bRaw, bRT, bRatio, bRec []float64
+	var tsc []tscCost
+	for i := 0; i < pairs; i++ {
+		if haveTSC {
+			tsc = append(tsc, spansTSC(n))
+		}
+		r, err := spansRawstackWith(cfg, 1, n, func(span func(context.Context)) time.Duration { return spansBursts(n, span) })
+		if err != nil {
+			return nil, err
+		}
+		ns, _, err := spansRuntimeTraceWith(cfg, 1, n, func(span func(context.Context)) time.Duration { return spansBursts(n, span) })
+		if err != nil {
+			return nil, err
+		}
+		bRaw, bRT, bRatio, bRec = append(bRaw, r.nsPerSpan), append(bRT, ns), append(bRatio, ns/r.nsPerSpan), append(bRec, r.recorded)
+		fmt.Fprintf(cfg.logger, "  spans in bursts of %d pair %d: rawstack %.1f ns/span (%.3f%% recorded), runtime/trace %.1f ns/span (load %s)\n",
+			spansBurst, i+1, r.nsPerSpan, 100*r.recorded, ns, spansLoad())
+	}
+	rows = append(rows, row{Scenario: "spans", Metric: fmt.Sprintf("ns per span begin+end, 1 goroutine, bursts of %d", spansBurst), Rawstack: spansMedian(bRaw), Peer: "runtime/trace region", PeerVal: spansMedian(bRT), Better: "lower",
+		Note: fmt.Sprintf("the traced goroutine's cost, the drain working in the pauses; median pair ratio %.2fx of %d; %.3f%% recorded (median); load %s", spansMedian(bRatio), pairs, 100*spansMedian(bRec), spansLoad())})
+	if haveTSC {
+		get := func(f func(tscCost) float64) float64 {
+			v := make([]float64, len(tsc))
+			for i, c := range tsc {
+				v[i] = f(c)
+			}
+			return spansMedian(v)
+		}
+		floor := 2 * get(func(c tscCost) float64 { return c.rdtsc })
+		rows = append(rows, row{Scenario: "spans", Metric: "ns per two TSC reads (RDTSC back to back): the clock floor of a begin+end", Rawstack: floor, Peer: "runtime/trace region, bursts", PeerVal: spansMedian(bRT), Better: "lower",
+			Note: fmt.Sprintf("a span API that stamps begin and end with this counter is at most %.1fx cheaper than a region here; one read: RDTSC %.1f, RDTSCP %.1f, LFENCE;RDTSC %.1f, RDTSC in a call %.1f, the call alone %.1f ns; median of %d",
+				spansMedian(bRT)/floor, floor/2, get(func(c tscCost) float64 { return c.rdtscp }), get(func(c tscCost) float64 { return c.lfence }),
+				get(func(c tscCost) float64 { return c.call }), get(func(c tscCost) float64 { return c.empty }), len(tsc))})
+	}
 	return rows, nil
+}
+
+// spansBurst is the size of the bursts of spansBursts.
+const spansBurst = 1000
+
+// spansBursts issues n spans from one goroutine in bursts of spansBurst,
+// a pause after each, and returns the time spent in the bursts: what a
+// span costs the goroutine that opens it when the drain has the pauses to
+// work in (a program that does something else between its spans), rather
+// than a tight loop's pace, which the drain sets.
+func spansBursts(n int, span func(context.Context)) time.Duration {
+	ctx := context.Background()
+	var d time.Duration
+	for done := 0; done < n; done += spansBurst {
+		start := time.Now()
+		for i := 0; i < spansBurst; i++ {
+			span(ctx)
+		}
+		d += time.Since(start)
+		time.Sleep(100 * time.Microsecond)
+	}
+	return d
+}
+
+// tscCost is the cost in ns of one time-stamp counter read: RDTSC back to
+// back (the floor), RDTSCP, LFENCE;RDTSC, RDTSC in a call of its own, and
+// such a call without the read.
+type tscCost struct{ rdtsc, rdtscp, lfence, call, empty float64 }
+
+var spansSink int64
+
+func spansTSC(n int) tscCost {
+	per := func(f func()) float64 {
+		start := time.Now()
+		f()
+		return float64(time.Since(start).Nanoseconds()) / float64(n)
+	}
+	var sink int64
+	c := tscCost{
+		rdtsc:  per(func() { tscLoop(n) }),
+		rdtscp: per(func() { tscpLoop(n) }),
+		lfence: per(func() { lfenceTscLoop(n) }),
+		call: per(func() {
+			for i := 0; i < n; i++ {
+				sink += tscCall()
+			}
+		}),
+		empty: per(func() {
+			for i := 0; i < n; i++ {
+				sink += emptyCall()
+			}
+		}),
+	}
+	spansSink = sink
+	return c
 }
 
 // spansLoop issues n spans over workers goroutines and returns the wall
@@ -122,6 +213,12 @@ func spansLoop(workers, n int, span func(context.Context)) time.Duration {
 }
 
 func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
+	return spansRawstackWith(cfg, workers, n, func(span func(context.Context)) time.Duration { return spansLoop(workers, n, span) })
+}
+
+// spansRawstackWith records the spans that loop issues (n over workers
+// goroutines) with a rawstack tracer.
+func spansRawstackWith(cfg *config, workers, n int, loop func(span func(context.Context)) time.Duration) (spansRun, error) {
 	path := filepath.Join(cfg.work, "spans.rst")
 	f, err := os.Create(path)
 	if err != nil {
@@ -134,7 +231,7 @@ func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
 		return spansRun{}, fmt.Errorf("tracer.Start: %w", err)
 	}
 	cpu0 := spansCPU()
-	d := spansLoop(workers, n, func(ctx context.Context) { tr.Span(ctx, spansName).End() })
+	d := loop(func(ctx context.Context) { tr.Span(ctx, spansName).End() })
 	if err := tr.Stop(); err != nil {
 		return spansRun{}, fmt.Errorf("tracer.Stop: %w", err)
 	}
@@ -209,6 +306,10 @@ func spansInFile(path string) (int, error) {
 
 // spansRuntimeTrace returns the wall and process CPU ns per region.
 func spansRuntimeTrace(cfg *config, workers, n int) (float64, float64, error) {
+	return spansRuntimeTraceWith(cfg, workers, n, func(span func(context.Context)) time.Duration { return spansLoop(workers, n, span) })
+}
+
+func spansRuntimeTraceWith(cfg *config, workers, n int, loop func(span func(context.Context)) time.Duration) (float64, float64, error) {
 	f, err := os.Create(filepath.Join(cfg.work, "spans.trace"))
 	if err != nil {
 		return 0, 0, err
@@ -219,7 +320,7 @@ func spansRuntimeTrace(cfg *config, workers, n int) (float64, float64, error) {
 		return 0, 0, fmt.Errorf("runtime/trace: %w", err)
 	}
 	cpu0 := spansCPU()
-	d := spansLoop(workers, n, func(ctx context.Context) { trace.StartRegion(ctx, spansName).End() })
+	d := loop(func(ctx context.Context) { trace.StartRegion(ctx, spansName).End() })
 	trace.Stop()
 	cpu := spansCPU() - cpu0
 	if err := bw.Flush(); err != nil {
