@@ -412,3 +412,16 @@ func TestSpanMap(t *testing.T) {
 		}
 	}
 }
+
+// TestIsBackground: the parent lookup skips context.Background() only.
+func TestIsBackground(t *testing.T) {
+	type key struct{}
+	if !isBackground(context.Background()) {
+		t.Error("context.Background() not recognised")
+	}
+	for _, ctx := range []context.Context{context.TODO(), context.WithValue(context.Background(), key{}, 1), (&Span{}).Context(context.TODO())} {
+		if isBackground(ctx) {
+			t.Errorf("%v taken for context.Background()", ctx)
+		}
+	}
+}
