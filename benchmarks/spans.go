@@ -120,7 +120,7 @@ func runSpans(cfg *config) ([]row, error) {
 			spansBurst, i+1, r.nsPerSpan, 100*r.recorded, ns, spansLoad())
 	}
 	rows = append(rows, row{Scenario: "spans", Metric: fmt.Sprintf("ns per span begin+end, 1 goroutine, bursts of %d", spansBurst), Rawstack: spansMedian(bRaw), Peer: "runtime/trace region", PeerVal: spansMedian(bRT), Better: "lower",
-		Note: fmt.Sprintf("the traced goroutine's cost, the drain working in the pauses; median pair ratio %.2fx of %d; %.3f%% recorded (median); load %s", spansMedian(bRatio), pairs, 100*spansMedian(bRec), spansLoad())})
+		Note: fmt.Sprintf("the traced goroutine's cost (median burst), the drain working in the pauses; median pair ratio %.2fx of %d; %.3f%% recorded (median); load %s", spansMedian(bRatio), pairs, 100*spansMedian(bRec), spansLoad())})
 	if haveTSC {
 		get := func(f func(tscCost) float64) float64 {
 			v := make([]float64, len(tsc))
@@ -142,49 +142,60 @@ func runSpans(cfg *config) ([]row, error) {
 const spansBurst = 1000
 
 // spansBursts issues n spans from one goroutine in bursts of spansBurst,
-// a pause after each, and returns the time spent in the bursts: what a
-// span costs the goroutine that opens it when the drain has the pauses to
-// work in (a program that does something else between its spans), rather
-// than a tight loop's pace, which the drain sets.
+// a pause after each, and returns n times the median burst's time per
+// span: what a span costs the goroutine that opens it when the drain has
+// the pauses to work in (a program that does something else between its
+// spans), rather than a tight loop's pace, which the drain sets. The
+// median leaves out the bursts that another process's time slice fell
+// into on a loaded machine; both sides are measured the same way.
 func spansBursts(n int, span func(context.Context)) time.Duration {
 	ctx := context.Background()
-	var d time.Duration
+	var per []float64
 	for done := 0; done < n; done += spansBurst {
 		start := time.Now()
 		for i := 0; i < spansBurst; i++ {
 			span(ctx)
 		}
-		d += time.Since(start)
+		per = append(per, float64(time.Since(start).Nanoseconds())/spansBurst)
 		time.Sleep(100 * time.Microsecond)
 	}
-	return d
+	return time.Duration(spansMedian(per) * float64(n))
 }
 
 // tscCost is the cost in ns of one time-stamp counter read: RDTSC back to
 // back (the floor), RDTSCP, LFENCE;RDTSC, RDTSC in a call of its own, and
-// such a call without the read.
+// such a call without the read (time.Now's own cost, ~20-40 ns, is
+// spread over each burst of 1000).
 type tscCost struct{ rdtsc, rdtscp, lfence, call, empty float64 }
 
 var spansSink int64
 
+// spansTSC measures each flavour over n reads, timed in bursts of 1000
+// and reported as the median burst: on a loaded machine a loop that runs
+// for milliseconds is descheduled, and that time is not the counter's.
 func spansTSC(n int) tscCost {
-	per := func(f func()) float64 {
-		start := time.Now()
-		f()
-		return float64(time.Since(start).Nanoseconds()) / float64(n)
+	const burst = 1000
+	per := func(f func(k int)) float64 {
+		var ds []float64
+		for done := 0; done < n; done += burst {
+			start := time.Now()
+			f(burst)
+			ds = append(ds, float64(time.Since(start).Nanoseconds())/burst)
+		}
+		return spansMedian(ds)
 	}
 	var sink int64
 	c := tscCost{
-		rdtsc:  per(func() { tscLoop(n) }),
-		rdtscp: per(func() { tscpLoop(n) }),
-		lfence: per(func() { lfenceTscLoop(n) }),
-		call: per(func() {
-			for i := 0; i < n; i++ {
+		rdtsc:  per(tscLoop),
+		rdtscp: per(tscpLoop),
+		lfence: per(lfenceTscLoop),
+		call: per(func(k int) {
+			for i := 0; i < k; i++ {
 				sink += tscCall()
 			}
 		}),
-		empty: per(func() {
-			for i := 0; i < n; i++ {
+		empty: per(func(k int) {
+			for i := 0; i < k; i++ {
 				sink += emptyCall()
 			}
 		}),
