@@ -425,3 +425,18 @@ func TestIsBackground(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanFastPath: where the TSC is the clock and getm reads the M, spans
+// are stamped by spanCommit (linux/amd64 without the race detector).
+func TestSpanFastPath(t *testing.T) {
+	var out bytes.Buffer
+	tr := spanTracer(t, &out)
+	defer stopSpanTracer(tr)
+	t.Logf("TSC %v, getm %v, spanCommit %v: fast path %v", spanUseTSC, mOK, haveSpanCommit, spanFast)
+	if want := haveSpanCommit && spanUseTSC && mOK; spanFast != want {
+		t.Errorf("fast path %v, want %v", spanFast, want)
+	}
+	if haveSpanCommit && spanUseTSC && !mOK {
+		t.Errorf("getm does not tell threads apart: spans take the portable path")
+	}
+}
