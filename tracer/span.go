@@ -509,15 +509,23 @@ func (t *Tracer) drainSpansLocked() {
 		// lines, which the producer then owns again.
 		for tail != head {
 			end := min(head, tail+spanFreeEvery)
-			if spanUseTSC {
-				for j := tail; j != end; j++ {
-					e := &r.recs[j%spanRingSize]
-					t.writeSpanRec(e, tm.ns(e.time))
+			for j := tail; j != end; j++ {
+				e := &r.recs[j%spanRingSize]
+				ts := e.time
+				if spanUseTSC {
+					ts = tm.ns(ts)
 				}
-			} else {
-				for j := tail; j != end; j++ {
-					e := &r.recs[j%spanRingSize]
-					t.writeSpanRec(e, e.time)
+				// Begin and end, nearly every record, without a call of
+				// their own.
+				switch e.kind {
+				case recEnd:
+					t.inChunkSpans++
+					t.w.WriteSpanEnd(format.SpanEnd{Time: ts, Tid: e.tid, ID: e.id})
+				case recBegin:
+					t.inChunkSpans++
+					t.w.WriteSpanBegin(format.SpanBegin{Time: ts, Tid: e.tid, ID: e.id, Parent: e.aux, Name: t.spanName(e.name)})
+				default:
+					t.writeSpanRec(e, ts)
 				}
 			}
 			r.tail.Store(end)
