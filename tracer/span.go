@@ -235,8 +235,7 @@ func (t *Tracer) span(ctx context.Context, name string) Span {
 		return Span{}
 	}
 	r := rings[p]
-	r.seq++
-	id := r.seq*uint64(len(rings)) + uint64(p) + 1
+	id := r.nextSeq()*uint64(len(rings)) + uint64(p) + 1
 	ok := r.put(recBegin, id, parent, name)
 	procUnpin()
 	if !ok {
@@ -599,8 +598,7 @@ func (t *Tracer) CaptureSpan(ctx context.Context, name string) Span {
 		return Span{}
 	}
 	r := t.sp.rings[p]
-	r.seq++
-	id := r.seq*uint64(len(t.sp.rings)) + uint64(p) + 1
+	id := r.nextSeq()*uint64(len(t.sp.rings)) + uint64(p) + 1
 	procUnpin()
 	tid := uint32(gettid())
 	now := spanNow()
