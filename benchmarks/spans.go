@@ -99,12 +99,128 @@ func runSpans(cfg *config) ([]row, error) {
 				Note: fmt.Sprintf("worst run %.3f%%; Stats lost+dropped over all runs %d; goal >= 99%%", 100*minRec, lost)},
 		)
 	}
+	// The traced goroutine's cost in bursts, and the clock's floor, side
+	// by side with regions in bursts.
+	var bRaw, bRT, bRatio, bRec []float64
+	var tsc []tscCost
+	for i := 0; i < pairs; i++ {
+		if haveTSC {
+			tsc = append(tsc, spansTSC(n))
+		}
+		r, err := spansRawstackWith(cfg, 1, n, func(tr *tracer.Tracer) time.Duration { return spansBursts(n, tr) })
+		if err != nil {
+			return nil, err
+		}
+		ns, _, err := spansRuntimeTraceWith(cfg, 1, n, func(tr *tracer.Tracer) time.Duration { return spansBursts(n, tr) })
+		if err != nil {
+			return nil, err
+		}
+		bRaw, bRT, bRatio, bRec = append(bRaw, r.nsPerSpan), append(bRT, ns), append(bRatio, ns/r.nsPerSpan), append(bRec, r.recorded)
+		fmt.Fprintf(cfg.logger, "  spans in bursts of %d pair %d: rawstack %.1f ns/span (%.3f%% recorded), runtime/trace %.1f ns/span (load %s)\n",
+			spansBurst, i+1, r.nsPerSpan, 100*r.recorded, ns, spansLoad())
+	}
+	rows = append(rows, row{Scenario: "spans", Metric: fmt.Sprintf("ns per span begin+end, 1 goroutine, bursts of %d", spansBurst), Rawstack: spansMedian(bRaw), Peer: "runtime/trace region", PeerVal: spansMedian(bRT), Better: "lower",
+		Note: fmt.Sprintf("the traced goroutine's cost (median burst), the drain working in the pauses; median pair ratio %.2fx of %d; %.3f%% recorded (median); load %s", spansMedian(bRatio), pairs, 100*spansMedian(bRec), spansLoad())})
+	if haveTSC {
+		get := func(f func(tscCost) float64) float64 {
+			v := make([]float64, len(tsc))
+			for i, c := range tsc {
+				v[i] = f(c)
+			}
+			return spansMedian(v)
+		}
+		floor := 2 * get(func(c tscCost) float64 { return c.rdtsc })
+		rows = append(rows, row{Scenario: "spans", Metric: "ns per two TSC reads (RDTSC back to back): the clock floor of a begin+end", Rawstack: floor, Peer: "runtime/trace region, bursts", PeerVal: spansMedian(bRT), Better: "lower",
+			Note: fmt.Sprintf("a span API that stamps begin and end with this counter is at most %.1fx cheaper than a region here; one read: RDTSC %.1f, RDTSCP %.1f, LFENCE;RDTSC %.1f, RDTSC in a call %.1f, the call alone %.1f ns; median of %d",
+				spansMedian(bRT)/floor, floor/2, get(func(c tscCost) float64 { return c.rdtscp }), get(func(c tscCost) float64 { return c.lfence }),
+				get(func(c tscCost) float64 { return c.call }), get(func(c tscCost) float64 { return c.empty }), len(tsc))})
+	}
 	return rows, nil
 }
 
-// spansLoop issues n spans over workers goroutines and returns the wall
-// time.
-func spansLoop(workers, n int, span func(context.Context)) time.Duration {
+// spansBurst is the size of the bursts of spansBursts.
+const spansBurst = 1000
+
+// spansBursts issues n spans from one goroutine in bursts of spansBurst,
+// a pause after each, and returns n times the median burst's time per
+// span: what a span costs the goroutine that opens it when the drain has
+// the pauses to work in (a program that does something else between its
+// spans), rather than a tight loop's pace, which the drain sets. The
+// median leaves out the bursts that another process's time slice fell
+// into on a loaded machine; both sides are measured the same way.
+func spansBursts(n int, tr *tracer.Tracer) time.Duration {
+	ctx := context.Background()
+	var per []float64
+	for done := 0; done < n; done += spansBurst {
+		start := time.Now()
+		spansN(tr, ctx, spansBurst)
+		per = append(per, float64(time.Since(start).Nanoseconds())/spansBurst)
+		time.Sleep(100 * time.Microsecond)
+	}
+	return time.Duration(spansMedian(per) * float64(n))
+}
+
+// tscCost is the cost in ns of one time-stamp counter read: RDTSC back to
+// back (the floor), RDTSCP, LFENCE;RDTSC, RDTSC in a call of its own, and
+// such a call without the read (time.Now's own cost, ~20-40 ns, is
+// spread over each burst of 1000).
+type tscCost struct{ rdtsc, rdtscp, lfence, call, empty float64 }
+
+var spansSink int64
+
+// spansTSC measures each flavour over n reads, timed in bursts of 1000
+// and reported as the median burst: on a loaded machine a loop that runs
+// for milliseconds is descheduled, and that time is not the counter's.
+func spansTSC(n int) tscCost {
+	const burst = 1000
+	per := func(f func(k int)) float64 {
+		var ds []float64
+		for done := 0; done < n; done += burst {
+			start := time.Now()
+			f(burst)
+			ds = append(ds, float64(time.Since(start).Nanoseconds())/burst)
+		}
+		return spansMedian(ds)
+	}
+	var sink int64
+	c := tscCost{
+		rdtsc:  per(tscLoop),
+		rdtscp: per(tscpLoop),
+		lfence: per(lfenceTscLoop),
+		call: per(func(k int) {
+			for i := 0; i < k; i++ {
+				sink += tscCall()
+			}
+		}),
+		empty: per(func(k int) {
+			for i := 0; i < k; i++ {
+				sink += emptyCall()
+			}
+		}),
+	}
+	spansSink = sink
+	return c
+}
+
+// spansN opens and ends k spans named spansName on ctx: rawstack spans
+// with tr, runtime/trace regions when tr is nil. The calls are direct, in
+// a loop of their own for each side: a call through a func value would
+// add a nanosecond or two to both.
+func spansN(tr *tracer.Tracer, ctx context.Context, k int) {
+	if tr != nil {
+		for i := 0; i < k; i++ {
+			tr.Span(ctx, spansName).End()
+		}
+		return
+	}
+	for i := 0; i < k; i++ {
+		trace.StartRegion(ctx, spansName).End()
+	}
+}
+
+// spansLoop issues n spans over workers goroutines (see spansN) and
+// returns the wall time.
+func spansLoop(workers, n int, tr *tracer.Tracer) time.Duration {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -112,9 +228,7 @@ func spansLoop(workers, n int, span func(context.Context)) time.Duration {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < n/workers; i++ {
-				span(ctx)
-			}
+			spansN(tr, ctx, n/workers)
 		}()
 	}
 	wg.Wait()
@@ -122,6 +236,12 @@ func spansLoop(workers, n int, span func(context.Context)) time.Duration {
 }
 
 func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
+	return spansRawstackWith(cfg, workers, n, func(tr *tracer.Tracer) time.Duration { return spansLoop(workers, n, tr) })
+}
+
+// spansRawstackWith records the spans that loop issues (n over workers
+// goroutines) with a rawstack tracer.
+func spansRawstackWith(cfg *config, workers, n int, loop func(tr *tracer.Tracer) time.Duration) (spansRun, error) {
 	path := filepath.Join(cfg.work, "spans.rst")
 	f, err := os.Create(path)
 	if err != nil {
@@ -134,7 +254,7 @@ func spansRawstack(cfg *config, workers, n int) (spansRun, error) {
 		return spansRun{}, fmt.Errorf("tracer.Start: %w", err)
 	}
 	cpu0 := spansCPU()
-	d := spansLoop(workers, n, func(ctx context.Context) { tr.Span(ctx, spansName).End() })
+	d := loop(tr)
 	if err := tr.Stop(); err != nil {
 		return spansRun{}, fmt.Errorf("tracer.Stop: %w", err)
 	}
@@ -209,6 +329,10 @@ func spansInFile(path string) (int, error) {
 
 // spansRuntimeTrace returns the wall and process CPU ns per region.
 func spansRuntimeTrace(cfg *config, workers, n int) (float64, float64, error) {
+	return spansRuntimeTraceWith(cfg, workers, n, func(tr *tracer.Tracer) time.Duration { return spansLoop(workers, n, tr) })
+}
+
+func spansRuntimeTraceWith(cfg *config, workers, n int, loop func(tr *tracer.Tracer) time.Duration) (float64, float64, error) {
 	f, err := os.Create(filepath.Join(cfg.work, "spans.trace"))
 	if err != nil {
 		return 0, 0, err
@@ -219,7 +343,7 @@ func spansRuntimeTrace(cfg *config, workers, n int) (float64, float64, error) {
 		return 0, 0, fmt.Errorf("runtime/trace: %w", err)
 	}
 	cpu0 := spansCPU()
-	d := spansLoop(workers, n, func(ctx context.Context) { trace.StartRegion(ctx, spansName).End() })
+	d := loop(nil)
 	trace.Stop()
 	cpu := spansCPU() - cpu0
 	if err := bw.Flush(); err != nil {

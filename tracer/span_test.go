@@ -396,3 +396,47 @@ func BenchmarkSpanSustained(b *testing.B) {
 		tr.Span(ctx, "bench").End()
 	}
 }
+
+// TestSpanMap: the drain's fixed-point mapping of TSC ticks to ns agrees
+// with exact arithmetic, before the pair (a record stamped just before a
+// drain's pair but published after its heads) and seconds after it.
+func TestSpanMap(t *testing.T) {
+	for _, slope := range []float64{0.3448, 0.5, 1, 2.5} {
+		m := spanMap{t0: 1 << 40, n0: 5e12, mult: uint64(slope * (1 << 32))}
+		exact := float64(m.mult) / (1 << 32)
+		for _, d := range []int64{-3e6, -1, 0, 1, 7, 1e6, 3e9, 4e11} {
+			want := float64(m.n0) + float64(d)*exact
+			if got := float64(m.ns(m.t0 + d)); got < want-1 || got > want+1 {
+				t.Errorf("slope %v, %d ticks from the pair: %v ns, want %v", slope, d, got, want)
+			}
+		}
+	}
+}
+
+// TestIsBackground: the parent lookup skips context.Background() only.
+func TestIsBackground(t *testing.T) {
+	type key struct{}
+	if !isBackground(context.Background()) {
+		t.Error("context.Background() not recognised")
+	}
+	for _, ctx := range []context.Context{context.TODO(), context.WithValue(context.Background(), key{}, 1), (&Span{}).Context(context.TODO())} {
+		if isBackground(ctx) {
+			t.Errorf("%v taken for context.Background()", ctx)
+		}
+	}
+}
+
+// TestSpanFastPath: where the TSC is the clock and getm reads the M, spans
+// are stamped by spanCommit (linux/amd64 without the race detector).
+func TestSpanFastPath(t *testing.T) {
+	var out bytes.Buffer
+	tr := spanTracer(t, &out)
+	defer stopSpanTracer(tr)
+	t.Logf("TSC %v, getm %v, spanCommit %v: fast path %v", spanUseTSC, mOK, haveSpanCommit, spanFast)
+	if want := haveSpanCommit && spanUseTSC && mOK; spanFast != want {
+		t.Errorf("fast path %v, want %v", spanFast, want)
+	}
+	if haveSpanCommit && spanUseTSC && !mOK {
+		t.Errorf("getm does not tell threads apart: spans take the portable path")
+	}
+}

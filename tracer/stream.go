@@ -26,8 +26,17 @@ type stream struct {
 
 // freeChunks recycles chunk buffers between the encoder and the stream
 // goroutines without allocating (a sync.Pool of slices would allocate a
-// slice header per Put).
-var freeChunks = make(chan []byte, 64)
+// slice header per Put). Made on first use, not at every start-up of the
+// programs that link the tracer (the rawstack command among them).
+var (
+	freeChunksOnce sync.Once
+	freeChunksCh   chan []byte
+)
+
+func freeChunks() chan []byte {
+	freeChunksOnce.Do(func() { freeChunksCh = make(chan []byte, 64) })
+	return freeChunksCh
+}
 
 func newStream(w io.Writer, queue int) *stream {
 	s := &stream{w: w, ch: make(chan []byte, queue), done: make(chan struct{})}
@@ -52,7 +61,7 @@ func (s *stream) loop() {
 		}
 		if cap(b) <= 1<<20 {
 			select {
-			case freeChunks <- b[:0]:
+			case freeChunks() <- b[:0]:
 			default:
 			}
 		}
@@ -79,7 +88,7 @@ func (s *stream) failed() bool {
 func copyChunk(p []byte) []byte {
 	var b []byte
 	select {
-	case b = <-freeChunks:
+	case b = <-freeChunks():
 	default:
 		b = make([]byte, 0, 80<<10)
 	}

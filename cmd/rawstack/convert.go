@@ -38,7 +38,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return &usageError{"want one trace FILE"}
 	}
-	timeline := timelineWriters[*to]
+	timeline := timelineWriter(*to)
 	if *to != "pprof" && *to != "folded" && *to != "text" && *to != "otlp" && timeline == nil {
 		return &usageError{"--to must be pprof, folded, text, perfetto, chrome, firefox, speedscope or otlp"}
 	}

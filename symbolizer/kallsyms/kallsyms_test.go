@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
@@ -208,4 +209,27 @@ func refSymbolize(syms []refSym, addr uint64) string {
 		i--
 	}
 	return syms[i-1].name
+}
+
+// TestByteTables checks the constant byte tables against their definition.
+func TestByteTables(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		wantClass := byte(cOther)
+		switch {
+		case strings.IndexByte(" \t\n\v\f\r", byte(c)) >= 0:
+			wantClass = cSpace
+		case c >= utf8.RuneSelf:
+			wantClass = cHigh
+		}
+		if class[c] != wantClass {
+			t.Errorf("class[%#x] = %d, want %d", c, class[c], wantClass)
+		}
+		var wantHex byte
+		if v, err := strconv.ParseUint(string(rune(c)), 16, 8); err == nil && c < utf8.RuneSelf {
+			wantHex = byte(v) + 1
+		}
+		if hexVal[c] != wantHex {
+			t.Errorf("hexVal[%#x] = %d, want %d", c, hexVal[c], wantHex)
+		}
+	}
 }

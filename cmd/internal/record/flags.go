@@ -128,12 +128,42 @@ func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, err
 }
 
 // flagOf names the flag that sets each platform.Config field, for
-// errors a back end returns about an option.
-var flagOf = map[string]string{
-	"Pid": "-p", "Frequency": "-F", "NoKernel": "--no-kernel", "Unwind": "--unwind",
-	"StackSize": "--stack-size", "KeepRaw": "--keep-raw", "Backend": "--backend",
-	"System": "-a", "OffCPU": "--off-cpu", "NoJIT": "--no-jit", "JITCodeBytes": "--jit-code",
-	"Goroutines": "--goroutines", "Alloc": "--alloc", "AllocRate": "--alloc-rate", "NoPython": "--no-python",
+// errors a back end returns about an option. A switch, not a map: a map
+// literal is built at the start of every command.
+func flagOf(field string) string {
+	switch field {
+	case "Pid":
+		return "-p"
+	case "Frequency":
+		return "-F"
+	case "NoKernel":
+		return "--no-kernel"
+	case "Unwind":
+		return "--unwind"
+	case "StackSize":
+		return "--stack-size"
+	case "KeepRaw":
+		return "--keep-raw"
+	case "Backend":
+		return "--backend"
+	case "System":
+		return "-a"
+	case "OffCPU":
+		return "--off-cpu"
+	case "NoJIT":
+		return "--no-jit"
+	case "JITCodeBytes":
+		return "--jit-code"
+	case "Goroutines":
+		return "--goroutines"
+	case "Alloc":
+		return "--alloc"
+	case "AllocRate":
+		return "--alloc-rate"
+	case "NoPython":
+		return "--no-python"
+	}
+	return ""
 }
 
 // Options returns the tracer options the flags give (without streams or

@@ -116,7 +116,7 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 	t, err := tracer.Start(ctx, opts)
 	var oe *platform.OptionError
 	if errors.As(err, &oe) {
-		return &UsageError{fmt.Sprintf("%s: %v", flagOf[oe.Option], err)}
+		return &UsageError{fmt.Sprintf("%s: %v", flagOf(oe.Option), err)}
 	}
 	if err != nil {
 		return err

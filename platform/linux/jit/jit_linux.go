@@ -527,7 +527,19 @@ func procStartTime(pid int) time.Time {
 }
 
 // bootTime returns the host's boot time (btime of /proc/stat), read once.
-var bootTime = sync.OnceValue(func() time.Time {
+// A sync.Once, not a package-level sync.OnceValue, whose closures would be
+// allocated at the start of every program that links this package.
+func bootTime() time.Time {
+	bootTimeOnce.Do(func() { bootTimeVal = readBootTime() })
+	return bootTimeVal
+}
+
+var (
+	bootTimeOnce sync.Once
+	bootTimeVal  time.Time
+)
+
+func readBootTime() time.Time {
 	st, err := procfs.ReadSmall("/proc/stat", 64<<10)
 	if err != nil {
 		return time.Time{}
@@ -542,7 +554,7 @@ var bootTime = sync.OnceValue(func() time.Time {
 		}
 	}
 	return time.Time{}
-})
+}
 
 // Errors returns the first problems met reading perf maps and jitdump
 // files (malformed lines or records, each naming the file, offset and
