@@ -65,6 +65,9 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	// memory it would save.
 	debug.SetGCPercent(400)
 	opts := &snapshot.Options{MaxFrames: *maxFrames, Exe: *exe, Root: *root, Python: !*noPython}
+	// The listing prints no thread names (eu-stack's neither); an event
+	// stream and a minidump carry them.
+	opts.NoThreadNames = *out == "" && *writeDump == ""
 	t0 := time.Now()
 	var snap *snapshot.Snapshot
 	var err error

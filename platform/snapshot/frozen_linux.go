@@ -44,16 +44,11 @@ func Frozen(pid int, f func(threads []ImageThread, read func([]MemRead)) error) 
 	}
 	at = unix.Monotonic()
 	var threads []ImageThread
-	gregs := make([]uint64, 64)
 	for _, tr := range st.tracees {
-		if tr.state != stateStopped {
+		if tr.state != stateStopped || tr.gregs == nil {
 			continue
 		}
-		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
-		if err != nil {
-			continue
-		}
-		t := ImageThread{Tid: tr.tid, Gregs: append([]uint64(nil), gregs[:n]...)}
+		t := ImageThread{Tid: tr.tid, Gregs: tr.gregs}
 		if tr.tid == pid {
 			threads = append([]ImageThread{t}, threads...)
 		} else {

@@ -133,6 +133,10 @@ type Options struct {
 	// Python reads each thread's Python frames in a live CPython process
 	// (package platform/linux/cpython), while the threads are stopped.
 	Python bool
+	// NoThreadNames (live processes) leaves Thread.Name empty: reading
+	// each thread's comm from /proc costs a file open per thread, which
+	// a caller that prints no names need not pay.
+	NoThreadNames bool
 }
 
 func (o *Options) maxFrames() int {
