@@ -86,6 +86,16 @@ func Frozen(pid int, f func(threads []ImageThread, read func([]MemRead)) error) 
 	return at, time.Since(start), err
 }
 
+// ReadLive reads the memory of the process pid, without stopping it,
+// as Frozen's reader does (process_vm_readv, /proc/PID/mem where that is
+// refused): what it reads may be changing while it reads. It suits a
+// look before a stop, such as planning what to read while stopped.
+func ReadLive(pid int, rs []MemRead) {
+	b := batchReader{pid: pid, lm: newLiveMem(pid, nil)}
+	defer b.lm.close()
+	b.read(rs)
+}
+
 // frozenSplit is the batch size above which Frozen's reads are split over
 // two threads (half each).
 const frozenSplit = 1024

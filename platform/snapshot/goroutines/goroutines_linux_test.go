@@ -274,10 +274,20 @@ func TestDirectMatchesDelve(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReleased(t, pid)
-	got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), regsOf(im.Arch, im.Threads), nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, planned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unplanned", true: "planned"}[planned], func(t *testing.T) {
+			got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), regsOf(im.Arch, im.Threads), nil, planned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareDelve(t, got, want)
+		})
 	}
+}
+
+// compareDelve fails t where a goroutine of got differs from delve's
+// (want).
+func compareDelve(t *testing.T, got, want *Dump) {
 	if len(got.Goroutines) != len(want.Goroutines) {
 		t.Errorf("%d goroutines read directly, delve reads %d", len(got.Goroutines), len(want.Goroutines))
 	}
