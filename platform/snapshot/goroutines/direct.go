@@ -130,6 +130,17 @@ func openExe(exe string) (*exeInfo, error) {
 	if v, ok := goversion.Parse(bi.GoVersion); ok {
 		x.ver = v
 	}
+	// The label reader reads the DWARF types too, on its own: both at
+	// once.
+	lr := make(chan *goruntime.LabelReader, 1)
+	go func() {
+		lr <- goruntime.NewLabelReader(exe, func(addr uint64, p []byte) bool { return x.labelRead != nil && x.labelRead(addr, p) })
+	}()
+	defer func() {
+		if x.labels == nil {
+			x.labels = <-lr
+		}
+	}()
 	if x.layout, err = rtLayoutOf(exe); err != nil {
 		return nil, err
 	}
@@ -174,7 +185,6 @@ func openExe(exe string) (*exeInfo, error) {
 		}
 		return false
 	}
-	x.labels = goruntime.NewLabelReader(exe, func(addr uint64, p []byte) bool { return x.labelRead != nil && x.labelRead(addr, p) })
 	sec := f.Section(".gopclntab")
 	if sec == nil {
 		return nil, fmt.Errorf("%s: no .gopclntab", exe)
@@ -707,6 +717,54 @@ type unwinder struct {
 	read  memory
 	arm64 bool
 	buf   [16]gopclntab.Frame
+	// pcs memoizes what the tables say of each pc met (key pc<<1, |1 for
+	// the innermost frame): thousands of goroutines parked in the same
+	// few places repeat the same lookups.
+	pcs map[uint64]*pcInfo
+}
+
+// pcInfo is what the pclntab says of one pc.
+type pcInfo struct {
+	ok     bool    // in Go code
+	name   string  // its function
+	frames []Frame // its frames, inlined ones first
+	end    bool    // a function stacks start in
+	delta  int64
+	dOK    bool // delta is known
+}
+
+// info returns the memoized pclntab facts of pc.
+func (u *unwinder) info(pc uint64, top bool) *pcInfo {
+	key := pc << 1
+	if top {
+		key |= 1
+	}
+	if in := u.pcs[key]; in != nil {
+		return in
+	}
+	if u.pcs == nil {
+		u.pcs = map[uint64]*pcInfo{}
+	}
+	in := &pcInfo{}
+	u.pcs[key] = in
+	fn, ok := u.tab.FuncAt(pc)
+	if !ok {
+		return in
+	}
+	in.ok, in.name, in.end = true, fn.Name, stackEnd[fn.Name]
+	// A caller's pc is a return address: its line is the call's.
+	look := pc
+	if !top && pc > fn.Entry {
+		look--
+	}
+	frs, _ := u.tab.Symbolize(look, u.buf[:0])
+	for i, f := range frs {
+		in.frames = append(in.frames, Frame{PC: pc, Func: f.Function, File: f.File, Line: f.Line, Inlined: i < len(frs)-1})
+	}
+	if d, ok := u.tab.SPDelta(pc); ok {
+		in.delta, in.dOK = int64(d), true
+	}
+	return in
 }
 
 // unwind returns the frames from fr outwards, innermost first, at most
@@ -715,29 +773,21 @@ func (u *unwinder) unwind(fr frameState, depth int) ([]Frame, error) {
 	var out []Frame
 	var word [8]byte
 	for top := true; len(out) < depth; top = false {
-		fn, ok := u.tab.FuncAt(fr.pc)
-		if !ok {
+		in := u.info(fr.pc, top)
+		if !in.ok {
 			if top {
 				return out, fmt.Errorf("pc %#x is not in Go code", fr.pc)
 			}
 			return out, nil
 		}
-		// A caller's pc is a return address: its line is the call's.
-		look := fr.pc
-		if !top && fr.pc > fn.Entry {
-			look--
-		}
-		frs, _ := u.tab.Symbolize(look, u.buf[:0])
-		for i, f := range frs {
-			out = append(out, Frame{PC: fr.pc, Func: f.Function, File: f.File, Line: f.Line, Inlined: i < len(frs)-1})
-		}
-		if stackEnd[fn.Name] {
+		out = append(out, in.frames...)
+		if in.end {
 			return out, nil
 		}
-		delta, ok := u.tab.SPDelta(fr.pc)
-		if !ok {
-			return out, fmt.Errorf("no frame size for %s at pc %#x", fn.Name, fr.pc)
+		if !in.dOK {
+			return out, fmt.Errorf("no frame size for %s at pc %#x", in.name, fr.pc)
 		}
+		delta := in.delta
 		var ret, sp uint64
 		if u.arm64 {
 			// The return address is in LR until the prologue saves it
