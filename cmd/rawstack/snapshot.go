@@ -23,7 +23,7 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-cache] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
 		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
 		run:   runSnapshot,
 	})
@@ -43,6 +43,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	noSyms := fs.Bool("no-symbols", false, "print module+offset instead of function names")
 	dwarf := fs.Bool("dwarf", false, "name functions from DWARF too, with the innermost inlined function and its file:line (slower: indexes debug info)")
 	stats := fs.Bool("stats", false, "print timings to stderr")
+	noCache := fs.Bool("no-cache", false, "do not keep or use the symbol indexes cached by build id in $XDG_CACHE_HOME/rawstack/symtab (else ~/.cache)")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
 	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
 	noPython := fs.Bool("no-python", false, "do not read CPython threads' Python frames (by default printed at their _PyEval_EvalFrameDefault frames)")
@@ -93,7 +94,11 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 		} else if *dwarf {
 			mode = dwarfNames
 		}
-		err = printSnapshot(bw, snap, mode)
+		cache := ""
+		if !*noCache {
+			cache = symtabCacheDir()
+		}
+		err = printSnapshot(bw, snap, mode, cache)
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
@@ -136,10 +141,13 @@ const (
 // printSnapshot prints snap as eu-stack does: "TID n:" and one
 // "#i  0xPC function" line per frame. Without a function name a frame
 // shows module+offset (the module-relative address of format/SPEC.md).
-func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
+//
+// cache, if not "", is the directory of symbol indexes by build id
+// (symtabCacheDir).
+func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache string) error {
 	var names *frameNamer
 	if mode != noNames {
-		names = newFrameNamer(snap, mode == dwarfNames)
+		names = newFrameNamer(snap, mode == dwarfNames, cache)
 		defer names.close()
 	}
 	// Lines are appended with strconv rather than fmt: a hundred threads
@@ -267,6 +275,28 @@ func appendFrameHead(b []byte, i int, pc uint64) []byte {
 	return b
 }
 
+// symtabCacheDir is where rawstack snapshot keeps the symbol indexes of
+// the files it named frames from, by build id ([elfsrc.CachedSymIndex]):
+// $XDG_CACHE_HOME/rawstack/symtab, else ~/.cache/rawstack/symtab; ""
+// where there is no user cache directory.
+//
+// The cache is on by default (--no-cache turns it off): snapshots are
+// taken again and again of the same programs, and a second snapshot
+// then reads a small index per library instead of walking its symbol
+// tables (libc's debug file: 3,700 functions, 0.3-0.6 ms a run). An
+// index is keyed by build id, so it never goes stale; it is checked
+// (sizes capped, order, bounds, its build id) before use and rebuilt
+// over when it fails; writes go through a temporary file and a rename,
+// and a cache that cannot be written costs only the next run the build
+// again. debuginfod downloads already go to $XDG_CACHE_HOME/rawstack.
+func symtabCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "rawstack", "symtab")
+}
+
 // frameNamer names frames by module. The files of every module a stack
 // touches are opened up front, concurrently.
 type frameNamer struct {
@@ -278,7 +308,7 @@ type namer interface {
 	close()
 }
 
-func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
+func newFrameNamer(snap *snapshot.Snapshot, dwarf bool, cache string) *frameNamer {
 	n := &frameNamer{srcs: map[string]namer{}}
 	var files []*snapshot.Module
 	// The link-time addresses printSnapshot will look up, by module file:
@@ -314,12 +344,30 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 				}
 				return
 			}
+			// An index cached from a separate debug file names the
+			// module as that file does, without looking for it again.
+			if cache != "" && len(m.BuildID) > 0 {
+				if x, err := elfsrc.LoadSymIndex(cache, m.BuildID, "debug"); err == nil {
+					out[i] = indexNames{x}
+					return
+				}
+			}
 			dbg := debugFileFor(m.File, m.BuildID)
 			// A separate debug file holds the full .symtab of a stripped
 			// library, with its local functions.
 			for _, p := range []string{dbg, m.File} {
 				if p == "" {
 					continue
+				}
+				if cache != "" && len(m.BuildID) > 0 {
+					kind := "file"
+					if p == dbg {
+						kind = "debug"
+					}
+					if x, err := elfsrc.CachedSymIndex(cache, p, m.BuildID, kind); err == nil && x != nil {
+						out[i] = indexNames{x}
+						return
+					}
 				}
 				if st, err := elfsrc.SymtabNames(p, want[m.File]); err == nil && st != nil {
 					out[i] = symNames(st)
@@ -386,6 +434,13 @@ func (d *srcNamer) name(addr uint64) (string, string) {
 }
 
 func (d *srcNamer) close() { d.src.Close() }
+
+// indexNames names frames from a symbol index.
+type indexNames struct{ x *elfsrc.SymIndex }
+
+func (n indexNames) name(addr uint64) (string, string) { return n.x.Name(addr), "" }
+
+func (n indexNames) close() {}
 
 // symNames is the names of the frames of one ELF file, by link-time
 // address, from [elfsrc.SymtabNames]; it knows only the addresses it was

@@ -149,16 +149,7 @@ func symtabNames(m *mapfile.File, addrs []uint64) (map[uint64]string, error) {
 	}
 	// Functions, and untyped symbols in code (the Go linker's).
 	isFunc := func(value, size uint64, info byte, shndx elf.SectionIndex) bool {
-		if shndx == elf.SHN_UNDEF || int(shndx) >= len(f.Sections) || value == 0 {
-			return false
-		}
-		switch elf.ST_TYPE(info) {
-		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
-			return true
-		case elf.STT_NOTYPE:
-			return f.Sections[shndx].Flags&elf.SHF_EXECINSTR != 0 && size != 0
-		}
-		return false
+		return isFuncSym(f, value, size, info, shndx)
 	}
 	pcs := append([]uint64(nil), addrs...)
 	slices.Sort(pcs)
