@@ -98,39 +98,60 @@ func buildSymIndex(m *mapfile.File, buildID []byte) (*SymIndex, error) {
 	}
 	type sym struct {
 		value, size uint64
-		rank, k     int
-		name        string
+		k           int
+		info        byte
 	}
 	var syms []sym
 	st.each(func(k int, value, size uint64, info byte, shndx elf.SectionIndex) {
 		if isFuncSym(f, value, size, info, shndx) {
-			name := st.name(k)
-			syms = append(syms, sym{value, size, symRank(name, info), k, name})
+			syms = append(syms, sym{value, size, k, info})
 		}
 	})
 	if len(syms) == 0 {
 		return nil, nil
 	}
-	// At one start, the symbol SymtabNames keeps: the largest, then the
-	// best ranked, then the first in the table.
 	slices.SortFunc(syms, func(a, b sym) int {
-		return cmp.Or(cmp.Compare(a.value, b.value), cmp.Compare(b.size, a.size), cmp.Compare(b.rank, a.rank), cmp.Compare(a.k, b.k))
+		switch {
+		case a.value != b.value:
+			return cmp.Compare(a.value, b.value)
+		case a.size != b.size:
+			return cmp.Compare(b.size, a.size)
+		}
+		return cmp.Compare(a.k, b.k)
 	})
-	syms = slices.CompactFunc(syms, func(a, b sym) bool { return a.value == b.value })
+	// At one start, the symbol SymtabNames keeps: the largest, then the
+	// best ranked, then the first in the table. Names are read only where
+	// aliases of one size make the rank matter.
+	keep := syms[:0]
+	for i := 0; i < len(syms); {
+		j := i + 1
+		for j < len(syms) && syms[j].value == syms[i].value && syms[j].size == syms[i].size {
+			j++
+		}
+		best, bestRank := i, 0
+		if j-i > 1 {
+			for c := i; c < j; c++ {
+				if r := symRank(st.name(syms[c].k), syms[c].info); c == i || r > bestRank {
+					best, bestRank = c, r
+				}
+			}
+		}
+		keep = append(keep, syms[best])
+		for j < len(syms) && syms[j].value == syms[i].value {
+			j++
+		}
+		i = j
+	}
+	syms = keep
 	var strs []byte
 	ents := make([]byte, 0, len(syms)*symIndexEnt)
-	names := map[string]uint32{}
 	for _, s := range syms {
-		off, ok := names[s.name]
-		if !ok {
-			off = uint32(len(strs))
-			names[s.name] = off
-			strs = append(strs, s.name...)
-		}
+		name := st.name(s.k)
 		ents = binary.LittleEndian.AppendUint64(ents, s.value)
 		ents = binary.LittleEndian.AppendUint64(ents, s.size)
-		ents = binary.LittleEndian.AppendUint32(ents, off)
-		ents = binary.LittleEndian.AppendUint32(ents, uint32(len(s.name)))
+		ents = binary.LittleEndian.AppendUint32(ents, uint32(len(strs)))
+		ents = binary.LittleEndian.AppendUint32(ents, uint32(len(name)))
+		strs = append(strs, name...)
 	}
 	if len(syms) > maxSymIndexEntries || len(strs) > maxSymIndexStrings {
 		return nil, fmt.Errorf("symbol index too large: %d functions, %d bytes of names", len(syms), len(strs))
