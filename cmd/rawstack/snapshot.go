@@ -69,6 +69,22 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	// The listing prints no thread names (eu-stack's neither); an event
 	// stream and a minidump carry them.
 	opts.NoThreadNames = *out == "" && *writeDump == ""
+	// The listing's frame names are looked up while the threads are
+	// being detached.
+	mode := symtabNames
+	if *noSyms {
+		mode = noNames
+	} else if *dwarf {
+		mode = dwarfNames
+	}
+	cache := ""
+	if !*noCache {
+		cache = symtabCacheDir()
+	}
+	var names *frameNamer
+	if *out == "" && mode != noNames {
+		opts.WhileReleasing = func(s *snapshot.Snapshot) { names = newFrameNamer(s, mode == dwarfNames, cache) }
+	}
 	t0 := time.Now()
 	var snap *snapshot.Snapshot
 	var err error
@@ -88,17 +104,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 		err = writeSnapshot(snap, *out)
 	} else {
 		bw := bufio.NewWriterSize(stdout, 64<<10)
-		mode := symtabNames
-		if *noSyms {
-			mode = noNames
-		} else if *dwarf {
-			mode = dwarfNames
-		}
-		cache := ""
-		if !*noCache {
-			cache = symtabCacheDir()
-		}
-		err = printSnapshot(bw, snap, mode, cache)
+		err = printSnapshot(bw, snap, mode, cache, names)
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
@@ -143,11 +149,15 @@ const (
 // shows module+offset (the module-relative address of format/SPEC.md).
 //
 // cache, if not "", is the directory of symbol indexes by build id
-// (symtabCacheDir).
-func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache string) error {
-	var names *frameNamer
-	if mode != noNames {
+// (symtabCacheDir). names, if not nil, is the namer already made for
+// snap (see snapshot.Options.WhileReleasing).
+func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache string, names *frameNamer) error {
+	if mode == noNames {
+		names = nil
+	} else if names == nil {
 		names = newFrameNamer(snap, mode == dwarfNames, cache)
+	}
+	if names != nil {
 		defer names.close()
 	}
 	// Lines are appended with strconv rather than fmt: a hundred threads

@@ -64,7 +64,7 @@ func TestSnapshotPrint(t *testing.T) {
 	var first string
 	for i, dir := range []string{"", cache, cache} {
 		out.Reset()
-		if err := printSnapshot(&out, snap, symtabNames, dir); err != nil {
+		if err := printSnapshot(&out, snap, symtabNames, dir, nil); err != nil {
 			t.Fatal(err)
 		}
 		got := out.String()
@@ -88,7 +88,7 @@ func TestSnapshotPrint(t *testing.T) {
 		t.Errorf("cache holds %v, want one index", ents)
 	}
 	out.Reset()
-	printSnapshot(&out, snap, noNames, "")
+	printSnapshot(&out, snap, noNames, "", nil)
 	if base := filepath.Base(snap.Modules[0].Path); !strings.Contains(out.String(), " "+base+"+0x") {
 		t.Errorf("--no-symbols output lacks module+offset:\n%s", out.String())
 	}

@@ -187,9 +187,19 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	} else {
 		close(namesDone)
 	}
+	hookDone := make(chan struct{})
+	if opts != nil && opts.WhileReleasing != nil && err == nil {
+		go func() {
+			defer close(hookDone)
+			opts.WhileReleasing(snap)
+		}()
+	} else {
+		close(hookDone)
+	}
 	st.release()
 	snap.Stopped = time.Since(start)
 	<-namesDone
+	<-hookDone
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
