@@ -111,7 +111,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		var p ahead
 		p.tids, p.err = listThreads(dir)
 		p.buf = populated(prefetchPages(len(p.tids)) * pageSize)
-		if opts != nil && opts.Python {
+		if opts != nil && opts.Python && mayRunPython(maps) {
 			if p.py = cpython.NewSampling(); !p.py.AttachMaps(uint32(pid)) {
 				p.py = nil
 			}
@@ -204,6 +204,18 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
 	return snap, nil
+}
+
+// mayRunPython says some executable mapping is a python executable or a
+// libpython, the only files the interpreter reader attaches to: the rest
+// need not pay for reading the maps again.
+func mayRunPython(maps []mapping) bool {
+	for i := range maps {
+		if maps[i].Exec() && maps[i].Path != "" && cpython.MaybePython(maps[i].Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // readComm returns the comm of /proc/PID[/task/TID], "" if unreadable.
