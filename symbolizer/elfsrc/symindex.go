@@ -2,7 +2,6 @@ package elfsrc
 
 import (
 	"bytes"
-	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/rawstack/rawstack/internal/mapfile"
 	"github.com/rawstack/rawstack/symbolizer"
@@ -110,48 +108,57 @@ func buildSymIndex(m *mapfile.File, buildID []byte) (*SymIndex, error) {
 	if len(syms) == 0 {
 		return nil, nil
 	}
-	slices.SortFunc(syms, func(a, b sym) int {
-		switch {
-		case a.value != b.value:
-			return cmp.Compare(a.value, b.value)
-		case a.size != b.size:
-			return cmp.Compare(b.size, a.size)
-		}
-		return cmp.Compare(a.k, b.k)
-	})
+	// By start, stably: the table's order stays within one start. A
+	// radix sort, as libc's debug file has ~7,000 functions and a
+	// comparison sort of them was most of a cold index build.
+	syms = radixByValue(syms, func(s sym) uint64 { return s.value })
 	// At one start, the symbol SymtabNames keeps: the largest, then the
 	// best ranked, then the first in the table. Names are read only where
 	// aliases of one size make the rank matter.
 	keep := syms[:0]
 	for i := 0; i < len(syms); {
-		j := i + 1
-		for j < len(syms) && syms[j].value == syms[i].value && syms[j].size == syms[i].size {
+		j, big := i, syms[i].size
+		for j < len(syms) && syms[j].value == syms[i].value {
+			big = max(big, syms[j].size)
 			j++
 		}
-		best, bestRank := i, 0
-		if j-i > 1 {
+		best, bestRank, tied := -1, 0, 0
+		for c := i; c < j; c++ {
+			if syms[c].size == big {
+				tied++
+				if best < 0 {
+					best = c
+				}
+			}
+		}
+		if tied > 1 {
+			best = -1
 			for c := i; c < j; c++ {
-				if r := symRank(st.name(syms[c].k), syms[c].info); c == i || r > bestRank {
+				if syms[c].size != big {
+					continue
+				}
+				if r := symRank(st.name(syms[c].k), syms[c].info); best < 0 || r > bestRank {
 					best, bestRank = c, r
 				}
 			}
 		}
 		keep = append(keep, syms[best])
-		for j < len(syms) && syms[j].value == syms[i].value {
-			j++
-		}
 		i = j
 	}
 	syms = keep
 	var strs []byte
 	ents := make([]byte, 0, len(syms)*symIndexEnt)
 	for _, s := range syms {
-		name := st.name(s.k)
+		n := len(strs)
+		if st.raw != nil {
+			strs = append(strs, st.raw(s.k)...)
+		} else {
+			strs = append(strs, st.name(s.k)...)
+		}
 		ents = binary.LittleEndian.AppendUint64(ents, s.value)
 		ents = binary.LittleEndian.AppendUint64(ents, s.size)
-		ents = binary.LittleEndian.AppendUint32(ents, uint32(len(strs)))
-		ents = binary.LittleEndian.AppendUint32(ents, uint32(len(name)))
-		strs = append(strs, name...)
+		ents = binary.LittleEndian.AppendUint32(ents, uint32(n))
+		ents = binary.LittleEndian.AppendUint32(ents, uint32(len(strs)-n))
 	}
 	if len(syms) > maxSymIndexEntries || len(strs) > maxSymIndexStrings {
 		return nil, fmt.Errorf("symbol index too large: %d functions, %d bytes of names", len(syms), len(strs))
@@ -166,6 +173,37 @@ func buildSymIndex(m *mapfile.File, buildID []byte) (*SymIndex, error) {
 	b = append(b, ents...)
 	b = append(b, strs...)
 	return ParseSymIndex(b, buildID)
+}
+
+// radixByValue sorts s by key, stably, with a least-significant-digit
+// radix sort a byte at a time, skipping the bytes every key shares.
+func radixByValue[T any](s []T, key func(T) uint64) []T {
+	var or, and uint64 = 0, ^uint64(0)
+	for _, e := range s {
+		k := key(e)
+		or |= k
+		and &= k
+	}
+	tmp := make([]T, len(s))
+	for shift := uint(0); shift < 64; shift += 8 {
+		if (or^and)>>shift&0xff == 0 {
+			continue // this byte is the same in every key
+		}
+		var count [257]int
+		for _, e := range s {
+			count[key(e)>>shift&0xff+1]++
+		}
+		for d := 1; d < 257; d++ {
+			count[d] += count[d-1]
+		}
+		for _, e := range s {
+			d := key(e) >> shift & 0xff
+			tmp[count[d]] = e
+			count[d]++
+		}
+		s, tmp = tmp, s
+	}
+	return s
 }
 
 // ParseSymIndex checks the bytes of an index (from a cache file:
