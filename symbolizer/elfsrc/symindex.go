@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/rawstack/rawstack/internal/mapfile"
+	"github.com/rawstack/rawstack/internal/radix"
 	"github.com/rawstack/rawstack/symbolizer"
 )
 
@@ -111,7 +112,7 @@ func buildSymIndex(m *mapfile.File, buildID []byte) (*SymIndex, error) {
 	// By start, stably: the table's order stays within one start. A
 	// radix sort, as libc's debug file has ~7,000 functions and a
 	// comparison sort of them was most of a cold index build.
-	syms = radixByValue(syms, func(s sym) uint64 { return s.value })
+	syms = radix.SortByKey(syms, func(s sym) uint64 { return s.value })
 	// At one start, the symbol SymtabNames keeps: the largest, then the
 	// best ranked, then the first in the table. Names are read only where
 	// aliases of one size make the rank matter.
@@ -173,37 +174,6 @@ func buildSymIndex(m *mapfile.File, buildID []byte) (*SymIndex, error) {
 	b = append(b, ents...)
 	b = append(b, strs...)
 	return ParseSymIndex(b, buildID)
-}
-
-// radixByValue sorts s by key, stably, with a least-significant-digit
-// radix sort a byte at a time, skipping the bytes every key shares.
-func radixByValue[T any](s []T, key func(T) uint64) []T {
-	var or, and uint64 = 0, ^uint64(0)
-	for _, e := range s {
-		k := key(e)
-		or |= k
-		and &= k
-	}
-	tmp := make([]T, len(s))
-	for shift := uint(0); shift < 64; shift += 8 {
-		if (or^and)>>shift&0xff == 0 {
-			continue // this byte is the same in every key
-		}
-		var count [257]int
-		for _, e := range s {
-			count[key(e)>>shift&0xff+1]++
-		}
-		for d := 1; d < 257; d++ {
-			count[d] += count[d-1]
-		}
-		for _, e := range s {
-			d := key(e) >> shift & 0xff
-			tmp[count[d]] = e
-			count[d]++
-		}
-		s, tmp = tmp, s
-	}
-	return s
 }
 
 // ParseSymIndex checks the bytes of an index (from a cache file:
