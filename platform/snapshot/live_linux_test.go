@@ -291,11 +291,15 @@ func TestProcessMatchesGDB(t *testing.T) {
 // TestProcessOptions: WhileReleasing sees the unwound stacks and runs
 // before Process returns; NoThreadNames leaves the names empty, which
 // are read otherwise; the stacks are the same either way.
+//
+// The second snapshot shares the threads among a tracer thread per CPU:
+// the stacks must not change.
 func TestProcessOptions(t *testing.T) {
 	bin := testbuild.CC(t, "gcc", "", []string{filepath.Join("testdata", "threads.c")}, "-O2", "-fomit-frame-pointer", "-pthread")
 	cmd := startFixture(t, bin, "30", "5")
 	pid := cmd.Process.Pid
 	plain := snapshotOrSkip(t, pid, nil)
+	manyTracers(t)
 	var seen [][]uint64
 	done := false
 	snap := snapshotOrSkip(t, pid, &Options{NoThreadNames: true, WhileReleasing: func(s *Snapshot) {

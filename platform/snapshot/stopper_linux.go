@@ -60,11 +60,11 @@ type tracerThread struct {
 }
 
 // minPerTracer is how many threads make another tracer thread worth its
-// start; maxTracers caps them.
-const (
-	minPerTracer = 24
-	maxTracers   = 4
-)
+// start (a variable for the tests, which use more tracers on few
+// threads); maxTracers caps them.
+var minPerTracer = 24
+
+const maxTracers = 4
 
 // tracerCount returns how many tracer threads stop n threads.
 func tracerCount(n int) int {
