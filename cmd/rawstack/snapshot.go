@@ -292,8 +292,10 @@ func appendFrameHead(b []byte, i int, pc uint64) []byte {
 //
 // The cache is on by default (--no-cache turns it off): snapshots are
 // taken again and again of the same programs, and a second snapshot
-// then reads a small index per library instead of walking its symbol
-// tables (libc's debug file: 3,700 functions, 0.3-0.6 ms a run). An
+// then reads a small index per library (libc's debug file: 3,706
+// entries, 147 KB) instead of looking for the debug file and walking its
+// symbol table: 0.6 ms less CPU a run, 6.0 against 6.6 ms (4 × 20 runs
+// alternating, load ~7); the first run pays ~1.4 ms more to build it. An
 // index is keyed by build id, so it never goes stale; it is checked
 // (sizes capped, order, bounds, its build id) before use and rebuilt
 // over when it fails; writes go through a temporary file and a rename,
