@@ -134,6 +134,7 @@ func runGoroutines(cfg *config) ([]row, error) {
 	tools := []*tool{raw, dl, cu}
 	var selfStopped, copied []float64
 	statsRE := regexp.MustCompile(`threads stopped ([\d.]+)(µs|ms|s), ([\d.]+) MB copied`)
+	var pairs []float64 // dlv/rawstack of each round
 	for i := 0; i < runs; i++ {
 		// The tools in alternating order: as listed in even rounds,
 		// reversed in odd ones.
@@ -141,6 +142,7 @@ func runGoroutines(cfg *config) ([]row, error) {
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
+		nr, nd := len(raw.ms), len(dl.ms)
 		for _, t := range order {
 			if t.skip != "" {
 				continue
@@ -186,6 +188,9 @@ func runGoroutines(cfg *config) ([]row, error) {
 				t.count = bytes.Count(out.Bytes(), []byte("\ngoroutine ")) + 1
 			}
 		}
+		if len(raw.ms) > nr && len(dl.ms) > nd {
+			pairs = append(pairs, dl.ms[nd]/raw.ms[nr])
+		}
 	}
 	if raw.skip != "" {
 		return nil, errors.New(raw.skip)
@@ -197,6 +202,9 @@ func runGoroutines(cfg *config) ([]row, error) {
 				return nil, err
 			}
 			t.ms, t.cpu, t.stopped = nil, nil, nil // runs before a failure are not a figure
+			if t == dl {
+				pairs = nil
+			}
 		}
 	}
 	for _, t := range tools {
@@ -206,12 +214,13 @@ func runGoroutines(cfg *config) ([]row, error) {
 	counts := fmt.Sprintf("goroutines listed: rawstack %d, dlv %d, debug=2 %d, runtime %d; loadavg %s", raw.count, dl.count, cu.count, runtimeCount, strings.Join(strings.Fields(string(load))[:3], " "))
 	label := fmt.Sprintf("%d goroutines", n)
 	rows := []row{
-		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.ms), Better: "lower", Note: strings.TrimSpace(raw.skip + " " + dl.skip + " " + counts)},
+		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.ms), Better: "lower",
+			Note: strings.TrimSpace(fmt.Sprintf("median of %d pair ratios %.2fx (goal ≥ 10x); ", len(pairs), median(pairs)) + raw.skip + " " + dl.skip + " " + counts)},
 		{Scenario: "goroutines", Metric: "ms end to end, " + label, Rawstack: median(raw.ms), Peer: "curl debug=2", PeerVal: median(cu.ms), Better: "lower", Note: cu.skip},
 		{Scenario: "goroutines", Metric: "ms CPU (user+sys), " + label, Rawstack: median(raw.cpu), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.cpu), Better: "lower", Note: "robust where the machine is loaded: wall times are not"},
 		{Scenario: "goroutines", Metric: "ms target in tracing stop (/proc poll)", Rawstack: median(raw.stopped), Peer: "dlv attach + goroutines -t", PeerVal: median(dl.stopped), Better: "lower", Note: "debug=2 stops the world in-process for its traceback instead (not visible here)"},
-		{Scenario: "goroutines", Metric: "ms threads stopped (rawstack's own clock)", Rawstack: median(selfStopped), Better: "lower", Note: "first PTRACE_INTERRUPT to last detach, including the memory copy"},
-		{Scenario: "goroutines", Metric: "MB of target memory copied", Rawstack: median(copied), Better: "lower", Note: "touched private pages only (pagemap)"},
+		{Scenario: "goroutines", Metric: "ms threads stopped (rawstack's own clock)", Rawstack: median(selfStopped), Better: "lower", Note: "first PTRACE_SEIZE to last detach (goal ≤ 10 ms): brackets every thread's stop, the /proc poll samples the main thread every 100 µs"},
+		{Scenario: "goroutines", Metric: "MB of target memory copied", Rawstack: median(copied), Better: "lower", Note: "allgs, the g's, the m's and the used part of each stack, reads merged by page"},
 	}
 	return rows, nil
 }

@@ -23,7 +23,7 @@ import (
 func init() {
 	register(&command{
 		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-cache] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
 		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
 		run:   runSnapshot,
 	})
@@ -43,6 +43,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	noSyms := fs.Bool("no-symbols", false, "print module+offset instead of function names")
 	dwarf := fs.Bool("dwarf", false, "name functions from DWARF too, with the innermost inlined function and its file:line (slower: indexes debug info)")
 	stats := fs.Bool("stats", false, "print timings to stderr")
+	noCache := fs.Bool("no-cache", false, "do not keep or use the symbol indexes cached by build id in $XDG_CACHE_HOME/rawstack/symtab (else ~/.cache)")
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
 	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
 	noPython := fs.Bool("no-python", false, "do not read CPython threads' Python frames (by default printed at their _PyEval_EvalFrameDefault frames)")
@@ -65,6 +66,25 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	// memory it would save.
 	debug.SetGCPercent(400)
 	opts := &snapshot.Options{MaxFrames: *maxFrames, Exe: *exe, Root: *root, Python: !*noPython}
+	// The listing prints no thread names (eu-stack's neither); an event
+	// stream and a minidump carry them.
+	opts.NoThreadNames = *out == "" && *writeDump == ""
+	// The listing's frame names are looked up while the threads are
+	// being detached.
+	mode := symtabNames
+	if *noSyms {
+		mode = noNames
+	} else if *dwarf {
+		mode = dwarfNames
+	}
+	cache := ""
+	if !*noCache {
+		cache = symtabCacheDir()
+	}
+	var names *frameNamer
+	if *out == "" && mode != noNames {
+		opts.WhileReleasing = func(s *snapshot.Snapshot) { names = newFrameNamer(s, mode == dwarfNames, cache) }
+	}
 	t0 := time.Now()
 	var snap *snapshot.Snapshot
 	var err error
@@ -84,13 +104,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 		err = writeSnapshot(snap, *out)
 	} else {
 		bw := bufio.NewWriterSize(stdout, 64<<10)
-		mode := symtabNames
-		if *noSyms {
-			mode = noNames
-		} else if *dwarf {
-			mode = dwarfNames
-		}
-		err = printSnapshot(bw, snap, mode)
+		err = printSnapshot(bw, snap, mode, cache, names)
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
@@ -133,10 +147,17 @@ const (
 // printSnapshot prints snap as eu-stack does: "TID n:" and one
 // "#i  0xPC function" line per frame. Without a function name a frame
 // shows module+offset (the module-relative address of format/SPEC.md).
-func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode) error {
-	var names *frameNamer
-	if mode != noNames {
-		names = newFrameNamer(snap, mode == dwarfNames)
+//
+// cache, if not "", is the directory of symbol indexes by build id
+// (symtabCacheDir). names, if not nil, is the namer already made for
+// snap (see snapshot.Options.WhileReleasing).
+func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache string, names *frameNamer) error {
+	if mode == noNames {
+		names = nil
+	} else if names == nil {
+		names = newFrameNamer(snap, mode == dwarfNames, cache)
+	}
+	if names != nil {
 		defer names.close()
 	}
 	// Lines are appended with strconv rather than fmt: a hundred threads
@@ -264,6 +285,30 @@ func appendFrameHead(b []byte, i int, pc uint64) []byte {
 	return b
 }
 
+// symtabCacheDir is where rawstack snapshot keeps the symbol indexes of
+// the files it named frames from, by build id ([elfsrc.CachedSymIndex]):
+// $XDG_CACHE_HOME/rawstack/symtab, else ~/.cache/rawstack/symtab; ""
+// where there is no user cache directory.
+//
+// The cache is on by default (--no-cache turns it off): snapshots are
+// taken again and again of the same programs, and a second snapshot
+// then reads a small index per library (libc's debug file: 3,706
+// entries, 147 KB) instead of looking for the debug file and walking its
+// symbol table: 0.6 ms less CPU a run, 6.0 against 6.6 ms (4 × 20 runs
+// alternating, load ~7); the first run pays ~1.4 ms more to build it. An
+// index is keyed by build id, so it never goes stale; it is checked
+// (sizes capped, order, bounds, its build id) before use and rebuilt
+// over when it fails; writes go through a temporary file and a rename,
+// and a cache that cannot be written costs only the next run the build
+// again. debuginfod downloads already go to $XDG_CACHE_HOME/rawstack.
+func symtabCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "rawstack", "symtab")
+}
+
 // frameNamer names frames by module. The files of every module a stack
 // touches are opened up front, concurrently.
 type frameNamer struct {
@@ -275,7 +320,7 @@ type namer interface {
 	close()
 }
 
-func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
+func newFrameNamer(snap *snapshot.Snapshot, dwarf bool, cache string) *frameNamer {
 	n := &frameNamer{srcs: map[string]namer{}}
 	var files []*snapshot.Module
 	// The link-time addresses printSnapshot will look up, by module file:
@@ -311,12 +356,30 @@ func newFrameNamer(snap *snapshot.Snapshot, dwarf bool) *frameNamer {
 				}
 				return
 			}
+			// An index cached from a separate debug file names the
+			// module as that file does, without looking for it again.
+			if cache != "" && len(m.BuildID) > 0 {
+				if x, err := elfsrc.LoadSymIndex(cache, m.BuildID, "debug"); err == nil {
+					out[i] = indexNames{x}
+					return
+				}
+			}
 			dbg := debugFileFor(m.File, m.BuildID)
 			// A separate debug file holds the full .symtab of a stripped
 			// library, with its local functions.
 			for _, p := range []string{dbg, m.File} {
 				if p == "" {
 					continue
+				}
+				if cache != "" && len(m.BuildID) > 0 {
+					kind := "file"
+					if p == dbg {
+						kind = "debug"
+					}
+					if x, err := elfsrc.CachedSymIndex(cache, p, m.BuildID, kind); err == nil && x != nil {
+						out[i] = indexNames{x}
+						return
+					}
 				}
 				if st, err := elfsrc.SymtabNames(p, want[m.File]); err == nil && st != nil {
 					out[i] = symNames(st)
@@ -383,6 +446,13 @@ func (d *srcNamer) name(addr uint64) (string, string) {
 }
 
 func (d *srcNamer) close() { d.src.Close() }
+
+// indexNames names frames from a symbol index.
+type indexNames struct{ x *elfsrc.SymIndex }
+
+func (n indexNames) name(addr uint64) (string, string) { return n.x.Name(addr), "" }
+
+func (n indexNames) close() {}
 
 // symNames is the names of the frames of one ELF file, by link-time
 // address, from [elfsrc.SymtabNames]; it knows only the addresses it was

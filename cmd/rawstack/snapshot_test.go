@@ -54,25 +54,41 @@ func fakeSnapshot(t *testing.T) *snapshot.Snapshot {
 	}
 }
 
+// TestSnapshotPrint prints the fake snapshot without a symbol index
+// cache, then twice with one (building the index, then reading it):
+// the same names each time.
 func TestSnapshotPrint(t *testing.T) {
 	snap := fakeSnapshot(t)
 	var out bytes.Buffer
-	if err := printSnapshot(&out, snap, symtabNames); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
-	for _, want := range []string{
-		"PID 42 - process\nTID 42:\n#0  0x",
-		" inner\n#1  0x",
-		" outer\n#2  0x0000000000000010\n",
-		"    (unwind stopped: bad memory)\nTID 43:\n  (unexpected EOF)\n",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("output lacks %q:\n%s", want, got)
+	cache := t.TempDir()
+	var first string
+	for i, dir := range []string{"", cache, cache} {
+		out.Reset()
+		if err := printSnapshot(&out, snap, symtabNames, dir, nil); err != nil {
+			t.Fatal(err)
+		}
+		got := out.String()
+		for _, want := range []string{
+			"PID 42 - process\nTID 42:\n#0  0x",
+			" inner\n#1  0x",
+			" outer\n#2  0x0000000000000010\n",
+			"    (unwind stopped: bad memory)\nTID 43:\n  (unexpected EOF)\n",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("run %d: output lacks %q:\n%s", i, want, got)
+			}
+		}
+		if i == 0 {
+			first = got
+		} else if got != first {
+			t.Errorf("run %d (cache %s) printed\n%s\nwithout a cache\n%s", i, dir, got, first)
 		}
 	}
+	if ents, _ := filepath.Glob(filepath.Join(cache, "*.symidx")); len(ents) != 1 {
+		t.Errorf("cache holds %v, want one index", ents)
+	}
 	out.Reset()
-	printSnapshot(&out, snap, noNames)
+	printSnapshot(&out, snap, noNames, "", nil)
 	if base := filepath.Base(snap.Modules[0].Path); !strings.Contains(out.String(), " "+base+"+0x") {
 		t.Errorf("--no-symbols output lacks module+offset:\n%s", out.String())
 	}

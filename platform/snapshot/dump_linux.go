@@ -58,16 +58,11 @@ func Dump(pid int) (*Image, error) {
 		return nil, err
 	}
 	im.Time = unix.Monotonic()
-	gregs := make([]uint64, 64)
 	for _, tr := range st.tracees {
-		if tr.state != stateStopped {
+		if tr.state != stateStopped || tr.gregs == nil {
 			continue
 		}
-		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
-		if err != nil {
-			continue
-		}
-		t := ImageThread{Tid: tr.tid, Gregs: append([]uint64(nil), gregs[:n]...)}
+		t := ImageThread{Tid: tr.tid, Gregs: tr.gregs}
 		if tr.tid == pid { // the main thread first: readers start there
 			im.Threads = append([]ImageThread{t}, im.Threads...)
 		} else {

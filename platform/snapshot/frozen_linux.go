@@ -44,16 +44,11 @@ func Frozen(pid int, f func(threads []ImageThread, read func([]MemRead)) error) 
 	}
 	at = unix.Monotonic()
 	var threads []ImageThread
-	gregs := make([]uint64, 64)
 	for _, tr := range st.tracees {
-		if tr.state != stateStopped {
+		if tr.state != stateStopped || tr.gregs == nil {
 			continue
 		}
-		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
-		if err != nil {
-			continue
-		}
-		t := ImageThread{Tid: tr.tid, Gregs: append([]uint64(nil), gregs[:n]...)}
+		t := ImageThread{Tid: tr.tid, Gregs: tr.gregs}
 		if tr.tid == pid {
 			threads = append([]ImageThread{t}, threads...)
 		} else {
@@ -89,6 +84,16 @@ func Frozen(pid int, f func(threads []ImageThread, read func([]MemRead)) error) 
 	err = f(threads, read)
 	st.release()
 	return at, time.Since(start), err
+}
+
+// ReadLive reads the memory of the process pid, without stopping it,
+// as Frozen's reader does (process_vm_readv, /proc/PID/mem where that is
+// refused): what it reads may be changing while it reads. It suits a
+// look before a stop, such as planning what to read while stopped.
+func ReadLive(pid int, rs []MemRead) {
+	b := batchReader{pid: pid, lm: newLiveMem(pid, nil)}
+	defer b.lm.close()
+	b.read(rs)
 }
 
 // frozenSplit is the batch size above which Frozen's reads are split over

@@ -96,39 +96,54 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	// cores this work takes the CPUs they need (100 threads stayed stopped
 	// a median 16 ms with it overlapped, 9 ms with it done first; end to
 	// end the same: 15 and 21 interleaved runs, 2 cores, load ~5).
-	bufc := make(chan []byte, 1)
-	go func() { bufc <- populated(prefetchPages(threadCount(dir)) * pageSize) }()
+	//
+	// The thread list, read once (the stop checks the kernel's thread
+	// count for threads started since), and whether the target runs a
+	// Python interpreter are found meanwhile on another goroutine.
+	type ahead struct {
+		tids []int
+		err  error
+		buf  []byte
+		py   *cpython.Sampling
+	}
+	prec := make(chan ahead, 1)
+	go func() {
+		var p ahead
+		p.tids, p.err = listThreads(dir)
+		p.buf = populated(prefetchPages(len(p.tids)) * pageSize)
+		if opts != nil && opts.Python && mayRunPython(maps) {
+			if p.py = cpython.NewSampling(); !p.py.AttachMaps(uint32(pid)) {
+				p.py = nil
+			}
+		}
+		prec <- p
+	}()
 	mods, set := loadModules(maps, cache, open, image)
-	buf := <-bufc
+	p := <-prec
+	buf, py := p.buf, p.py
 	defer unix.Munmap(buf) // the page cache holding it lives in this call
 	snap.Modules = mods
-
-	// The interpreter, if any, is found before anything stops too.
-	var py *cpython.Sampling
-	if opts != nil && opts.Python {
-		if py = cpython.NewSampling(); !py.AttachMaps(uint32(pid)) {
-			py = nil
-		}
+	if p.err != nil {
+		return nil, fmt.Errorf("snapshot: threads of pid %d: %w", pid, p.err)
 	}
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	st := &stopper{pid: pid, dir: dir}
+	st := &stopper{pid: pid, dir: dir, tids: p.tids}
 	defer st.release()
 	start := time.Now()
 	if err := st.stopAll(); err != nil {
 		return nil, err
 	}
 	snap.Time = unix.Monotonic()
-	gregs := make([]uint64, 64)
 	for _, tr := range st.tracees {
 		if tr.state != stateStopped {
 			continue
 		}
 		t := Thread{Tid: tr.tid}
-		n, err := unix.PtraceGetRegSet(tr.tid, gregs)
+		err := tr.regsErr
 		if err == nil {
-			t.Regs, err = regsFromGregs(hostArch, gregs[:n])
+			t.Regs, err = regsFromGregs(hostArch, tr.gregs)
 		}
 		if err != nil {
 			t.Err = fmt.Errorf("snapshot: registers of tid %d: %w", tr.tid, err)
@@ -146,16 +161,6 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 	}
 	prefetch(lm, mem, sps, buf)
-	// Names do not need the threads stopped: another goroutine reads them
-	// (a /proc file per thread) while this one unwinds.
-	names := make([]string, len(snap.Threads))
-	namesDone := make(chan struct{})
-	go func() {
-		defer close(namesDone)
-		for i := range names {
-			names[i] = readComm(dir + "/task/" + strconv.Itoa(snap.Threads[i].Tid))
-		}
-	}()
 	err = unwindThreads(snap.Threads, set, mem, opts.maxFrames())
 	if py != nil {
 		for i := range snap.Threads {
@@ -168,16 +173,49 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			}
 		}
 	}
+	// Names do not need the threads stopped: another goroutine reads
+	// them (a /proc file per thread) while this one detaches, not while
+	// the unwind needs the CPUs.
+	namesDone := make(chan struct{})
+	if opts == nil || !opts.NoThreadNames {
+		go func() {
+			defer close(namesDone)
+			for i := range snap.Threads {
+				snap.Threads[i].Name = readComm(dir + "/task/" + strconv.Itoa(snap.Threads[i].Tid))
+			}
+		}()
+	} else {
+		close(namesDone)
+	}
+	hookDone := make(chan struct{})
+	if opts != nil && opts.WhileReleasing != nil && err == nil {
+		go func() {
+			defer close(hookDone)
+			opts.WhileReleasing(snap)
+		}()
+	} else {
+		close(hookDone)
+	}
 	st.release()
 	snap.Stopped = time.Since(start)
 	<-namesDone
+	<-hookDone
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
-	for i := range snap.Threads {
-		snap.Threads[i].Name = names[i]
-	}
 	return snap, nil
+}
+
+// mayRunPython says some executable mapping is a python executable or a
+// libpython, the only files the interpreter reader attaches to: the rest
+// need not pay for reading the maps again.
+func mayRunPython(maps []mapping) bool {
+	for i := range maps {
+		if maps[i].Exec() && maps[i].Path != "" && cpython.MaybePython(maps[i].Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // readComm returns the comm of /proc/PID[/task/TID], "" if unreadable.
@@ -374,121 +412,6 @@ func prefetch(lm *liveMem, mem *pageCache, addrs []uint64, buf []byte) {
 			pages++ // skip the page that failed; the cache reads it alone if needed
 		}
 		iov, buf = iov[pages:], buf[pages*pageSize:]
-	}
-}
-
-type traceeState uint8
-
-const (
-	stateRunning traceeState = iota // seized, not yet seen stopped
-	stateStopped
-	stateGone // exited or detached
-)
-
-type tracee struct {
-	tid   int
-	state traceeState
-	sig   int // signal to give back at detach
-}
-
-// stopper seizes and stops the threads of a process and lets them go.
-type stopper struct {
-	pid     int
-	dir     string
-	tracees []*tracee
-}
-
-func (s *stopper) stopAll() error {
-	seen := map[int]bool{}
-	for round := 0; round < maxSeizeRounds; round++ {
-		ents, err := os.ReadDir(s.dir + "/task")
-		if err != nil {
-			if round == 0 {
-				return fmt.Errorf("snapshot: threads of pid %d: %w", s.pid, err)
-			}
-			break
-		}
-		added := 0
-		for _, e := range ents {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil || seen[tid] {
-				continue
-			}
-			seen[tid] = true
-			if err := unix.PtraceSeize(tid); err != nil {
-				if err == unix.ESRCH {
-					continue // exited since the listing
-				}
-				if err == unix.EPERM && len(s.tracees) > 0 && tracerPid(s.dir+"/task/"+e.Name()) == 0 {
-					// Other threads could be seized, so the credentials
-					// are fine: the kernel refuses an exiting thread.
-					continue
-				}
-				if tp, name := procinfo.Tracer(tid); err == unix.EPERM && tp != 0 && tp != os.Getpid() {
-					return &platform.TracedError{Pid: s.pid, Tid: tid, Tracer: tp, TracerName: name}
-				}
-				if err == unix.EPERM {
-					return &platform.PermissionError{
-						Op:   fmt.Sprintf("snapshot: ptrace seize of pid %d tid %d", s.pid, tid),
-						Need: "CAP_SYS_PTRACE, or the same user with kernel.yama.ptrace_scope=0, and no other tracer",
-						Err:  err,
-					}
-				}
-				return fmt.Errorf("snapshot: ptrace seize of tid %d: %w", tid, err)
-			}
-			tr := &tracee{tid: tid}
-			s.tracees = append(s.tracees, tr)
-			added++
-			if err := unix.PtraceInterrupt(tid); err != nil {
-				if err == unix.ESRCH {
-					tr.state = stateGone
-					continue
-				}
-				return fmt.Errorf("snapshot: ptrace interrupt of tid %d: %w", tid, err)
-			}
-		}
-		if added == 0 {
-			break
-		}
-	}
-	for _, tr := range s.tracees {
-		if tr.state == stateRunning {
-			s.wait(tr)
-		}
-	}
-	return nil
-}
-
-// wait waits for a seized, interrupted thread to stop.
-func (s *stopper) wait(tr *tracee) {
-	ts, err := unix.WaitTid(tr.tid)
-	switch {
-	case err != nil || ts.Exited:
-		tr.state = stateGone
-	case ts.Event == 0:
-		// A signal-delivery-stop came first: the signal is given back at
-		// detach so the target does not lose it.
-		tr.state, tr.sig = stateStopped, ts.Sig
-	default:
-		tr.state = stateStopped
-	}
-}
-
-// release detaches from every thread, stopping first any seized thread
-// not yet seen stopped (PTRACE_DETACH needs a stopped tracee).
-func (s *stopper) release() {
-	for _, tr := range s.tracees {
-		if tr.state == stateRunning {
-			if unix.PtraceInterrupt(tr.tid) != nil {
-				tr.state = stateGone
-				continue
-			}
-			s.wait(tr)
-		}
-		if tr.state == stateStopped {
-			unix.PtraceDetachSignal(tr.tid, tr.sig)
-			tr.state = stateGone
-		}
 	}
 }
 

@@ -287,3 +287,53 @@ func TestProcessMatchesGDB(t *testing.T) {
 		})
 	}
 }
+
+// TestProcessOptions: WhileReleasing sees the unwound stacks and runs
+// before Process returns; NoThreadNames leaves the names empty, which
+// are read otherwise; the stacks are the same either way.
+//
+// The second snapshot shares the threads among a tracer thread per CPU:
+// the stacks must not change.
+func TestProcessOptions(t *testing.T) {
+	bin := testbuild.CC(t, "gcc", "", []string{filepath.Join("testdata", "threads.c")}, "-O2", "-fomit-frame-pointer", "-pthread")
+	cmd := startFixture(t, bin, "30", "5")
+	pid := cmd.Process.Pid
+	plain := snapshotOrSkip(t, pid, nil)
+	manyTracers(t)
+	var seen [][]uint64
+	done := false
+	snap := snapshotOrSkip(t, pid, &Options{NoThreadNames: true, WhileReleasing: func(s *Snapshot) {
+		for _, th := range s.Threads {
+			seen = append(seen, append([]uint64(nil), th.PCs...))
+		}
+		time.Sleep(20 * time.Millisecond) // Process waits for it
+		done = true
+	}})
+	checkReleased(t, pid)
+	if !done {
+		t.Fatal("Process returned before WhileReleasing did")
+	}
+	if len(seen) != len(snap.Threads) || len(snap.Threads) != 31 {
+		t.Fatalf("WhileReleasing saw %d threads, the snapshot has %d, want 31", len(seen), len(snap.Threads))
+	}
+	for i, th := range snap.Threads {
+		if th.Name != "" {
+			t.Errorf("tid %d named %q with NoThreadNames", th.Tid, th.Name)
+		}
+		if len(th.PCs) < 3 || fmt.Sprint(th.PCs) != fmt.Sprint(seen[i]) {
+			t.Errorf("tid %d: WhileReleasing saw %x, the snapshot has %x", th.Tid, seen[i], th.PCs)
+		}
+	}
+	if plain.stacks()[pid] == nil || fmt.Sprint(plain.stacks()) != fmt.Sprint(snap.stacks()) {
+		t.Errorf("stacks differ with the options:\n%v\n%v", plain.stacks(), snap.stacks())
+	}
+	named := 0
+	for _, th := range plain.Threads {
+		if th.Name != "" {
+			named++
+		}
+	}
+	if named != len(plain.Threads) {
+		t.Errorf("%d of %d threads named without NoThreadNames", named, len(plain.Threads))
+	}
+}

@@ -47,6 +47,9 @@ func TestProcessChurn(t *testing.T) {
 	pid := cmd.Process.Pid
 	threads := 0
 	for i := 0; i < 30; i++ {
+		if i == 15 {
+			manyTracers(t) // the second half with a tracer thread per CPU
+		}
 		snap := snapshotOrSkip(t, pid, nil)
 		threads += len(snap.Threads)
 		for tid, st := range threadStates(t, pid) {
@@ -74,6 +77,14 @@ func TestProcessChurn(t *testing.T) {
 			t.Fatal("no new threads in 10s after the snapshots")
 		}
 	}
+}
+
+// manyTracers makes the stopper use a tracer thread per CPU (up to its
+// cap) however few threads there are, until t ends.
+func manyTracers(t *testing.T) {
+	old := minPerTracer
+	minPerTracer = 1
+	t.Cleanup(func() { minPerTracer = old })
 }
 
 // maxTid returns the highest tid of pid other than not.

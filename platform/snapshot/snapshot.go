@@ -133,6 +133,17 @@ type Options struct {
 	// Python reads each thread's Python frames in a live CPython process
 	// (package platform/linux/cpython), while the threads are stopped.
 	Python bool
+	// NoThreadNames (live processes) leaves Thread.Name empty: reading
+	// each thread's comm from /proc costs a file open per thread, which
+	// a caller that prints no names need not pay.
+	NoThreadNames bool
+	// WhileReleasing (live processes), if set, is called with the
+	// snapshot, its stacks unwound, on another goroutine while the
+	// threads are being detached; Process returns once both are done.
+	// Work that needs only the stacks (naming their frames) then
+	// overlaps the detaching. It must not read Thread.Name or
+	// Snapshot.Stopped, which are being set meanwhile.
+	WhileReleasing func(*Snapshot)
 }
 
 func (o *Options) maxFrames() int {

@@ -33,6 +33,8 @@ type rawSymtab struct {
 	n    int
 	each func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex))
 	name func(k int) string
+	// raw, where not nil, returns the name's bytes in place (no copy).
+	raw func(k int) []byte
 }
 
 // sectionBytes returns sec's bytes: a slice of the mapped file where the
@@ -68,7 +70,7 @@ func fileRawSymtab(f *elf.File, mapped []byte) (*rawSymtab, error) {
 		const size = 24 // Elf64_Sym
 		bo := f.ByteOrder
 		if n := len(data) / size; n > 1 { // entry 0 is the null symbol
-			return &rawSymtab{
+			st := &rawSymtab{
 				n: n,
 				each: func(fn func(k int, value, size uint64, info byte, shndx elf.SectionIndex)) {
 					for k := 1; k < n; k++ {
@@ -76,18 +78,20 @@ func fileRawSymtab(f *elf.File, mapped []byte) (*rawSymtab, error) {
 						fn(k, bo.Uint64(e[8:]), bo.Uint64(e[16:]), e[4], elf.SectionIndex(bo.Uint16(e[6:])))
 					}
 				},
-				name: func(k int) string {
+				raw: func(k int) []byte {
 					off := uint64(bo.Uint32(data[k*size:]))
 					if off >= uint64(len(str)) {
-						return ""
+						return nil
 					}
 					b := str[off:]
 					if i := bytes.IndexByte(b, 0); i >= 0 {
 						b = b[:i]
 					}
-					return string(b)
+					return b
 				},
-			}, nil
+			}
+			st.name = func(k int) string { return string(st.raw(k)) }
+			return st, nil
 		}
 	}
 	syms, err := f.Symbols()
@@ -149,16 +153,7 @@ func symtabNames(m *mapfile.File, addrs []uint64) (map[uint64]string, error) {
 	}
 	// Functions, and untyped symbols in code (the Go linker's).
 	isFunc := func(value, size uint64, info byte, shndx elf.SectionIndex) bool {
-		if shndx == elf.SHN_UNDEF || int(shndx) >= len(f.Sections) || value == 0 {
-			return false
-		}
-		switch elf.ST_TYPE(info) {
-		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
-			return true
-		case elf.STT_NOTYPE:
-			return f.Sections[shndx].Flags&elf.SHF_EXECINSTR != 0 && size != 0
-		}
-		return false
+		return isFuncSym(f, value, size, info, shndx)
 	}
 	pcs := append([]uint64(nil), addrs...)
 	slices.Sort(pcs)

@@ -12,11 +12,13 @@
 //
 // # How it reads them
 //
-// [Process] stops the target's threads only while [snapshot.Dump] copies
-// their registers and the process's private memory (ptrace seize and
-// interrupt, process_vm_readv of the pages /proc/PID/pagemap says were
-// touched, detach); the target is never left in a tracing stop. It then
-// reads the runtime's structures from that copy itself: runtime.allgs,
+// [Process] stops the target's threads (ptrace seize and interrupt,
+// see [snapshot.Frozen]) only while it copies, with batched
+// process_vm_readv, what a goroutine listing needs: runtime.allgs, the
+// g's, the m's running them and the used part of each stack (the reads
+// planned, and the memory they fill faulted in, by a pass over the
+// running process just before); the target is never left in a tracing
+// stop. It then reads the runtime's structures from that copy itself: runtime.allgs,
 // and for each g its id, status, wait reason and wait time, sched
 // (pc, sp, bp, lr), gopc, startpc, m (the thread it runs on) and pprof
 // labels, at the offsets the executable's DWARF gives (found by

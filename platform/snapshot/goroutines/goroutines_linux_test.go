@@ -1,6 +1,7 @@
 package goroutines
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rawstack/rawstack/platform/snapshot"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
@@ -274,10 +277,49 @@ func TestDirectMatchesDelve(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReleased(t, pid)
-	got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), regsOf(im.Arch, im.Threads), nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, planned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unplanned", true: "planned"}[planned], func(t *testing.T) {
+			got, err := x.readDirect(imageMemory(im), imageBias(im, exe, x), regsOf(im.Arch, im.Threads), nil, planned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareDelve(t, got, want)
+		})
 	}
+	// A plan made before a goroutine was created (allgs one shorter then)
+	// and memory that runs out: the stopped pass reads afresh what the
+	// plan no longer describes, and copies into the heap past the arenas.
+	t.Run("stale plan", func(t *testing.T) {
+		mem, bias, le := imageMemory(im), imageBias(im, exe, x), binary.LittleEndian
+		rd := func(rs []snapshot.MemRead) {
+			for i := range rs {
+				rs[i].OK = mem(rs[i].Addr, rs[i].Buf) || (rs[i].Addr >= bias && x.readFile(rs[i].Addr-bias, rs[i].Buf))
+			}
+		}
+		stale := func(rs []snapshot.MemRead) {
+			rd(rs)
+			for i := range rs {
+				if rs[i].Addr == x.allgs+bias && len(rs[i].Buf) >= 16 {
+					le.PutUint64(rs[i].Buf[8:], le.Uint64(rs[i].Buf[8:])-1)
+				}
+			}
+		}
+		plan := x.plan(stale, bias)
+		if plan == nil || len(plan.arenas) != 2 {
+			t.Fatalf("no plan: %+v", plan)
+		}
+		plan.arenas[1] = plan.arenas[1][:pageSize]
+		gs, err := x.collect(rd, bias, regsOf(im.Arch, im.Threads), plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareDelve(t, x.interpret(gs, nil), want)
+	})
+}
+
+// compareDelve fails t where a goroutine of got differs from delve's
+// (want).
+func compareDelve(t *testing.T, got, want *Dump) {
 	if len(got.Goroutines) != len(want.Goroutines) {
 		t.Errorf("%d goroutines read directly, delve reads %d", len(got.Goroutines), len(want.Goroutines))
 	}

@@ -16,7 +16,10 @@ import (
 // stopped (see [snapshot.Frozen]) only while the runtime's goroutine list,
 // each g, the m's running them and the used part of each stack are
 // copied, a few batched reads; the stacks are then unwound and named
-// from the copy with the executable's pclntab (see direct.go). It needs
+// from the copy with the executable's pclntab (see direct.go). A pass
+// over the running process first plans those reads (where the g's are,
+// how much of the stacks to copy) and faults in the memory they fill,
+// so the stop is spent in process_vm_readv. It needs
 // what ptrace needs (CAP_SYS_PTRACE or the same user under
 // kernel.yama.ptrace_scope=0); off Linux it returns an error wrapping
 // platform.ErrNotSupported.
@@ -31,20 +34,28 @@ func Process(pid int, opts *Options) (*Dump, error) {
 	if x.arm64 {
 		a = arch.ARM64
 	}
+	// A pass over the running target plans the reads of the stopped one
+	// and faults in the memory they fill.
+	plan := x.plan(func(rs []snapshot.MemRead) { snapshot.ReadLive(pid, rs) }, bias)
 	var gs []gCopy
+	var copied int64
 	at, stopped, err := snapshot.Frozen(pid, func(threads []snapshot.ImageThread, read func([]snapshot.MemRead)) error {
 		var err error
-		gs, err = x.collect(read, bias, regsOf(a, threads))
+		gs, err = x.collect(func(rs []snapshot.MemRead) {
+			read(rs)
+			for _, r := range rs {
+				if r.OK {
+					copied += int64(len(r.Buf))
+				}
+			}
+		}, bias, regsOf(a, threads), plan)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("goroutines: pid %d (%s): %w", pid, exeLink, err)
 	}
 	d := x.interpret(gs, opts)
-	d.Pid, d.Exe, d.Time, d.Stopped = pid, exe, at, stopped
-	for _, g := range gs {
-		d.Copied += int64(len(g.g) + len(g.stack))
-	}
+	d.Pid, d.Exe, d.Time, d.Stopped, d.Copied = pid, exe, at, stopped, copied
 	return d, nil
 }
 
