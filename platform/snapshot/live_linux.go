@@ -43,6 +43,39 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		return nil, err
 	}
 	dir := "/proc/" + strconv.Itoa(pid)
+	// The thread list (read once: the stop checks the kernel's thread
+	// count for threads started since), the buffer the stacks will be
+	// read into, allocated and faulted in, and the process's name and
+	// command line are read on another goroutine while this one reads
+	// and parses the maps and loads the modules. None of it needs the
+	// target stopped.
+	type ahead struct {
+		tids          []int
+		err           error
+		buf           []byte
+		name, cmdline string
+	}
+	prec := make(chan ahead, 1)
+	go func() {
+		var p ahead
+		p.tids, p.err = listThreads(dir)
+		p.buf = populated(prefetchPages(len(p.tids)) * pageSize)
+		p.name = readComm(dir)
+		if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
+			p.cmdline = strings.TrimRight(string(b), "\x00")
+		}
+		prec <- p
+	}()
+	var p ahead
+	received := false
+	defer func() {
+		if !received {
+			p = <-prec
+		}
+		if p.buf != nil {
+			unix.Munmap(p.buf) // the page cache holding it lives in this call
+		}
+	}()
 	mapsText, err := os.ReadFile(dir + "/maps")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -50,17 +83,16 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		}
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
-	if procinfo.KernelThread(pid) {
+	// A kernel thread has no memory map; a process has at least its
+	// executable's mappings.
+	if len(mapsText) == 0 && procinfo.KernelThread(pid) {
 		return nil, fmt.Errorf("snapshot: pid %d (%s): %w", pid, procinfo.Comm(pid), platform.ErrKernelThread)
 	}
 	maps, err := parseMaps(mapsText)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %s/maps: %w", dir, err)
 	}
-	snap := &Snapshot{Pid: pid, Arch: hostArch, Name: readComm(dir)}
-	if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
-		snap.Cmdline = strings.TrimRight(string(b), "\x00")
-	}
+	snap := &Snapshot{Pid: pid, Arch: hostArch}
 
 	// Modules are read before anything stops: file I/O and table parsing
 	// do not need the target stopped.
@@ -89,39 +121,32 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		return b
 	}
 	// Modules load (the distinct files on as many goroutines as there are
-	// CPUs) and the buffer the stacks will be read into is allocated and
-	// faulted in, before any thread stops. None of it needs the target
-	// stopped, and overlapping it with the stop does not pay: the target's
-	// threads must run to enter their stop, and on a machine with few
-	// cores this work takes the CPUs they need (100 threads stayed stopped
-	// a median 16 ms with it overlapped, 9 ms with it done first; end to
-	// end the same: 15 and 21 interleaved runs, 2 cores, load ~5).
+	// CPUs) before any thread stops, and so does the stack buffer above.
+	// Overlapping them with the stop does not pay: the target's threads
+	// must run to enter their stop, and on a machine with few cores this
+	// work takes the CPUs they need (100 threads stayed stopped a median
+	// 16 ms with it overlapped, 9 ms with it done first; end to end the
+	// same: 15 and 21 interleaved runs, 2 cores, load ~5).
 	//
-	// The thread list, read once (the stop checks the kernel's thread
-	// count for threads started since), and whether the target runs a
-	// Python interpreter are found meanwhile on another goroutine.
-	type ahead struct {
-		tids []int
-		err  error
-		buf  []byte
-		py   *cpython.Sampling
-	}
-	prec := make(chan ahead, 1)
-	go func() {
-		var p ahead
-		p.tids, p.err = listThreads(dir)
-		p.buf = populated(prefetchPages(len(p.tids)) * pageSize)
-		if opts != nil && opts.Python && mayRunPython(maps) {
-			if p.py = cpython.NewSampling(); !p.py.AttachMaps(uint32(pid)) {
-				p.py = nil
+	// Whether the target runs a Python interpreter is found meanwhile on
+	// another goroutine.
+	pyc := make(chan *cpython.Sampling, 1)
+	if opts != nil && opts.Python && mayRunPython(maps) {
+		go func() {
+			py := cpython.NewSampling()
+			if !py.AttachMaps(uint32(pid)) {
+				py = nil
 			}
-		}
-		prec <- p
-	}()
+			pyc <- py
+		}()
+	} else {
+		pyc <- nil
+	}
 	mods, set := loadModules(maps, cache, open, image)
-	p := <-prec
-	buf, py := p.buf, p.py
-	defer unix.Munmap(buf) // the page cache holding it lives in this call
+	p, received = <-prec, true
+	py := <-pyc
+	buf := p.buf
+	snap.Name, snap.Cmdline = p.name, p.cmdline
 	snap.Modules = mods
 	if p.err != nil {
 		return nil, fmt.Errorf("snapshot: threads of pid %d: %w", pid, p.err)
@@ -330,9 +355,12 @@ func (m *liveMem) read(buf []byte, iov []unix.RemoteIovec) int {
 // for one).
 const prefetchAbove = 1 << 10
 
-// prefetchPages is how many pages prefetch may read for n threads: the
-// pages holding [sp, sp+prefetchAbove) of each.
-func prefetchPages(n int) int { return n * (1 + (prefetchAbove+pageSize-2)/pageSize) }
+// prefetchPages is how many pages of buffer to fault in for prefetch of
+// n threads: the page holding sp, and the next for the quarter of stacks
+// (prefetchAbove/pageSize) whose sp lies so close to its page's end that
+// [sp, sp+prefetchAbove) crosses into it, with room for chance. Pages
+// past the buffer are read into the heap.
+func prefetchPages(n int) int { return n + n*prefetchAbove/pageSize*3/2 + 4 }
 
 // threadCount returns the number of threads of /proc/PID (num_threads of
 // its stat), 0 if unknown.
@@ -399,11 +427,12 @@ func prefetch(lm *liveMem, mem *pageCache, addrs []uint64, buf []byte) {
 			}
 		}
 	}
-	if len(buf) < len(iov)*pageSize {
-		buf = make([]byte, len(iov)*pageSize)
-	}
 	for len(iov) > 0 {
-		n := min(len(iov), maxIov)
+		n := min(len(iov), maxIov, len(buf)/pageSize)
+		if n == 0 { // buf is used up: the rest go to the heap
+			buf = make([]byte, min(len(iov), maxIov)*pageSize)
+			continue
+		}
 		pages := lm.read(buf[:n*pageSize], iov[:n]) / pageSize
 		for i := 0; i < pages; i++ {
 			mem.pages[uint64(iov[i].Base)] = buf[i*pageSize : (i+1)*pageSize : (i+1)*pageSize]
