@@ -94,7 +94,9 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	case *minidump != "" || *writeDump != "":
 		snap, err = snapshotDump(*pid, *minidump, *writeDump, opts)
 	default:
+		restore := quietStopSignals()
 		snap, err = snapshot.Process(*pid, opts)
+		restore()
 	}
 	if err != nil {
 		return err
