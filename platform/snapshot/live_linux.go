@@ -54,6 +54,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		err           error
 		buf           []byte
 		name, cmdline string
+		contended     bool
 	}
 	prec := make(chan ahead, 1)
 	go func() {
@@ -61,6 +62,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		p.tids, p.err = listThreads(dir)
 		p.buf = populated(prefetchPages(len(p.tids)) * pageSize)
 		p.name = readComm(dir)
+		p.contended = cpuContended()
 		if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
 			p.cmdline = strings.TrimRight(string(b), "\x00")
 		}
@@ -154,7 +156,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	st := &stopper{pid: pid, dir: dir, tids: p.tids}
+	st := &stopper{pid: pid, dir: dir, tids: p.tids, contended: p.contended}
 	defer st.release()
 	start := time.Now()
 	if err := st.stopAll(); err != nil {

@@ -80,11 +80,12 @@ func TestProcessChurn(t *testing.T) {
 }
 
 // manyTracers makes the stopper use a tracer thread per CPU (up to its
-// cap) however few threads there are, until t ends.
+// cap) however few threads there are and however busy the CPUs, until t
+// ends.
 func manyTracers(t *testing.T) {
-	old := minPerTracer
-	minPerTracer = 1
-	t.Cleanup(func() { minPerTracer = old })
+	old, oldIgnore := minPerTracer, ignoreContention
+	minPerTracer, ignoreContention = 1, true
+	t.Cleanup(func() { minPerTracer, ignoreContention = old, oldIgnore })
 }
 
 // maxTid returns the highest tid of pid other than not.
