@@ -45,6 +45,14 @@ func runSnapshot(cfg *config) ([]row, error) {
 	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", fixture, src).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gcc: %v\n%s", err, out)
 	}
+	// The floor: a C tracer that only stops the threads and reads their
+	// registers (benchmarks/testdata/ptfloor.c).
+	floor := filepath.Join(cfg.work, "ptfloor")
+	root := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(src))))
+	floorSrc := filepath.Join(root, "benchmarks", "testdata", "ptfloor.c")
+	if out, err := exec.Command("gcc", "-O2", "-o", floor, floorSrc).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("gcc %s: %v\n%s", floorSrc, err, out)
+	}
 	cli, err := buildCLI(cfg)
 	if err != nil {
 		return nil, err
@@ -105,6 +113,9 @@ func runSnapshot(cfg *config) ([]row, error) {
 		// stopped.
 		{name: "rawstack-stats", args: []string{cli, "snapshot", "-p", pid, "--stats"}},
 		{name: "eu-stack", args: []string{"eu-stack", "-p", pid}},
+		// The ptrace floor, detaching each thread, and exiting instead.
+		{name: "floor-detach", args: []string{floor, pid, "detach"}},
+		{name: "floor-exit", args: []string{floor, pid, "exit"}},
 		{name: "gdb", args: []string{"gdb", "-batch", "-nx", "-p", pid, "-ex", "thread apply all bt"}},
 	}
 	warmCache := filepath.Join(cfg.work, "snapshot-cache")
@@ -156,6 +167,13 @@ func runSnapshot(cfg *config) ([]row, error) {
 	var coldLib, warm, stopped, cliStopped, pairs, coldPairs []float64
 	for i := 0; i < runs; i++ {
 		runTool(byName["rawstack-help"])
+		if i%2 == 0 {
+			runTool(byName["floor-detach"])
+			runTool(byName["floor-exit"])
+		} else {
+			runTool(byName["floor-exit"])
+			runTool(byName["floor-detach"])
+		}
 		runTool(byName["rawstack-nosym"])
 		st := byName["rawstack-stats"]
 		runTool(st)
@@ -242,6 +260,9 @@ func runSnapshot(cfg *config) ([]row, error) {
 		{Scenario: "snapshot", Metric: "ms end to end, 100 threads, symbolized", Rawstack: median(raw.ms), Peer: "gdb thread apply all bt", PeerVal: median(gdb.ms), Better: "lower", Note: note(gdb)},
 		{Scenario: "snapshot", Metric: "ms threads stopped, CLI", Rawstack: median(cliStopped), Better: "lower", Note: "first PTRACE_SEIZE to last detach, rawstack snapshot --stats (runs of their own)"},
 		{Scenario: "snapshot", Metric: "ms process start, rawstack help", Rawstack: median(byName["rawstack-help"].ms), Better: "lower", Note: "the floor under the end-to-end figures"},
+		{Scenario: "snapshot", Metric: "ms ptrace floor, 100 threads: C tracer, seize+interrupt+wait+regs, detach each", Rawstack: median(byName["floor-detach"].ms), Peer: "eu-stack -p", PeerVal: median(eu.ms), Better: "lower",
+			Note: "benchmarks/testdata/ptfloor.c: no maps, stacks, unwind, names or output; the most any ptrace snapshot tool could be faster than eu-stack here"},
+		{Scenario: "snapshot", Metric: "ms ptrace floor, 100 threads, the kernel detaching at exit", Rawstack: median(byName["floor-exit"].ms), Peer: "eu-stack -p", PeerVal: median(eu.ms), Better: "lower", Note: "the same, exiting with the threads attached"},
 		{Scenario: "snapshot", Metric: "ms library call, cold tables", Rawstack: median(coldLib), Better: "lower", Note: "snapshot.Process, nothing cached"},
 		{Scenario: "snapshot", Metric: "ms library call, warm tables", Rawstack: median(warm), Better: "lower", Note: "snapshot.Process with a TableCache"},
 		{Scenario: "snapshot", Metric: "ms threads stopped, library", Rawstack: median(stopped), Better: "lower", Note: "first PTRACE_SEIZE to last detach, warm library call"},
