@@ -90,8 +90,10 @@ func runSnapshot(cfg *config) ([]row, error) {
 	// per-round ratios eu-stack/rawstack, each round running the two
 	// back to back, in alternating order (A B, B A, ...), so load that
 	// comes and goes falls on both sides of a pair.
-	// gdb takes about a second a run: 11 of them, 3 with -short.
-	runs, gdbRuns := 15, 11
+	// gdb takes about a second a run: 11 of them, 3 with -short. A
+	// round without gdb takes ~0.1 s, and on a shared machine single
+	// pair ratios ranged from 3.6x to 33x: 25 rounds.
+	runs, gdbRuns := 25, 11
 	if cfg.short {
 		runs, gdbRuns = 11, 3
 	}
@@ -245,6 +247,14 @@ func runSnapshot(cfg *config) ([]row, error) {
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	loadNote := "loadavg " + strings.Join(strings.Fields(string(load))[:3], " ")
+	// CPU pressure: the share of the last 10 s in which tasks waited
+	// for a CPU, which the snapshot itself consults (one tracer thread
+	// when the CPUs are contended).
+	if b, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 1 && f[0] == "some" {
+			loadNote += ", CPU pressure " + strings.TrimPrefix(f[1], "avg10=") + "%"
+		}
+	}
 	e2e := fmt.Sprintf("default command, warm symbol-index cache (second run on): median of %d pair ratios %.2fx (goal ≥ 10x); %s",
 		len(pairs), median(pairs), loadNote)
 	coldE2E := fmt.Sprintf("empty symbol-index cache each run (first run): median of %d pair ratios %.2fx", len(coldPairs), median(coldPairs))
