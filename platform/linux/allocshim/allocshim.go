@@ -16,9 +16,16 @@
 package allocshim
 
 import (
+	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
 )
 
 //go:generate sh src/build.sh
@@ -41,14 +48,33 @@ const (
 	RateEnv = "RAWSTACK_ALLOC_RATE"
 )
 
-// Write writes [Object] to a new file in dir (os.TempDir() when empty),
-// readable by every user so that a command run under another user can
-// load it, and returns its path. The caller removes it when the command
-// is gone.
-func Write(dir string) (string, error) {
-	f, err := os.CreateTemp(dir, "rawstack-alloc-*.so")
+// Install returns the path of a file that holds [Object], writing it
+// if it is not there yet: in dir, or when dir is "" in a directory of
+// the system's temporary one for this user (rawstack-UID), readable by
+// every user so that a command run under another user can load it. The
+// file is named by its contents and stays, so that the frames of the
+// sampler in a trace can be symbolized after the recording and that
+// recordings share it. The directory must belong to this user and be
+// writable by no other (another user's file would be preloaded into
+// the command), and a file found there is used only if it holds Object.
+func Install(dir string) (string, error) {
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "rawstack-"+strconv.Itoa(os.Geteuid()))
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("installing the allocation sampler: %w", err)
+		}
+	}
+	if err := private(dir); err != nil {
+		return "", fmt.Errorf("installing the allocation sampler: %w", err)
+	}
+	sum := sha256.Sum256(Object)
+	path := filepath.Join(dir, "librawstack-alloc-"+hex.EncodeToString(sum[:6])+".so")
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, Object) {
+		return path, nil
+	}
+	f, err := os.CreateTemp(dir, ".librawstack-alloc-*")
 	if err != nil {
-		return "", fmt.Errorf("writing the allocation sampler: %w", err)
+		return "", fmt.Errorf("installing the allocation sampler: %w", err)
 	}
 	_, err = f.Write(Object)
 	if err == nil {
@@ -57,9 +83,12 @@ func Write(dir string) (string, error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
 	if err != nil {
 		os.Remove(f.Name())
-		return "", fmt.Errorf("writing the allocation sampler %s: %w", f.Name(), err)
+		return "", fmt.Errorf("installing the allocation sampler %s: %w", path, err)
 	}
-	return f.Name(), nil
+	return path, nil
 }

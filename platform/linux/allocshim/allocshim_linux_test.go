@@ -43,7 +43,7 @@ func TestSampling(t *testing.T) {
 		Inputs: []string{"testdata/sampled.c"},
 		Out:    "sampled",
 	})
-	so, err := Write(t.TempDir())
+	so, err := Install("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +87,13 @@ func TestSampling(t *testing.T) {
 	}
 }
 
-// TestWrite: the written object is Object, readable by all.
-func TestWrite(t *testing.T) {
-	p, err := Write(t.TempDir())
+// TestInstall: the installed object is Object, readable by all, found
+// again by a second Install; a directory other users can write to is
+// refused, and a file there that is not Object is replaced.
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	p, err := Install(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,5 +103,18 @@ func TestWrite(t *testing.T) {
 	}
 	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o644 {
 		t.Errorf("%s: mode %v, want 0644", p, fi.Mode())
+	}
+	os.WriteFile(p, []byte("not the sampler"), 0o644)
+	if p2, err := Install(dir); err != nil || p2 != p {
+		t.Fatalf("second Install: %s, %v; want %s", p2, err, p)
+	}
+	if b, _ := os.ReadFile(p); !bytes.Equal(b, Object) {
+		t.Errorf("a file that was not Object was kept")
+	}
+	os.Chmod(dir, 0o777)
+	if _, err := Install(dir); err == nil {
+		t.Errorf("Install into a directory writable by all: no error")
+	} else {
+		t.Log(err)
 	}
 }

@@ -16,7 +16,7 @@ esac
 cd "$(dirname "$0")"
 clang -O2 -fPIC -shared -fvisibility=hidden -ftls-model=initial-exec -fno-builtin \
 	-fno-omit-frame-pointer -fno-stack-protector -fno-ident -fdebug-prefix-map="$PWD"=. \
-	-fuse-ld=lld -Wl,-soname,librawstack-alloc.so -Wl,--build-id=sha1 -Wl,-z,now -Wl,--hash-style=both \
+	-Wl,-soname,librawstack-alloc.so -Wl,--build-id=sha1 -Wl,-z,now -Wl,--hash-style=both \
 	-Wall -Werror -o "$out.tmp" shim.c
 llvm-strip --strip-debug "$out.tmp"
 mv "$out.tmp" "$out"
