@@ -110,9 +110,13 @@ static void run(const char *who)
 		pthread_create(&t[i], NULL, work, NULL);
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(t[i], NULL);
+	/* printf allocates (stdout's buffer), which may be sampled: not
+	 * under mu. */
 	pthread_mutex_lock(&mu);
-	printf("%s %.0f %.0f %ld %ld\n", who, allocated, live, bad_frees, sampled_n);
+	double a = allocated, l = live;
+	long b = bad_frees, n = sampled_n;
 	pthread_mutex_unlock(&mu);
+	printf("%s %.0f %.0f %ld %ld\n", who, a, l, b, n);
 	fflush(stdout);
 }
 
