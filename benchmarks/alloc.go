@@ -16,10 +16,10 @@ import (
 // live) under `rawstack record --alloc -- CMD` at the default rate,
 // which preloads the allocation sampler, against heaptrack (LD_PRELOAD
 // interposition of malloc and free, every call recorded). The program's
-// time runs from a stamp taken before it executes itself to the end of
-// its loop, so that its process start (exec, the dynamic loader, the
-// preloaded library) counts, not the recorders' own start-up; the whole
-// command's wall time, which counts that too, is a second row. Rounds
+// time runs from its first function (.preinit_array, before the
+// constructors of what each recorder preloads) to the end of its loop,
+// so that its process start counts but not the recorders' own start-up;
+// the whole command's wall time, which counts that too, is a second row. Rounds
 // interleave the unprofiled run and both recorders (A B C, C B A, ...);
 // each figure is the median over the rounds of the round's ratio.
 //
@@ -65,8 +65,8 @@ func runAlloc(cfg *config) ([]row, error) {
 	}
 	nUprobes := n / 50
 	// times runs cmd and returns the numbers the workload printed (the
-	// loop's ns, then with e2e the ns since its stamp) and the wall time
-	// of the whole command in ns.
+	// loop's ns, then the ns since its start) and the wall time of the
+	// whole command in ns.
 	times := func(cmd *exec.Cmd) ([]float64, float64, error) {
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -102,14 +102,14 @@ func runAlloc(cfg *config) ([]row, error) {
 		var c round
 		sides := []func() error{
 			func() error {
-				v, w, err := times(exec.Command(load, "e2e", ns))
+				v, w, err := times(exec.Command(load, "run", ns))
 				if err == nil && len(v) == 2 {
 					c.base, c.baseWall, c.baseLoop = v[1], w, v[0]
 				}
 				return err
 			},
 			func() error {
-				v, w, err := times(exec.Command(rawstack, "record", "-q", "--alloc", "-o", trace, "--", load, "e2e", ns))
+				v, w, err := times(exec.Command(rawstack, "record", "-q", "--alloc", "-o", trace, "--", load, "run", ns))
 				if err == nil && len(v) == 2 {
 					c.raw, c.rawWall = v[1], w
 				}
@@ -118,7 +118,7 @@ func runAlloc(cfg *config) ([]row, error) {
 		}
 		if htErr == nil {
 			sides = append(sides, func() error {
-				v, w, err := times(exec.Command(heaptrack, "-o", filepath.Join(cfg.work, "alloc.heaptrack"), load, "e2e", ns))
+				v, w, err := times(exec.Command(heaptrack, "-o", filepath.Join(cfg.work, "alloc.heaptrack"), load, "run", ns))
 				if err == nil && len(v) == 2 {
 					c.ht, c.htWall = v[1], w
 				}
@@ -134,7 +134,7 @@ func runAlloc(cfg *config) ([]row, error) {
 			return nil, err
 		}
 		if c.base == 0 || c.raw == 0 {
-			return nil, fmt.Errorf("allocload e2e printed no time since its stamp")
+			return nil, fmt.Errorf("allocload run printed no time since its start")
 		}
 		rs = append(rs, c)
 	}

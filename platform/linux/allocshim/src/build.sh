@@ -5,7 +5,11 @@
 # compares, so the committed object is always the one its source gives.
 # Flags are pinned, with no build paths and no compiler identification
 # in the output, so it is byte for byte the same on any machine with the
-# same clang and C library (Debian 12: clang 14, glibc 2.36).
+# same clang, linker and C library (Debian 12: clang 14, binutils 2.40,
+# glibc 2.36).
+# Linked by GNU ld, not lld: with lld's layout (the text segment's virtual
+# address 4 KiB past its file offset) rawstack's DWARF unwinder found no
+# CFI for the sampler's frames and dropped the caller of the marker.
 # usage: build.sh [OUT]   (default: librawstack-alloc.so next to this script)
 set -eu
 case ${1:-} in

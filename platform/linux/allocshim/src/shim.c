@@ -347,9 +347,11 @@ static int forget(uintptr_t k)
 
 /* A child of fork has copies of its parent's blocks, not allocations of
  * its own: its set starts empty (and unlocked: the fork may have come
- * while another thread of the parent held the lock). */
+ * while another thread of the parent held the lock), and its generator
+ * is seeded again, so that it does not draw its parent's intervals. */
 static void child_after_fork(void)
 {
+	rng = 0;
 	lock = 0;
 	seq = 0;
 	for (int i = 0; i < 64; i++)
