@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rawstack/rawstack/platform/linux/allocshim"
 )
 
 // The alloc scenario (issue 26): the slowdown of an allocation-heavy
@@ -65,8 +67,8 @@ func runAlloc(cfg *config) ([]row, error) {
 	}
 	nUprobes := n / 50
 	// times runs cmd and returns the numbers the workload printed (the
-	// loop's ns, then the ns since its start) and the wall time of the
-	// whole command in ns.
+	// loop's ns, the ns since its start, its CPU ns) and the wall time of
+	// the whole command in ns.
 	times := func(cmd *exec.Cmd) ([]float64, float64, error) {
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -94,7 +96,18 @@ func runAlloc(cfg *config) ([]row, error) {
 		}
 		return nil, 0, fmt.Errorf("%s printed no times: %q", strings.Join(cmd.Args, " "), out.String())
 	}
-	type round struct{ base, raw, ht, baseWall, rawWall, htWall, baseLoop, upLoop float64 }
+	// The sampler alone, preloaded without a recorder (its markers are
+	// then not probed): the floor of the preloaded path's cost.
+	shim, err := allocshim.Install(cfg.work)
+	if err != nil {
+		return nil, err
+	}
+	type round struct {
+		base, raw, ht, shim             float64 // wall ns from the process's start
+		baseCPU, rawCPU, htCPU, shimCPU float64 // its CPU time
+		baseWall, rawWall, htWall       float64 // the whole command's
+		baseLoop, upLoop                float64
+	}
 	var rs []round
 	trace := filepath.Join(cfg.work, "alloc.rawstack")
 	ns := strconv.Itoa(n)
@@ -103,24 +116,33 @@ func runAlloc(cfg *config) ([]row, error) {
 		sides := []func() error{
 			func() error {
 				v, w, err := times(exec.Command(load, "run", ns))
-				if err == nil && len(v) == 2 {
-					c.base, c.baseWall, c.baseLoop = v[1], w, v[0]
+				if err == nil && len(v) == 3 {
+					c.base, c.baseCPU, c.baseWall, c.baseLoop = v[1], v[2], w, v[0]
 				}
 				return err
 			},
 			func() error {
 				v, w, err := times(exec.Command(rawstack, "record", "-q", "--alloc", "-o", trace, "--", load, "run", ns))
-				if err == nil && len(v) == 2 {
-					c.raw, c.rawWall = v[1], w
+				if err == nil && len(v) == 3 {
+					c.raw, c.rawCPU, c.rawWall = v[1], v[2], w
 				}
 				return err
 			},
 		}
+		sides = append(sides, func() error {
+			cmd := exec.Command(load, "run", ns)
+			cmd.Env = append(os.Environ(), "LD_PRELOAD="+shim)
+			v, _, err := times(cmd)
+			if err == nil && len(v) == 3 {
+				c.shim, c.shimCPU = v[1], v[2]
+			}
+			return err
+		})
 		if htErr == nil {
 			sides = append(sides, func() error {
 				v, w, err := times(exec.Command(heaptrack, "-o", filepath.Join(cfg.work, "alloc.heaptrack"), load, "run", ns))
-				if err == nil && len(v) == 2 {
-					c.ht, c.htWall = v[1], w
+				if err == nil && len(v) == 3 {
+					c.ht, c.htCPU, c.htWall = v[1], v[2], w
 				}
 				return err
 			})
@@ -152,6 +174,13 @@ func runAlloc(cfg *config) ([]row, error) {
 			row{Scenario: "alloc", Metric: "target slowdown, record --alloc -- CMD (preloaded sampler, default rate)", Rawstack: preload, Peer: "heaptrack", PeerVal: medianBy(rs, func(c round) float64 { return c.ht / c.base }), Better: "lower", Note: "goal <= 1.1 and below heaptrack's"},
 			row{Scenario: "alloc", Metric: "whole-command slowdown (recorder start-up included)", Rawstack: preloadWall, Peer: "heaptrack", PeerVal: medianBy(rs, func(c round) float64 { return c.htWall / c.baseWall }), Better: "lower"})
 	}
+	cpuRow := row{Scenario: "alloc", Metric: "target CPU time ratio, record --alloc -- CMD", Rawstack: medianBy(rs, func(c round) float64 { return c.rawCPU / c.baseCPU }), Better: "lower", Note: "less sensitive to other load than wall time"}
+	if htErr == nil {
+		cpuRow.Peer, cpuRow.PeerVal = "heaptrack", medianBy(rs, func(c round) float64 { return c.htCPU / c.baseCPU })
+	}
+	rows = append(rows, cpuRow,
+		row{Scenario: "alloc", Metric: "target slowdown, the sampler preloaded without a recorder", Rawstack: medianBy(rs, func(c round) float64 { return c.shim / c.base }), Better: "lower", Note: "the preloaded path's floor"},
+		row{Scenario: "alloc", Metric: "target CPU time ratio, the sampler preloaded without a recorder", Rawstack: medianBy(rs, func(c round) float64 { return c.shimCPU / c.baseCPU }), Better: "lower"})
 	rows = append(rows, row{Scenario: "alloc", Metric: "loop slowdown, record --alloc -p PID (uprobes on every call)", Rawstack: medianBy(rs, func(c round) float64 { return (c.upLoop / float64(nUprobes)) / (c.baseLoop / float64(n)) }), Better: "lower", Note: "a running process cannot be preloaded"})
 	hold, err := buildC(cfg, "allochold.c", "-O2", "-g")
 	if err != nil {

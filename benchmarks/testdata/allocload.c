@@ -6,7 +6,9 @@
  *   run   prints the loop's nanoseconds, then the nanoseconds from the
  *         process's start to the end of the loop: from its first
  *         function (.preinit_array, which runs before the constructors
- *         of every library, what a profiler preloads included) on.
+ *         of every library, what a profiler preloads included) on; then
+ *         the CPU time the process used until then (user and system,
+ *         which counts a profiler's work in its probes).
  *   wait  waits until malloc carries a breakpoint (a recorder attached
  *         by pid has put its uprobe there), then runs; prints the loop's
  *         nanoseconds. */
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +80,12 @@ int main(int argc, char **argv)
 	long long b = now();
 	if (strcmp(argv[1], "wait") == 0)
 		printf("%lld\n", b - a);
-	else
-		printf("%lld %lld\n", b - a, b - start);
+	else {
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		long long cpu = (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+				(long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
+		printf("%lld %lld %lld\n", b - a, b - start, cpu);
+	}
 	return 0;
 }
