@@ -153,6 +153,16 @@ type Config struct {
 	NoPython bool
 }
 
+// How Config.Alloc samples (Stats.AllocMode). A launched command gets
+// the allocation sampler preloaded (LD_PRELOAD): it samples in the
+// process and traps into the kernel for sampled allocations only. A
+// running process (Pid, System) cannot be preloaded: uprobes on its
+// allocator trap on every call.
+const (
+	AllocPreload = "the preloaded sampler (LD_PRELOAD)"
+	AllocUprobes = "uprobes on every allocator call"
+)
+
 // DefaultAllocRate is Config.AllocRate's default: 512 KiB, the Go
 // runtime's MemProfileRate.
 const DefaultAllocRate = 512 << 10
@@ -331,4 +341,8 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+
+	// AllocMode says how Config.Alloc samples allocations, "" without
+	// it: AllocPreload or AllocUprobes.
+	AllocMode string
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -17,17 +18,131 @@ import (
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/ebpf"
+	"github.com/rawstack/rawstack/symbolizer"
 )
 
 // TestAllocNative: a C program that allocates and frees 1 GiB in one
 // chain (main → churn) and keeps 128 MiB in another (main → keep),
 // recorded with Alloc at the default rate, gives those figures ±15% as
-// alloc_space of the first and inuse_space of the second.
+// alloc_space of the first and inuse_space of the second. Launched, it
+// is sampled by the preloaded sampler.
 func TestAllocNative(t *testing.T) {
 	needBPF(t)
 	bin := buildFixture(t, "allocs")
-	stream := recordBPF(t, Options{Alloc: true}, exec.Command(bin))
-	p := symbolize(t, stream)
+	stream, st := recordAlloc(t, bin, false)
+	if st.AllocMode != platform.AllocPreload {
+		t.Errorf("a launched command sampled by %q, want %q", st.AllocMode, platform.AllocPreload)
+	}
+	checkAllocFigures(t, symbolize(t, stream))
+}
+
+// TestAllocAllocators: the same figures for the allocs fixture linked
+// against jemalloc and tcmalloc (Debian's libjemalloc2,
+// libtcmalloc-minimal4) and glibc's, launched (the preloaded sampler
+// passes the calls to the program's allocator) and attached to while it
+// runs (uprobes on the allocator the process maps).
+func TestAllocAllocators(t *testing.T) {
+	needBPF(t)
+	for _, a := range []struct{ name, lib, path string }{
+		{"glibc", "", ""},
+		{"jemalloc", "-ljemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
+		{"tcmalloc", "-l:libtcmalloc_minimal.so.4", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			bin := buildFixture(t, "allocs")
+			if a.lib != "" {
+				if _, err := os.Stat(a.path); err != nil {
+					testbuild.Skip(t, "%s is not installed (Debian: libjemalloc-dev, libtcmalloc-minimal4)", a.path)
+				}
+				bin = testbuild.Build(t, testbuild.Cmd{
+					Tool:   "cc",
+					Args:   []string{"-O2", "-g", "-fomit-frame-pointer", "-o", "{dir}/allocs-" + a.name, "{in0}", "-Wl,--no-as-needed", a.lib},
+					Inputs: []string{"testdata/allocs.c"},
+					Out:    "allocs-" + a.name,
+				})
+			}
+			for _, attach := range []bool{false, true} {
+				mode := platform.AllocPreload
+				if attach {
+					mode = platform.AllocUprobes
+				}
+				if a.name == "glibc" && !attach {
+					continue // TestAllocNative
+				}
+				t.Run(mode, func(t *testing.T) {
+					stream, st := recordAlloc(t, bin, attach)
+					if st.AllocMode != mode {
+						t.Errorf("sampled by %q, want %q", st.AllocMode, mode)
+					}
+					checkAllocFigures(t, symbolize(t, stream))
+				})
+			}
+		})
+	}
+}
+
+// recordAlloc records the allocs fixture bin with Alloc: launched, or
+// (attach) started with "wait" and attached to by pid before it
+// allocates.
+func recordAlloc(t *testing.T, bin string, attach bool) ([]byte, Stats) {
+	t.Helper()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Streams: []io.Writer{&out}}
+	var next io.WriteCloser
+	var target *exec.Cmd
+	exited := make(chan struct{})
+	if attach {
+		target = exec.Command(bin, "wait")
+		stdout, err := target.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next, err = target.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := target.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			target.Process.Kill()
+			<-exited
+		}()
+		line := make([]byte, 6)
+		if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "ready\n" {
+			t.Fatalf("%s wait: %q, %v", bin, line, err)
+		}
+		opts.Pid = target.Process.Pid
+	} else {
+		opts.Command = exec.Command(bin)
+	}
+	tr, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attach {
+		if _, err := next.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		go func() { target.Wait(); close(exited) }() // reaped: the tracer sees it gone
+		<-tr.Done()
+		if err := tr.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := tr.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	st := tr.Stats()
+	t.Logf("stats %+v", st)
+	return out.Bytes(), st
+}
+
+// checkAllocFigures checks the allocs fixture's figures: main → churn
+// allocates 1 GiB in 65 536 blocks and frees them, main → keep
+// allocates and keeps 128 MiB in 128 blocks, ±15%.
+func checkAllocFigures(t *testing.T, p *symbolizer.Profile) {
+	t.Helper()
 	if !p.Memory {
 		t.Fatal("the trace has no allocation samples")
 	}
@@ -38,7 +153,8 @@ func TestAllocNative(t *testing.T) {
 			continue
 		}
 		fns, _ := names(p, s)
-		// fns: malloc (libc), then the program's frames.
+		// fns: malloc (the allocator's, or the sampler's and its
+		// marker), then the program's frames.
 		var site string
 		for i, f := range fns {
 			if (f == "churn" || f == "keep") && i+1 < len(fns) && fns[i+1] == "main" {

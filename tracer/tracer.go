@@ -217,6 +217,10 @@ type Stats struct {
 	// filled in); PythonWarning names interpreters found but not read.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// AllocMode says how Options.Alloc samples allocations ("" without
+	// it): platform.AllocPreload for a launched command, into which the
+	// sampler is preloaded; platform.AllocUprobes for a running process.
+	AllocMode string
 }
 
 // backend is what a per-OS back end provides.
@@ -505,6 +509,7 @@ func (t *Tracer) Stats() Stats {
 		PythonSamples: bs.PythonSamples,
 		PythonCut:     bs.PythonCut,
 		PythonWarning: bs.PythonWarning,
+		AllocMode:     bs.AllocMode,
 	}
 }
 

@@ -2,8 +2,12 @@
  * sampler: main -> churn allocates and frees 1 GiB in 16 KiB blocks;
  * main -> keep allocates 128 MiB in 1 MiB blocks and keeps them until the
  * program exits. Built without frame pointers: the stacks come from the
- * CFI unwinder. With an argument ("loop") it churns again and again
- * until it is killed, for recorders that attach to a running process. */
+ * CFI unwinder. With an argument "loop" it churns again and again
+ * until it is killed, for recorders that attach to a running process;
+ * with "wait" it prints "ready" and waits for a line on its standard
+ * input before it churns and keeps once, so that a recorder can attach
+ * in between. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,9 +43,16 @@ __attribute__((noinline)) void keep(void)
 
 int main(int argc, char **argv)
 {
-	(void)argv;
-	while (argc > 1)
-		churn();
+	if (argc > 1 && strcmp(argv[1], "wait") == 0) {
+		char line[16];
+		printf("ready\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+	} else {
+		while (argc > 1)
+			churn();
+	}
 	churn();
 	keep();
 	sink = kept[3][0];

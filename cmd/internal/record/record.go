@@ -142,6 +142,9 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
+	if st.AllocMode != "" {
+		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s, one per %d bytes on average\n", st.AllocMode, allocRate(rf.AllocRate))
+	}
 	if st.PythonSamples > 0 || st.PythonCut > 0 {
 		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames (%d Python chains cut short by a check)\n", st.PythonSamples, st.PythonCut)
 	}
@@ -330,4 +333,12 @@ func (p *progress) clear() {
 	if p.shown {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
+}
+
+// allocRate is --alloc-rate, or its default.
+func allocRate(r int) int {
+	if r <= 0 {
+		return platform.DefaultAllocRate
+	}
+	return r
 }

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/allocshim"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
@@ -153,6 +156,80 @@ func (p *programs) attachAlloc(lib string, pid int) error {
 		l, err = ex.Uretprobe(a.sym, p.coll.Programs["alloc_return"], opts)
 		if err != nil {
 			return fmt.Errorf("uretprobe on %s in %s: %w", a.sym, lib, err)
+		}
+		p.links = append(p.links, l)
+	}
+	return nil
+}
+
+// preload installs the allocation sampler (package allocshim) and puts
+// it first in cmd's LD_PRELOAD, with the sampling rate in
+// its environment. First, so that the next allocator the sampler finds
+// (RTLD_NEXT) is the one the command would have called, a jemalloc of
+// its own LD_PRELOAD included.
+func (s *Session) preload(cmd *exec.Cmd) error {
+	path, err := allocshim.Install("")
+	if err != nil {
+		return err
+	}
+	rate := s.Config().AllocRate
+	if rate <= 0 {
+		rate = platform.DefaultAllocRate
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	pre := path
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		switch {
+		case strings.HasPrefix(kv, "LD_PRELOAD="):
+			if v := strings.TrimPrefix(kv, "LD_PRELOAD="); v != "" {
+				pre += ":" + v
+			}
+		case strings.HasPrefix(kv, allocshim.RateEnv+"="):
+		default:
+			out = append(out, kv)
+		}
+	}
+	cmd.Env = append(out, "LD_PRELOAD="+pre, fmt.Sprintf("%s=%d", allocshim.RateEnv, rate))
+	s.bpf.shim = path
+	return nil
+}
+
+// preloadable checks that process pid, stopped at exec, runs a dynamic
+// loader that will preload the sampler: a statically linked binary has
+// none (nor an allocator library uprobes could be put on).
+func preloadable(pid int) error {
+	exe, _ := os.Readlink(procfs.Dir(pid) + "/exe")
+	f, err := elf.Open(procfs.Dir(pid) + "/exe")
+	if err != nil {
+		return &AllocatorError{Pid: pid, Binary: exe, Reason: err.Error()}
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return nil
+		}
+	}
+	return &AllocatorError{Pid: pid, Binary: exe, Reason: "the binary is statically linked: the allocation sampler cannot be preloaded into it, nor uprobes put on its allocator"}
+}
+
+// attachShim puts the sampler's programs on its two markers in the file
+// at path. Every process that maps the file is probed — the command, the
+// children that inherit its LD_PRELOAD, and the commands of other
+// recordings of this user — and the programs keep the selected ones
+// (the others pay a trap per sampled allocation only).
+func (p *programs) attachShim(path string) error {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return fmt.Errorf("opening the allocation sampler %s: %w", path, err)
+	}
+	for _, a := range []struct{ sym, prog string }{{allocshim.AllocSymbol, "shim_alloc"}, {allocshim.FreeSymbol, "shim_free"}} {
+		l, err := ex.Uprobe(a.sym, p.coll.Programs[a.prog], nil)
+		if err != nil {
+			return fmt.Errorf("uprobe on %s in %s: %w", a.sym, path, err)
 		}
 		p.links = append(p.links, l)
 	}

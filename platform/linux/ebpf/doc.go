@@ -114,36 +114,56 @@
 //
 // # Allocations
 //
-// With Config.Alloc, uprobes (the kernel's uprobe PMU, through
-// cilium/ebpf's link.OpenExecutable) go on the allocator the target
-// calls: the library among libjemalloc, libtcmalloc and libc.so.6 that
-// its /proc/PID/maps shows, or, for a command stopped at exec before
-// its loader ran, that its DT_NEEDED names (searched along its
-// RUNPATH, LD_LIBRARY_PATH and the loader's default directories); a
-// statically linked binary has none and is refused with an
-// [AllocatorError] naming it. malloc, calloc, realloc, posix_memalign
-// and aligned_alloc get a program at entry and one at return, free one
-// at entry. The entry program draws whether the call holds the next
-// sampled byte (bytes between samples are exponential with mean
-// AllocRate, drawn per CPU as -ln U times the rate, U's logarithm from
-// its top bit and a table of the next 8 bits), and for a sampled call
-// copies the stack at the allocator's entry, where the caller's frame is
-// still whole, into the ring; the return program puts the block into a
-// BPF hash map and writes its address. Only frees of blocks in that map
-// reach the ring. The host unwinds the stack as a CPU sample's and
-// reports the allocation, weighted by size/p and 1/p with
-// p = 1-exp(-size/AllocRate), to the handler's [platform.AllocHandler].
+// With Config.Alloc, a launched command gets the allocation sampler of
+// package allocshim preloaded (LD_PRELOAD, first in the list, with
+// RAWSTACK_ALLOC_RATE): it passes every allocator call to the next
+// allocator (glibc's, jemalloc's, tcmalloc's, an LD_PRELOADed one) and
+// draws per thread, with the Poisson process below, whether the call
+// holds the next sampled byte. Only a sampled allocation calls
+// rawstack_alloc_sampled(block, size), where shim_alloc copies the stack
+// into the ring and writes the block at once; the sampler keeps its
+// sampled blocks and calls rawstack_free_sampled(block) for their frees
+// only (shim_free). Those two uprobes go on the sampler's file for every
+// process that maps it; the programs keep the selected ones, so the
+// command's children are recorded too. The markers are a 5-byte nop, so
+// that a kernel that optimizes such uprobes (6.18 here) enters through a
+// trampoline and a system call instead of a breakpoint trap.
 //
-// Costs: the recorder keeps nothing per live block (the map, not
-// preallocated, holds up to 2^20). Each probed call is a trap into the
-// kernel — malloc two, free one — which is what the target pays: the
-// fixture's 65 536 malloc/free pairs of 16 KiB, 5 ms unprofiled, took
-// 2.4-3 s on this machine (2 vCPUs shared with other jobs), heaptrack's
-// LD_PRELOAD interposition 0.35-0.46 s; the benchmarks' alloc scenario
-// (malloc, memset and free of 16-4111 bytes, 100-235 ns a round
-// unprofiled) measured 72-192x slowdowns against heaptrack's 11-15x; the
-// recorder's peak RSS was 27.4 MiB with 10^5 and 28.1 MiB with 10^6 live
-// sampled blocks. Uprobes are perf events owned by
-// the recorder's file descriptors, so a recorder killed by SIGKILL
-// leaves none behind. A target's children are not probed.
+// A running process (Open) and the whole host (System) cannot be
+// preloaded: uprobes (the kernel's uprobe PMU, through cilium/ebpf's
+// link.OpenExecutable) go on the allocator the target calls, for that
+// process only (its children are not probed): the library among
+// libjemalloc, libtcmalloc and libc.so.6 that its /proc/PID/maps shows
+// (the host's libc.so.6 with System). malloc, calloc, realloc,
+// posix_memalign and aligned_alloc get a program at entry and one at
+// return, free one at entry. The entry program draws whether the call
+// holds the next sampled byte (bytes between samples are exponential
+// with mean AllocRate, drawn per CPU as -ln U times the rate, U's
+// logarithm from its top bit and a table of the next 8 bits), and for a
+// sampled call copies the stack at the allocator's entry, where the
+// caller's frame is still whole, into the ring; the return program puts
+// the block into a BPF hash map and writes its address. Only frees of
+// blocks in that map reach the ring.
+//
+// Either way a statically linked binary is refused with an
+// [AllocatorError] naming it, and the host unwinds the stack as a CPU
+// sample's and reports the allocation, weighted by size/p and 1/p with
+// p = 1-exp(-size/AllocRate), to the handler's [platform.AllocHandler];
+// [Session.Stats] says which way (platform.AllocPreload or
+// platform.AllocUprobes).
+//
+// Costs: the recorder keeps nothing per live block (the sampler's set,
+// in the target, holds up to 2^21; the BPF map, not preallocated, up to
+// 2^20). Under uprobes each probed call is a trap into the kernel —
+// malloc two, free one: the benchmarks' alloc scenario (malloc, memset
+// and free of 16-4111 bytes, about 80 ns a round unprofiled) measured
+// 72-192x slowdowns of its loop, heaptrack's LD_PRELOAD interposition
+// 11-15x. Preloaded, an unsampled call costs the sampler a countdown (a
+// look-up in a one-cache-line filter for free) and a jump (4% of the
+// CPU time of that loop); a sampled one a system call and the stack
+// copy, about 2 us of the target's CPU time here (2 vCPUs shared with
+// other jobs), and the free of a sampled block about 1.5 us; the loop,
+// sampled 40 000 times a second, took 1.24x its unprofiled time. Uprobes are
+// perf events owned by the recorder's file descriptors, so a recorder
+// killed by SIGKILL leaves none behind.
 package ebpf

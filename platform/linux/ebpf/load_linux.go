@@ -106,6 +106,8 @@ func load(spec bpfSpec) (*programs, error) {
 			delete(cs.Programs, a.prog)
 		}
 		delete(cs.Programs, "alloc_return")
+		delete(cs.Programs, "shim_alloc")
+		delete(cs.Programs, "shim_free")
 	}
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),

@@ -68,7 +68,11 @@ type bpfState struct {
 	offFree    []*offStack
 
 	alloc *allocState // Config.Alloc (allocrec_linux.go)
-	h     platform.Handler
+	// shim is the allocation sampler's file that a launched command
+	// preloads; shimUsed says its markers are probed.
+	shim     string
+	shimUsed bool
+	h        platform.Handler
 }
 
 type offStack struct {
@@ -141,8 +145,18 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 // attaches to it and lets it run. The caller must not call cmd.Wait: the
 // session reaps the command; [tracking.Tracker.ExitErr] reports how it
 // ended.
+//
+// With cfg.Alloc, the command gets the allocation sampler preloaded
+// (package allocshim, through LD_PRELOAD), which samples in the process:
+// the recorder's uprobes are on the sampler's two markers instead of on
+// every allocator call.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := newSession(cfg, h)
+	if cfg.Alloc {
+		if err := s.preload(cmd); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.Launch(cmd, s.attach, s.Close); err != nil {
 		return nil, err
 	}
@@ -170,6 +184,18 @@ func (s *Session) Run(ctx context.Context) error { return s.Tracker.Run(ctx, s.R
 func (s *Session) Close() error {
 	s.bpf.close()
 	return s.Tracker.Close()
+}
+
+// Stats returns the running totals, with how allocations are sampled.
+func (s *Session) Stats() platform.Stats {
+	st := s.Tracker.Stats()
+	if a := s.bpf.alloc; a != nil {
+		st.AllocMode = platform.AllocUprobes
+		if s.bpf.shimUsed {
+			st.AllocMode = platform.AllocPreload
+		}
+	}
+	return st
 }
 
 // attach loads the BPF programs, opens one cpu-clock perf event per CPU
@@ -225,7 +251,15 @@ func (s *Session) attach() (err error) {
 			return err
 		}
 	}
-	if b.alloc != nil {
+	if b.alloc != nil && b.shim != "" {
+		if err := preloadable(s.Pid()); err != nil {
+			return err
+		}
+		if err := b.progs.attachShim(b.shim); err != nil {
+			return err
+		}
+		b.shimUsed = true
+	} else if b.alloc != nil {
 		pid := s.Pid()
 		lib, err := "", error(nil)
 		if s.System() {

@@ -235,21 +235,32 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 	__u64 *regs = (__u64 *)(s->buf + REGS_OFF);
 	bool user = h->pid != 0 && !(BPF_CORE_READ(task, flags) & PF_KTHREAD) && BPF_CORE_READ(task, mm);
 	if (user && !copy_stack && entry_sp) {
-		/* Leaf, the return address at entry_sp, then the walk
-		 * from the caller's frame pointer (its first PC, the
-		 * leaf again, is overwritten). */
-		long u = bpf_get_stack(ctx, s->buf + off + 8, (MAX_USER_PCS - 1) * 8, BPF_F_USER_STACK);
+		/* Recent kernels (6.18 here) know a uprobe at a
+		 * function's entry and put the return address at entry_sp
+		 * second in the walk themselves: then the walk is whole. */
+		__u64 ret = 0;
+		bpf_probe_read_user(&ret, sizeof(ret), (void *)entry_sp);
+		long u = bpf_get_stack(ctx, s->buf + off, MAX_USER_PCS * 8, BPF_F_USER_STACK);
 		if (u < 0)
 			u = 0;
-		if (u > (MAX_USER_PCS - 1) * 8)
-			u = (MAX_USER_PCS - 1) * 8;
+		if (u > MAX_USER_PCS * 8)
+			u = MAX_USER_PCS * 8;
 		u &= ~7L;
-		if (u >= 8) {
-			__u64 ret = 0;
-			bpf_probe_read_user(&ret, sizeof(ret), (void *)entry_sp);
-			*(__u64 *)(s->buf + off) = *(__u64 *)(s->buf + off + 8);
-			*(__u64 *)(s->buf + off + 8) = ret;
-			u += 8;
+		if (u < 16 || *(__u64 *)(s->buf + off + 8) != ret) {
+			/* Else: leaf, the return address at entry_sp, then
+			 * the walk from the caller's frame pointer (its first
+			 * PC, the leaf again, is overwritten). */
+			u = bpf_get_stack(ctx, s->buf + off + 8, (MAX_USER_PCS - 1) * 8, BPF_F_USER_STACK);
+			if (u < 0)
+				u = 0;
+			if (u > (MAX_USER_PCS - 1) * 8)
+				u = (MAX_USER_PCS - 1) * 8;
+			u &= ~7L;
+			if (u >= 8) {
+				*(__u64 *)(s->buf + off) = *(__u64 *)(s->buf + off + 8);
+				*(__u64 *)(s->buf + off + 8) = ret;
+				u += 8;
+			}
 		}
 		h->nuser = u / 8;
 		off += u;
@@ -517,6 +528,55 @@ int alloc_return(struct pt_regs *ctx)
 		}
 	}
 	emit_small(RS_ALLOC_RET, time, addr);
+	return 0;
+}
+
+/* The allocation sampler preloaded into launched programs
+ * (platform/linux/allocshim) samples by bytes itself, with the same
+ * Poisson process as alloc_sampled, and calls
+ * rawstack_alloc_sampled(block, size) for a sampled allocation only: its
+ * stack goes out as an RS_ALLOC record and, the block being known
+ * already, its RS_ALLOC_RET at once. A block of 0 says the sampler's set
+ * of sampled blocks was full: the sample is lost. The sampler keeps the
+ * sampled blocks itself and calls rawstack_free_sampled(block) for their
+ * frees only, so live is not used. */
+SEC("uprobe")
+int shim_alloc(struct pt_regs *ctx)
+{
+	if (!running || !alloc_rate)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!selected(id >> 32))
+		return 0;
+	__u64 addr = ctx->di, size = ctx->si;
+	if (!addr) {
+		count_lost(LOST_ALLOC);
+		return 0;
+	}
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&alloc_scratch, &zero);
+	if (!s)
+		return 0;
+	if (s->busy) {
+		count_lost(LOST_ALLOC);
+		return 0;
+	}
+	s->busy = 1;
+	__u64 now = bpf_ktime_get_ns();
+	emit_in(s, ctx, RS_ALLOC, size, now, 0, ctx->sp);
+	s->busy = 0;
+	emit_small(RS_ALLOC_RET, now, addr);
+	return 0;
+}
+
+SEC("uprobe")
+int shim_free(struct pt_regs *ctx)
+{
+	if (!running || !alloc_rate || !ctx->di)
+		return 0;
+	if (!selected(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	emit_small(RS_FREE, bpf_ktime_get_ns(), ctx->di);
 	return 0;
 }
 

@@ -1,0 +1,94 @@
+// Package allocshim holds the allocation sampler that `rawstack record
+// --alloc -- CMD` preloads into the program it launches: a small shared
+// object (src/shim.c, built by src/build.sh and committed, as the BPF object is)
+// that interposes malloc, calloc, realloc, free, posix_memalign,
+// aligned_alloc, memalign, valloc and pvalloc, passes every call to the
+// allocator the program would have called (glibc's, jemalloc's,
+// tcmalloc's) and samples by bytes itself, per thread, with the Poisson
+// process the BPF programs use. Only a sampled allocation calls
+// [AllocSymbol], and only the free of a sampled block calls
+// [FreeSymbol]: the recorder puts its two uprobes there, so that a call
+// that is not sampled costs a few nanoseconds and no trap into the
+// kernel (package platform/linux/ebpf).
+//
+// A running process (record -p PID, -a) cannot be preloaded: the eBPF
+// back end puts uprobes on its allocator instead, and every call traps.
+package allocshim
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+//go:generate sh src/build.sh
+
+// Object is the sampler's shared object (x86-64, glibc).
+//
+//go:embed src/librawstack-alloc.so
+var Object []byte
+
+const (
+	// AllocSymbol is called with (block, size) for a sampled allocation;
+	// a block of 0 says the sampler's set of sampled blocks was full
+	// (the sample is lost).
+	AllocSymbol = "rawstack_alloc_sampled"
+	// FreeSymbol is called with (block) when a sampled block is freed
+	// (or reallocated).
+	FreeSymbol = "rawstack_free_sampled"
+	// RateEnv is the environment variable that gives the sampler its
+	// mean sampling interval in bytes (default 512 KiB).
+	RateEnv = "RAWSTACK_ALLOC_RATE"
+)
+
+// Install returns the path of a file that holds [Object], writing it
+// if it is not there yet: in dir, or when dir is "" in a directory of
+// the system's temporary one for this user (rawstack-UID), readable by
+// every user so that a command run under another user can load it. The
+// file is named by its contents and stays, so that the frames of the
+// sampler in a trace can be symbolized after the recording and that
+// recordings share it. The directory must belong to this user and be
+// writable by no other (another user's file would be preloaded into
+// the command), and a file found there is used only if it holds Object.
+func Install(dir string) (string, error) {
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "rawstack-"+strconv.Itoa(os.Geteuid()))
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("installing the allocation sampler: %w", err)
+		}
+	}
+	if err := private(dir); err != nil {
+		return "", fmt.Errorf("installing the allocation sampler: %w", err)
+	}
+	sum := sha256.Sum256(Object)
+	path := filepath.Join(dir, "librawstack-alloc-"+hex.EncodeToString(sum[:6])+".so")
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, Object) {
+		return path, nil
+	}
+	f, err := os.CreateTemp(dir, ".librawstack-alloc-*")
+	if err != nil {
+		return "", fmt.Errorf("installing the allocation sampler: %w", err)
+	}
+	_, err = f.Write(Object)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("installing the allocation sampler %s: %w", path, err)
+	}
+	return path, nil
+}
