@@ -281,6 +281,9 @@ type Sample struct {
 	// did, with ids numbered by the back end from 1.
 	Python     []format.PyFrame
 	NewPyCodes []format.PyCode
+	// PyGIL says whether the thread held its interpreter's GIL when its
+	// Python frames were read.
+	PyGIL format.PyGIL
 }
 
 // Handler receives a back end's events, in order, from one goroutine.

@@ -138,6 +138,7 @@ func TestRecordPython(t *testing.T) {
 					t.Fatal(err)
 				}
 				perLine := map[int64]int64{}
+				var gamma, held int64 // samples in gamma_py; of them, labelled python.gil=held
 				for _, s := range p.Sample {
 					if len(s.Location) == 0 {
 						continue
@@ -149,9 +150,18 @@ func TestRecordPython(t *testing.T) {
 									t.Fatalf("gamma_py in file %q", ln.Function.Filename)
 								}
 								perLine[ln.Line] += s.Value[0]
+								gamma += s.Value[0]
+								if slices.Equal(s.Label["python.gil"], []string{"held"}) {
+									held += s.Value[0]
+								}
 							}
 						}
 					}
+				}
+				// The spinning thread holds the GIL (no other thread asks
+				// for it): its samples carry the label.
+				if gamma == 0 || held < gamma*85/100 {
+					t.Errorf("%d of %d samples in gamma_py are labelled python.gil=held", held, gamma)
 				}
 				t.Logf("gamma_py's samples by line: %v; the line table's lines: %v", perLine, tableLines)
 				var top int64

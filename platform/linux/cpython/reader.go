@@ -48,6 +48,10 @@ type Reader struct {
 	procs map[uint32]*proc
 	ids   map[string]uint64 // code contents → PyCode id
 	Stats Stats
+	// GIL is the hold on the GIL of the thread of the last Frames call:
+	// PyGILHeld when the GIL was locked with the thread's state as its
+	// last holder as the frames were read, PyGILNone otherwise.
+	GIL format.PyGIL
 
 	buf    [512]byte
 	frame  [256]byte
@@ -69,6 +73,7 @@ type proc struct {
 type tstate struct {
 	addr uint64 // 0: none found
 	at   int64  // when a miss was recorded
+	gil  uint64 // absolute address of the GIL of the thread's interpreter, 0 unknown
 }
 
 // codeEntry is a code object read before; it is taken as the same object
@@ -114,7 +119,7 @@ func (r *Reader) Forget(pid uint32) { delete(r.procs, pid) }
 // fails a check is cut there: the frames before the cut are returned.
 func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.PyCode) {
 	p := r.procs[pid]
-	r.frames, r.fresh = r.frames[:0], r.fresh[:0]
+	r.frames, r.fresh, r.GIL = r.frames[:0], r.fresh[:0], format.PyGILNone
 	if p == nil {
 		return nil, nil
 	}
@@ -123,18 +128,19 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 	var frame uint64
 	ok := false
 	if ts.addr != 0 {
-		frame, ok = r.current(pid, tid, l, ts.addr)
+		frame, ok = r.current(pid, tid, l, ts)
 	}
 	if !ok {
 		if known && ts.addr == 0 && t-ts.at < retryMiss {
 			return nil, nil
 		}
-		addr := r.find(pid, tid, p, l)
-		p.tstates[tid] = tstate{addr: addr, at: t}
-		if addr == 0 {
+		ts = r.find(pid, tid, p, l)
+		ts.at = t
+		p.tstates[tid] = ts
+		if ts.addr == 0 {
 			return nil, nil
 		}
-		if frame, ok = r.current(pid, tid, l, addr); !ok {
+		if frame, ok = r.current(pid, tid, l, ts); !ok {
 			return nil, nil
 		}
 	}
@@ -146,12 +152,50 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 	return r.frames, r.fresh
 }
 
+// WaitingGIL reports whether a thread of pid whose native stack is pcs
+// (absolute, leaf first: the pc, then return addresses) is blocked taking
+// the GIL: one of its frames is in the interpreter's take_gil. False when
+// pid has no interpreter or its take_gil is not known (no symbols).
+func (r *Reader) WaitingGIL(pid uint32, pcs []uint64) bool {
+	p := r.procs[pid]
+	if p == nil || len(p.in.takeGIL) == 0 {
+		return false
+	}
+	bias := p.runtime - p.in.runtime
+	for i, pc := range pcs {
+		if i > 0 {
+			pc-- // a return address: the call is before it
+		}
+		for _, rg := range p.in.takeGIL {
+			if pc-bias >= rg[0] && pc-bias < rg[1] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // current reads thread state ts and returns its current frame; false when
-// ts is no longer tid's.
-func (r *Reader) current(pid, tid uint32, l *layout, ts uint64) (uint64, bool) {
+// ts is no longer tid's. The GIL's state is read with the thread state,
+// in the same call, and sets r.GIL.
+func (r *Reader) current(pid, tid uint32, l *layout, ts tstate) (uint64, bool) {
 	n := max(l.tsNativeID, l.tsFrame, l.tsThreadID) + 8
 	b := r.buf[:n]
-	if !r.read(pid, ts, b) || r.tidOf(pid, l, b) != uint64(tid) {
+	if ts.gil != 0 {
+		lo, hi := min(l.gilHolder, l.gilLocked), max(l.gilHolder+8, l.gilLocked+4)
+		g := r.buf[n : n+hi-lo]
+		got := r.read2(pid, ts.addr, int(n), ts.gil+lo, int(hi-lo), r.buf[:n+hi-lo])
+		if got < int(n) {
+			return 0, false
+		}
+		if got == int(n+hi-lo) && le64(g, l.gilHolder-lo) == ts.addr && binary.LittleEndian.Uint32(g[l.gilLocked-lo:]) == 1 {
+			r.GIL = format.PyGILHeld
+		}
+	} else if !r.read(pid, ts.addr, b) {
+		return 0, false
+	}
+	if r.tidOf(pid, l, b) != uint64(tid) {
+		r.GIL = format.PyGILNone
 		return 0, false
 	}
 	frame := le64(b, l.tsFrame)
@@ -178,35 +222,43 @@ func (r *Reader) tidOf(pid uint32, l *layout, b []byte) uint64 {
 	return uint64(binary.LittleEndian.Uint32(t[:]))
 }
 
-// find walks every interpreter's thread list for tid's thread state.
-func (r *Reader) find(pid, tid uint32, p *proc, l *layout) uint64 {
+// find walks every interpreter's thread list for tid's thread state, and
+// finds the GIL of its interpreter.
+func (r *Reader) find(pid, tid uint32, p *proc, l *layout) tstate {
 	b := r.buf[:8]
 	if !r.read(pid, p.runtime+l.interpretersHead, b) {
-		return 0
+		return tstate{}
 	}
 	n := 0
 	for interp := le64(b, 0); interp != 0 && n < maxThreads; n++ {
 		if !r.read(pid, interp+l.threadsHead, b) {
-			return 0
+			return tstate{}
 		}
 		for ts := le64(b, 0); ts != 0 && n < maxThreads; n++ {
 			nb := r.buf[:max(l.tsNext, l.tsNativeID, l.tsThreadID)+8]
 			if !r.read(pid, ts, nb) {
-				return 0
+				return tstate{}
 			}
 			next := le64(nb, l.tsNext)
 			if r.tidOf(pid, l, nb) == uint64(tid) {
-				return ts
+				found := tstate{addr: ts}
+				switch {
+				case l.rtGIL != 0: // 3.8–3.11: one GIL, in the runtime
+					found.gil = p.runtime + l.rtGIL
+				case l.interpGIL != 0 && r.read(pid, interp+l.interpGIL, b): // 3.12+: the interpreter's
+					found.gil = le64(b, 0)
+				}
+				return found
 			}
 			ts = next
 		}
 		// PyInterpreterState.next is the interpreter's first field.
 		if !r.read(pid, interp, b) {
-			return 0
+			return tstate{}
 		}
 		interp = le64(b, 0)
 	}
-	return 0
+	return tstate{}
 }
 
 // walk follows the chain from frame, appending validated frames. Each

@@ -4,6 +4,8 @@ package cpython
 
 import (
 	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -95,14 +97,52 @@ func (s *Sampling) open(pid uint32, path string) fileResult {
 		return fileResult{err: err}
 	}
 	in.progs = loadSegments(f)
+	if !in.KnowsTakeGIL() { // a stripped interpreter (Debian's): its debug file, by build id
+		if d := buildIDDebugFile(f); d != "" {
+			if df, err := elf.Open(d); err == nil {
+				syms, _ := df.Symbols()
+				in.addTakeGIL(syms)
+				df.Close()
+			}
+		}
+	}
 	return fileResult{in: in}
 }
+
+// buildIDDebugFile returns the path of f's separate debug file by its
+// build id (/usr/lib/debug/.build-id/xx/yyyy.debug, where Debian's -dbg
+// and -dbgsym packages put them), "" without a build id.
+func buildIDDebugFile(f *elf.File) string {
+	s := f.Section(".note.gnu.build-id")
+	if s == nil {
+		return ""
+	}
+	b, err := s.Data()
+	if err != nil || len(b) < 16 {
+		return ""
+	}
+	namesz, descsz := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+	start := 12 + (uint64(namesz)+3)&^3
+	if descsz < 2 || descsz > 64 || start+uint64(descsz) > uint64(len(b)) {
+		return ""
+	}
+	id := hex.EncodeToString(b[start : start+uint64(descsz)])
+	return "/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"
+}
+
+// WaitingGIL reports whether a thread of pid whose native stack is pcs is
+// blocked taking the GIL (see [Reader.WaitingGIL]).
+func (s *Sampling) WaitingGIL(pid uint32, pcs []uint64) bool { return s.r.WaitingGIL(pid, pcs) }
 
 // Frames returns the Python frames of a sample of tid in pid at time t
 // and the code objects seen for the first time (see [Reader.Frames]).
 func (s *Sampling) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.PyCode) {
 	return s.r.Frames(pid, tid, t)
 }
+
+// GIL returns the hold on the GIL of the thread of the last Frames call
+// (see [Reader.GIL]).
+func (s *Sampling) GIL() format.PyGIL { return s.r.GIL }
 
 // Forget drops what is known of process pid (it exited or exec'd).
 func (s *Sampling) Forget(pid uint32) { s.r.Forget(pid) }

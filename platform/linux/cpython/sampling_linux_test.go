@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,10 +81,13 @@ func TestFramesOfSpinningThread(t *testing.T) {
 				want = append(want, f[:strings.LastIndexByte(f, ':')])
 			}
 			codes := map[uint64]format.PyCode{}
-			good := 0
+			good, held := 0, 0
 			const n = 200
 			for i := 0; i < n; i++ {
 				frames, fresh := s.Frames(pid, pid, time.Now().UnixNano())
+				if s.GIL() == format.PyGILHeld {
+					held++
+				}
 				for _, c := range fresh {
 					codes[c.ID] = c
 				}
@@ -109,6 +113,35 @@ func TestFramesOfSpinningThread(t *testing.T) {
 			t.Logf("%d/%d reads gave the oracle's chain %v; stats %+v", good, n, want, st)
 			if good < n*95/100 {
 				t.Errorf("%d/%d reads gave the chain %v", good, n, want)
+			}
+			// The GIL: the spinning main thread holds it (no other
+			// thread asks for it), the sleeping thread never does.
+			if held < n*95/100 {
+				t.Errorf("the spinning main thread held the GIL in %d/%d reads", held, n)
+			}
+			sleepers := 0
+			tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(int(pid)) + "/task")
+			for _, task := range tasks {
+				tid, _ := strconv.Atoi(task.Name())
+				if uint32(tid) == pid {
+					continue
+				}
+				frames, fresh := s.Frames(pid, uint32(tid), time.Now().UnixNano())
+				for _, c := range fresh {
+					codes[c.ID] = c
+				}
+				if len(frames) == 0 || codes[frames[0].Code].Name != "delta_py" {
+					continue
+				}
+				sleepers++
+				for i := 0; i < 50; i++ {
+					if s.Frames(pid, uint32(tid), time.Now().UnixNano()); s.GIL() != format.PyGILNone {
+						t.Fatalf("the sleeping thread %d: GIL %v", tid, s.GIL())
+					}
+				}
+			}
+			if sleepers != 1 {
+				t.Errorf("%d threads in delta_py, want the sleeper", sleepers)
 			}
 			src, err := os.ReadFile(filepath.Join("testdata", "spin.py"))
 			if err != nil {

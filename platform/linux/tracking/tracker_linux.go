@@ -720,9 +720,10 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
 	}
-	sm.Python, sm.NewPyCodes = nil, nil
+	sm.Python, sm.NewPyCodes, sm.PyGIL = nil, nil, format.PyGILNone
 	if s.py != nil && sm.Flags&format.SampleOffCPU == 0 {
 		sm.Python, sm.NewPyCodes = s.py.Frames(r.Pid, r.Tid, int64(r.Time))
+		sm.PyGIL = s.py.GIL()
 		if len(sm.Python) > 0 {
 			s.pySamples.Add(1)
 		}
