@@ -343,3 +343,67 @@ func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+// TestSnapshotPythonCore: rawstack snapshot --core of a core of spin.py
+// (written by gdb's gcore while the program ran) prints the Python frames
+// the live process had: the main thread's chain, holding the GIL, and
+// the sleeping thread's frames by name and line, as the program saw them.
+func TestSnapshotPythonCore(t *testing.T) {
+	gcore := testbuild.Need(t, "gcore", "gdb's gcore writes the core of a running Python process")
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	for _, v := range []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"} {
+		t.Run(v, func(t *testing.T) {
+			python := testbuild.Python(t, v)
+			cmd := exec.Command(python, spin)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			var main, sleeper []string
+			sc := bufio.NewScanner(out)
+			for sc.Scan() && sc.Text() != "ready" {
+				f := strings.Fields(sc.Text())
+				switch {
+				case len(f) > 1 && f[0] == "oracle":
+					main = main[:0]
+					for _, fr := range f[1:] {
+						main = append(main, fr[:strings.LastIndexByte(fr, ':')])
+					}
+				case len(f) > 1 && f[0] == "sleeper":
+					sleeper = f[1:]
+				}
+			}
+			go io.Copy(io.Discard, out)
+			prefix := filepath.Join(t.TempDir(), "core")
+			pid := cmd.Process.Pid
+			if b, err := exec.Command(gcore, "-o", prefix, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+				t.Fatalf("gcore: %v\n%s", err, b)
+			}
+			core := prefix + "." + strconv.Itoa(pid)
+			cmd.Process.Kill() // the core alone now
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"snapshot", "--core", core}, &stdout, &stderr); code != 0 {
+				t.Fatalf("snapshot exited %d: %s", code, stderr.String())
+			}
+			threads := parsePySnapshot(stdout.String())
+			m := threads[pid]
+			if m == nil || !slices.Equal(m.names, main) || !m.atEval || m.gil != "held" {
+				t.Errorf("main thread: %+v, want the program's traceback %v at _PyEval_EvalFrameDefault, holding the GIL", m, main)
+			}
+			found := false
+			for _, th := range threads {
+				found = found || slices.Equal(th.lines, sleeper) && th.atEval
+			}
+			if !found {
+				t.Errorf("no thread with the sleeper's frames %v", sleeper)
+			}
+			if t.Failed() {
+				t.Log(stdout.String())
+			}
+		})
+	}
+}

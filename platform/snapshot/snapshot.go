@@ -134,7 +134,8 @@ type Options struct {
 	// Root (cores) is prepended to the paths a core names (a sysroot).
 	Root string
 	// Python reads each thread's Python frames in a live CPython process
-	// (package platform/linux/cpython), while the threads are stopped.
+	// (package platform/linux/cpython), while the threads are stopped, or
+	// in a core of one, from the memory the core holds.
 	Python bool
 }
 

@@ -207,9 +207,9 @@ func loadSegments(f *elf.File) []segment {
 	return out
 }
 
-// bias returns the load bias of the file given one of its mappings: the
+// Bias returns the load bias of the file given one of its mappings: the
 // mapping at start maps the file from offset off (page-aligned).
-func (in *Interp) bias(start, off uint64) (uint64, bool) {
+func (in *Interp) Bias(start, off uint64) (uint64, bool) {
 	for _, p := range in.progs {
 		if off >= p.off&^0xfff && off < p.off+p.filesz {
 			return start - (p.vaddr - (p.off - off)), true

@@ -3,11 +3,7 @@
 package cpython
 
 import (
-	"debug/elf"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 
@@ -79,55 +75,17 @@ func (s *Sampling) ModuleLoaded(pid uint32, path string, start, off uint64) {
 	if fr.in == nil {
 		return
 	}
-	if bias, ok := fr.in.bias(start, off); ok {
+	if bias, ok := fr.in.Bias(start, off); ok {
 		s.r.Attach(pid, fr.in, bias)
 	}
 }
 
 func (s *Sampling) open(pid uint32, path string) fileResult {
-	f, err := elf.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/root" + path)
-	if err != nil {
-		if f, err = elf.Open(path); err != nil {
-			return fileResult{err: fmt.Errorf("cpython: %w", err)}
-		}
+	in, err := Load("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/root"+path, path)
+	if err != nil && !errors.Is(err, ErrUnknownVersion) && !errors.Is(err, errNotPython) {
+		in, err = Load(path, path)
 	}
-	defer f.Close()
-	in, err := Find(f, path)
-	if err != nil {
-		return fileResult{err: err}
-	}
-	in.progs = loadSegments(f)
-	if !in.KnowsTakeGIL() { // a stripped interpreter (Debian's): its debug file, by build id
-		if d := buildIDDebugFile(f); d != "" {
-			if df, err := elf.Open(d); err == nil {
-				syms, _ := df.Symbols()
-				in.addTakeGIL(syms)
-				df.Close()
-			}
-		}
-	}
-	return fileResult{in: in}
-}
-
-// buildIDDebugFile returns the path of f's separate debug file by its
-// build id (/usr/lib/debug/.build-id/xx/yyyy.debug, where Debian's -dbg
-// and -dbgsym packages put them), "" without a build id.
-func buildIDDebugFile(f *elf.File) string {
-	s := f.Section(".note.gnu.build-id")
-	if s == nil {
-		return ""
-	}
-	b, err := s.Data()
-	if err != nil || len(b) < 16 {
-		return ""
-	}
-	namesz, descsz := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
-	start := 12 + (uint64(namesz)+3)&^3
-	if descsz < 2 || descsz > 64 || start+uint64(descsz) > uint64(len(b)) {
-		return ""
-	}
-	id := hex.EncodeToString(b[start : start+uint64(descsz)])
-	return "/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"
+	return fileResult{in: in, err: err}
 }
 
 // WaitingGIL reports whether a thread of pid whose native stack is pcs is
