@@ -22,10 +22,10 @@ import (
 //     `thread apply all py-bt` (python3.11-dbg's extension), in
 //     alternating pairs, the median of the per-pair ratios;
 //   - the function shares of a recording: perf with the interpreter's own
-//     -X perf trampolines (3.12, DWARF stacks) and rawstack (perf back
-//     end, default unwind) record shares.py at once; the shares of
-//     alpha_py, beta_py and gamma_py are printed side by side, with the
-//     program's own timing of them, and the largest difference.
+//     -X perf trampolines (3.12, DWARF stacks) and rawstack, with its perf
+//     back end and with its eBPF back end, record shares.py at once; the
+//     shares of alpha_py, beta_py and gamma_py are printed side by side,
+//     with the program's own timing of them, and the largest difference.
 func init() {
 	register(&scenario{name: "python", order: 240, run: runPython})
 }
@@ -40,7 +40,7 @@ func testdataPath(rel string) string {
 }
 
 func runPython(cfg *config) ([]row, error) {
-	cli, err := buildCLI(cfg)
+	cli, err := buildCompanions(cfg, "rawstack-ebpf")
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,17 @@ func pythonShares(cfg *config, cli string) ([]row, error) {
 		return nil, err
 	}
 	trace := filepath.Join(cfg.work, "python-shares.rawstack")
+	traceBPF := filepath.Join(cfg.work, "python-shares-ebpf.rawstack")
+	bpfDone := make(chan error, 1)
+	go func() {
+		out, err := exec.Command(cli, "record", "-q", "--backend", "ebpf", "-o", traceBPF, "-F", "999", "-p", strconv.Itoa(pid), "--duration", "3s").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("rawstack record --backend ebpf: %v: %s", err, out)
+		}
+		bpfDone <- err
+	}()
 	recOut, recErr := exec.Command(cli, "record", "-q", "-o", trace, "-F", "999", "-p", strconv.Itoa(pid), "--duration", "3s").CombinedOutput()
+	bpfErr := <-bpfDone
 	if err := rec.Wait(); err != nil {
 		return nil, fmt.Errorf("perf record: %v: %s", err, perfOut.String())
 	}
@@ -225,24 +235,31 @@ func pythonShares(cfg *config, cli string) ([]row, error) {
 	}
 	// rawstack: the innermost of the three among each folded stack's
 	// Python frames.
-	fb, err := exec.Command(cli, "convert", trace, "--to", "folded", "--no-debuginfod").Output()
-	if err != nil {
-		return nil, fmt.Errorf("rawstack convert: %v", err)
-	}
-	ours := map[string]float64{}
-	for _, line := range strings.Split(strings.TrimSpace(string(fb)), "\n") {
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
+	shares := func(trace string) (map[string]float64, error) {
+		fb, err := exec.Command(cli, "convert", trace, "--to", "folded", "--no-debuginfod").Output()
+		if err != nil {
+			return nil, fmt.Errorf("rawstack convert: %v", err)
 		}
-		n, _ := strconv.ParseFloat(line[sp+1:], 64)
-		frames := strings.Split(line[:sp], ";")
-		for i := len(frames) - 1; i >= 0; i-- {
-			if f := frames[i]; f == names[0] || f == names[1] || f == names[2] {
-				ours[f] += n
-				break
+		ours := map[string]float64{}
+		for _, line := range strings.Split(strings.TrimSpace(string(fb)), "\n") {
+			sp := strings.LastIndexByte(line, ' ')
+			if sp < 0 {
+				continue
+			}
+			n, _ := strconv.ParseFloat(line[sp+1:], 64)
+			frames := strings.Split(line[:sp], ";")
+			for i := len(frames) - 1; i >= 0; i-- {
+				if f := frames[i]; f == names[0] || f == names[1] || f == names[2] {
+					ours[f] += n
+					break
+				}
 			}
 		}
+		return ours, nil
+	}
+	ours, err := shares(trace)
+	if err != nil {
+		return nil, err
 	}
 	norm := func(m map[string]float64) ([]float64, float64) {
 		var sum float64
@@ -258,21 +275,38 @@ func pythonShares(cfg *config, cli string) ([]row, error) {
 	o, on := norm(ours)
 	p, pn := norm(theirs)
 	s, _ := norm(self)
-	worst := 0.0
-	for i := range names {
-		worst = max(worst, math.Abs(o[i]-p[i]))
-	}
-	verdict := "agree"
-	if worst > pythonShareTolerance || math.IsNaN(worst) {
-		verdict = "DISAGREE"
-	}
-	fmt.Fprintf(cfg.logger, "  shares %v: rawstack %.3f (%.0f samples), perf -X perf %.3f (%.0f samples), the program's timing %.3f\n", names, o, on, p, pn, s)
 	var rows []row
 	for i, n := range names {
-		rows = append(rows, row{Scenario: "python", Metric: "share of " + n + ", CPython 3.12, same process", Rawstack: o[i], Peer: "perf -X perf", PeerVal: p[i],
+		rows = append(rows, row{Scenario: "python", Metric: "share of " + n + ", CPython 3.12, same process (perf back end)", Rawstack: o[i], Peer: "perf -X perf", PeerVal: p[i],
 			Note: fmt.Sprintf("the program's own timing %.3f", s[i])})
 	}
-	rows = append(rows, row{Scenario: "python", Metric: "largest share difference, rawstack vs perf -X perf", Rawstack: worst, Better: "lower",
-		Note: fmt.Sprintf("%s (tolerance %.2f); rawstack reads Python frames when it drains a sample, not at the sample", verdict, pythonShareTolerance)})
-	return rows, nil
+	worstOf := func(o []float64) (float64, string) {
+		worst := 0.0
+		for i := range names {
+			worst = max(worst, math.Abs(o[i]-p[i]))
+		}
+		if worst > pythonShareTolerance || math.IsNaN(worst) {
+			return worst, "DISAGREE"
+		}
+		return worst, "agree"
+	}
+	worst, verdict := worstOf(o)
+	rows = append(rows, row{Scenario: "python", Metric: "largest share difference, rawstack (perf back end) vs perf -X perf", Rawstack: worst, Better: "lower",
+		Note: fmt.Sprintf("%s (tolerance %.2f); the perf back end reads Python frames when it drains a sample, not at the sample", verdict, pythonShareTolerance)})
+	fmt.Fprintf(cfg.logger, "  shares %v: rawstack (perf) %.3f (%.0f samples), perf -X perf %.3f (%.0f samples), the program's timing %.3f\n", names, o, on, p, pn, s)
+	if bpfErr != nil {
+		if err := needPeer(bpfErr.Error()); err != nil {
+			return nil, err
+		}
+		return append(rows, row{Scenario: "python", Metric: "largest share difference, rawstack (eBPF back end) vs perf -X perf", Note: bpfErr.Error()}), nil
+	}
+	bpfShares, err := shares(traceBPF)
+	if err != nil {
+		return nil, err
+	}
+	b, bn := norm(bpfShares)
+	fmt.Fprintf(cfg.logger, "  shares %v: rawstack (eBPF) %.3f (%.0f samples)\n", names, b, bn)
+	worst, verdict = worstOf(b)
+	return append(rows, row{Scenario: "python", Metric: "largest share difference, rawstack (eBPF back end) vs perf -X perf", Rawstack: worst, Better: "lower",
+		Note: fmt.Sprintf("%s (tolerance %.2f); frames read in BPF at the sample; shares %.3f/%.3f/%.3f", verdict, pythonShareTolerance, b[0], b[1], b[2])}), nil
 }

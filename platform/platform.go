@@ -334,4 +334,8 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// PythonAtSample counts the samples of PythonSamples whose frames
+	// were read at the sample (in BPF, the eBPF back end), not when the
+	// recorder drained it.
+	PythonAtSample uint64
 }

@@ -217,6 +217,9 @@ type Stats struct {
 	// filled in); PythonWarning names interpreters found but not read.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// PythonAtSample counts those of PythonSamples read at the sample
+	// (in BPF) rather than when the recorder drained it.
+	PythonAtSample uint64
 }
 
 // backend is what a per-OS back end provides.
@@ -502,9 +505,10 @@ func (t *Tracer) Stats() Stats {
 		AchievedHz:   bs.AchievedHz,
 		TickHz:       bs.TickHz,
 
-		PythonSamples: bs.PythonSamples,
-		PythonCut:     bs.PythonCut,
-		PythonWarning: bs.PythonWarning,
+		PythonSamples:  bs.PythonSamples,
+		PythonCut:      bs.PythonCut,
+		PythonWarning:  bs.PythonWarning,
+		PythonAtSample: bs.PythonAtSample,
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,6 +62,23 @@ func TestRecordPython(t *testing.T) {
 				sh := "exec " + shellQuote(python) + " " + shellQuote(spin) + " 1.5 > " + shellQuote(oracle)
 				if code := run(append(append([]string{"record", "-q", "-o", trace, "-F", "999"}, flags...), "--", "/bin/sh", "-c", sh), &stdout, &stderr); code != 0 {
 					t.Fatalf("record exited %d: %s", code, stderr.String())
+				}
+				if mode == "ebpf" {
+					// The eBPF back end reads the frames in BPF at the
+					// sample once the recorder has told the program of
+					// the process, which it does when it reads the
+					// mapping of the interpreter: the samples of that
+					// first read period (up to 100 ms of the program's
+					// 1.5 s and its start-up) are read from user space.
+					var all, at int
+					for _, l := range strings.Split(stderr.String(), "\n") {
+						if _, err := fmt.Sscanf(l, "rawstack record: %d samples with Python frames, %d of them read in BPF at the sample", &all, &at); err == nil {
+							break
+						}
+					}
+					if all == 0 || at < all*75/100 {
+						t.Errorf("eBPF: %d of %d samples with Python frames read in BPF at the sample: %s", at, all, stderr.String())
+					}
 				}
 				chain := oracleChain(t, oracle)
 				tableLines := tableLines(t, oracle, "gamma_py")

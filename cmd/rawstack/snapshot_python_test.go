@@ -378,6 +378,9 @@ func TestSnapshotPythonCore(t *testing.T) {
 				}
 			}
 			go io.Copy(io.Discard, out)
+			// The thread that printed "ready" hands the GIL back to the
+			// spinning main thread as it ends.
+			time.Sleep(100 * time.Millisecond)
 			prefix := filepath.Join(t.TempDir(), "core")
 			pid := cmd.Process.Pid
 			if b, err := exec.Command(gcore, "-o", prefix, strconv.Itoa(pid)).CombinedOutput(); err != nil {

@@ -143,7 +143,11 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
 	if st.PythonSamples > 0 || st.PythonCut > 0 {
-		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames (%d Python chains cut short by a check)\n", st.PythonSamples, st.PythonCut)
+		atSample := ""
+		if st.PythonAtSample > 0 {
+			atSample = fmt.Sprintf(", %d of them read in BPF at the sample", st.PythonAtSample)
+		}
+		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames%s (%d Python chains cut short by a check)\n", st.PythonSamples, atSample, st.PythonCut)
 	}
 	if st.PythonWarning != "" {
 		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)

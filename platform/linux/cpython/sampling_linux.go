@@ -98,6 +98,20 @@ func (s *Sampling) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.
 	return s.r.Frames(pid, tid, t)
 }
 
+// SetOnProcess sets a function told of each process attached (see
+// [Reader.SetOnProcess]).
+func (s *Sampling) SetOnProcess(f func(pid uint32, w Walk)) { s.r.SetOnProcess(f) }
+
+// FramesRaw returns the Python frames a sampler read at the sample (see
+// [Reader.FramesRaw]).
+func (s *Sampling) FramesRaw(pid uint32, raw []uint64, cut, held bool) ([]format.PyFrame, []format.PyCode) {
+	return s.r.FramesRaw(pid, raw, cut, held)
+}
+
+// ClearGIL forgets the GIL hold of the last Frames call (its frames were
+// not used).
+func (s *Sampling) ClearGIL() { s.r.GIL = format.PyGILNone }
+
 // GIL returns the hold on the GIL of the thread of the last Frames call
 // (see [Reader.GIL]).
 func (s *Sampling) GIL() format.PyGIL { return s.r.GIL }

@@ -4,6 +4,7 @@ package cpython
 
 import (
 	"bufio"
+	"encoding/binary"
 	"io"
 	"os"
 	"os/exec"
@@ -252,6 +253,130 @@ func TestFramesOfMovingTarget(t *testing.T) {
 			t.Logf("%d reads, deepest chain %d, stats %+v", reads, deepest, st)
 			if st.Stacks == 0 || st.Cut[CutDepth] == 0 {
 				t.Errorf("no chain read, or none cut at the depth cap: %+v", st)
+			}
+		})
+	}
+}
+
+// TestWalkMatchesFrames reads spin.py's main thread as the eBPF back end's
+// program does, from the Walk the reader hands out when it attaches the
+// process (the interpreters' thread lists for the thread state whose id
+// is the thread's, the GIL, then frame by frame: code, instruction, owner
+// or is_entry, previous), and holds what FramesRaw makes of it to what
+// Frames reads itself; FramesRaw allocates nothing once the code objects
+// are known.
+func TestWalkMatchesFrames(t *testing.T) {
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			cmd, _ := startSpin(t, testbuild.Python(t, v))
+			pid := uint32(cmd.Process.Pid)
+			s := NewSampling()
+			var walk *Walk
+			s.SetOnProcess(func(p uint32, w Walk) {
+				if p == pid {
+					walk = &w
+				}
+			})
+			if !s.AttachMaps(pid) || walk == nil {
+				t.Fatalf("no interpreter found in pid %d (walk %v): %v", pid, walk, s.Errors())
+			}
+			codes := map[uint64]string{}
+			names := func(frames []format.PyFrame, fresh []format.PyCode) string {
+				for _, c := range fresh {
+					codes[c.ID] = c.Name
+				}
+				var out []string
+				for _, f := range frames {
+					e := ""
+					if f.Entry {
+						e = "!"
+					}
+					out = append(out, codes[f.Code]+e)
+				}
+				return strings.Join(out, " ")
+			}
+			want := names(s.Frames(pid, pid, 1))
+			if want == "" {
+				t.Fatal("Frames read no frames")
+			}
+			mem := func(addr uint64, n int) []byte {
+				b := make([]byte, n)
+				if !s.read(pid, addr, b) {
+					t.Fatalf("read %#x", addr)
+				}
+				return b
+			}
+			le := func(b []byte, off uint32) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+			w := walk
+			tidOf := func(ts uint64) uint64 {
+				tid := le(mem(ts+uint64(w.TSTid), 8), 0)
+				if w.Legacy {
+					tid = uint64(binary.LittleEndian.Uint32(mem(tid+uint64(w.PthreadTid), 4)))
+				}
+				return tid
+			}
+			raw := func() ([]uint64, bool) {
+				var ts, gil uint64
+				for interp := le(mem(w.Runtime+uint64(w.InterpretersHead), 8), 0); interp != 0 && ts == 0; interp = le(mem(interp, 8), 0) {
+					for t := le(mem(interp+uint64(w.ThreadsHead), 8), 0); t != 0; t = le(mem(t+uint64(w.TSNext), 8), 0) {
+						if tidOf(t) == uint64(pid) {
+							ts = t
+							if w.RTGIL != NoOffset {
+								gil = w.Runtime + uint64(w.RTGIL)
+							} else {
+								gil = le(mem(interp+uint64(w.InterpGIL), 8), 0)
+							}
+							break
+						}
+					}
+				}
+				if ts == 0 {
+					t.Fatal("no thread state names the main thread")
+				}
+				frame := le(mem(ts+uint64(w.TSFrame), 8), 0)
+				if w.CFrameFrame != NoOffset {
+					frame = le(mem(frame+uint64(w.CFrameFrame), 8), 0)
+				}
+				var out []uint64
+				for i := 0; i < 64 && frame != 0; i++ {
+					fb := mem(frame, int(w.FrSize))
+					var flags uint64
+					if w.FrOwner != NoOffset && fb[w.FrOwner] == ownedByCStack {
+						flags |= RawShim
+					}
+					if w.FrIsEntry != NoOffset && fb[w.FrIsEntry] != 0 {
+						flags |= RawEntry
+					}
+					instr := le(fb, w.FrInstr)
+					if w.Legacy {
+						instr = uint64(int64(int32(binary.LittleEndian.Uint32(fb[w.FrInstr:]))))
+					}
+					out = append(out, le(fb, w.FrCode), instr, flags)
+					frame = le(fb, w.FrPrevious)
+				}
+				held := le(mem(gil+uint64(w.GILHolder), 8), 0) == ts && binary.LittleEndian.Uint32(mem(gil+uint64(w.GILLocked), 4)) == 1
+				return out, held
+			}
+			// The thread that printed "ready" hands the GIL back as it
+			// ends; the main thread takes it once it is scheduled.
+			time.Sleep(100 * time.Millisecond)
+			good := 0
+			for i := 0; i < 20; i++ {
+				time.Sleep(time.Millisecond)
+				r, held := raw()
+				got := names(s.FramesRaw(pid, r, false, held))
+				if got == want && s.GIL() == format.PyGILHeld {
+					good++
+				} else {
+					t.Logf("raw read %d: %q (GIL %v), Frames %q", i, got, s.GIL(), want)
+				}
+			}
+			if good < 18 {
+				t.Errorf("%d/20 raw reads gave Frames' %q holding the GIL", good, want)
+			}
+			r, held := raw()
+			if n := testing.AllocsPerRun(100, func() { s.FramesRaw(pid, r, false, held) }); n != 0 {
+				t.Errorf("FramesRaw allocates %.1f times a call", n)
 			}
 		})
 	}
