@@ -25,7 +25,11 @@ import (
 //     -X perf trampolines (3.12, DWARF stacks) and rawstack, with its perf
 //     back end and with its eBPF back end, record shares.py at once; the
 //     shares of alpha_py, beta_py and gamma_py are printed side by side,
-//     with the program's own timing of them, and the largest difference.
+//     with the program's own timing of them, and the largest difference;
+//   - the cost of reading the frames in BPF: the CPU time a CPU-bound
+//     CPython 3.12 program reports for itself (time.process_time) when
+//     recorded at 999 Hz by the eBPF back end, with Python frames and with
+//     --no-python, in alternating pairs, the median of the ratios.
 func init() {
 	register(&scenario{name: "python", order: 240, run: runPython})
 }
@@ -49,7 +53,85 @@ func runPython(cfg *config) ([]row, error) {
 		return nil, err
 	}
 	more, err := pythonShares(cfg, cli)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, more...)
+	more, err = pythonBPFCost(cfg, cli)
 	return append(rows, more...), err
+}
+
+// pythonCPU is a fixed amount of Python work that prints the CPU time it
+// took.
+const pythonCPU = `import time
+def f(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+for _ in range(80):
+    f(200000)
+print(time.process_time())
+`
+
+func pythonBPFCost(cfg *config, cli string) ([]row, error) {
+	const metric = "CPU s of a CPU-bound CPython 3.12 program, eBPF back end at 999 Hz"
+	python := pyenvPython("3.12")
+	if python == "" {
+		return absent("python", metric, "pyenv's CPython 3.12 not installed")
+	}
+	run := func(noPython bool) (float64, error) {
+		args := []string{"record", "-q", "--backend", "ebpf", "-F", "999", "-o", filepath.Join(cfg.work, "python-cost.rawstack")}
+		if noPython {
+			args = append(args, "--no-python")
+		}
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(cli, append(args, "--", python, "-c", pythonCPU)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return 0, fmt.Errorf("rawstack record --backend ebpf: %v: %s", err, stderr.String())
+		}
+		f := strings.Fields(stdout.String())
+		if len(f) == 0 {
+			return 0, fmt.Errorf("the program printed no CPU time")
+		}
+		return strconv.ParseFloat(f[len(f)-1], 64)
+	}
+	pairs := 11
+	if cfg.short {
+		pairs = 3
+	}
+	var with, without, ratios []float64
+	for i := 0; i < pairs; i++ {
+		var a, b float64
+		err := inTurn(i,
+			func() (err error) { a, err = run(false); return err },
+			func() (err error) { b, err = run(true); return err })
+		if err != nil {
+			if err := needPeer(err.Error()); err != nil {
+				return nil, err
+			}
+			return []row{{Scenario: "python", Metric: metric, Note: err.Error()}}, nil
+		}
+		with, without, ratios = append(with, a), append(without, b), append(ratios, a/b)
+	}
+	fmt.Fprintf(cfg.logger, "  CPU s with Python frames %.3f, --no-python %.3f (medians); pair ratios %.3f\n", median(with), median(without), ratios)
+	return []row{{Scenario: "python", Metric: metric, Rawstack: median(with), Peer: "--no-python", PeerVal: median(without), Better: "lower",
+		Note: fmt.Sprintf("frames read in BPF at the sample; median of %d alternating pair ratios %.3fx (goal ≤ 1.05x)", len(ratios), median(ratios))}}, nil
+}
+
+// pyenvPython returns pyenv's python of a minor version ("3.12"), "" if
+// none is installed.
+func pyenvPython(minor string) string {
+	root := filepath.Join(os.Getenv("HOME"), ".pyenv")
+	if out, err := exec.Command("pyenv", "root").Output(); err == nil {
+		root = strings.TrimSpace(string(out))
+	}
+	m, _ := filepath.Glob(filepath.Join(root, "versions", minor+".*", "bin", "python"+minor))
+	if len(m) == 0 {
+		return ""
+	}
+	return m[0]
 }
 
 // startPython runs python with args and waits for its "ready" line.
@@ -158,13 +240,8 @@ const pythonShareTolerance = 0.05
 
 func pythonShares(cfg *config, cli string) ([]row, error) {
 	const metric = "share of alpha_py/beta_py/gamma_py, CPython 3.12"
-	python := filepath.Join(os.Getenv("HOME"), ".pyenv", "versions", "3.12.1", "bin", "python3.12")
-	if root, err := exec.Command("pyenv", "root").Output(); err == nil {
-		if m, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(root)), "versions", "3.12*", "bin", "python3.12")); len(m) > 0 {
-			python = m[0]
-		}
-	}
-	if _, err := os.Stat(python); err != nil {
+	python := pyenvPython("3.12")
+	if python == "" {
 		return absent("python", metric, "pyenv's CPython 3.12 not installed")
 	}
 	if _, err := exec.LookPath("perf"); err != nil {

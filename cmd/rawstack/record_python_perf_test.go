@@ -139,7 +139,7 @@ func TestRecordPythonPerf(t *testing.T) {
 			t.Logf("CPython %s, shares of %v: rawstack %.3f %.3f %.3f (%.0f samples), perf -X perf %.3f %.3f %.3f (%.0f samples)",
 				v, names, o[names[0]], o[names[1]], o[names[2]], on, p[names[0]], p[names[1]], p[names[2]], pn)
 			if on < 200 || pn < 200 {
-				t.Fatalf("too few samples in the three functions: rawstack %.0f, perf %.0f", on, pn)
+				t.Fatalf("too few samples in the three functions: rawstack %.0f, perf %.0f\n%s", on, pn, stderr.String())
 			}
 			for _, n := range names {
 				tol := perfShareTolerance(p[n], on, pn)

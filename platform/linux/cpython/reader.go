@@ -48,8 +48,10 @@ type Reader struct {
 	procs map[uint32]*proc
 	ids   map[string]uint64 // code contents → PyCode id
 	Stats Stats
-	// onProcess, when set, learns each process attached (SetOnProcess).
+	// onProcess, when set, learns each process attached (SetOnProcess);
+	// onThread each thread state found (SetOnThread).
 	onProcess func(pid uint32, w Walk)
+	onThread  func(pid, tid uint32, tstate, gil uint64)
 	// GIL is the hold on the GIL of the thread of the last Frames call:
 	// PyGILHeld when the GIL was locked with the thread's state as its
 	// last holder as the frames were read, PyGILNone otherwise.
@@ -149,6 +151,9 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 		p.tstates[tid] = ts
 		if ts.addr == 0 {
 			return nil, nil
+		}
+		if r.onThread != nil {
+			r.onThread(pid, tid, ts.addr, ts.gil)
 		}
 		if frame, ok = r.current(pid, tid, l, ts); !ok {
 			return nil, nil
@@ -479,14 +484,12 @@ func (r *Reader) bytesObject(pid uint32, l *layout, addr uint64) ([]byte, bool) 
 func le64(b []byte, off uint64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
 
 // Raw frames: a thread's frames as a sampler read them at the sample
-// (the eBPF back end, in BPF), three words per frame, leaf first: the
-// code object's address, the instruction pointer (3.11+) or f_lasti
-// (3.8–3.10, sign-extended), and flags.
-const (
-	RawShim  = 1 << 0 // the frame is owned by the C stack (a shim: it runs no code, 3.12+)
-	RawEntry = 1 << 1 // the frame is an entry frame (3.11's is_entry)
-	RawWords = 3      // words per raw frame
-)
+// (the eBPF back end, in BPF), RawWords words per frame, leaf first: the
+// code object's address, the instruction pointer (3.11+; f_lasti in the
+// low 32 bits before), and the frame's owner byte | its is_entry byte <<
+// 8 (the bytes at Walk's FrOwner and FrIsEntry, whatever they are when
+// the version has no such field: the reader knows which apply).
+const RawWords = 3
 
 // Walk is what a sampler needs to read the Python frames of a process's
 // threads itself (see [Reader.SetOnProcess]): where the runtime state is
@@ -512,6 +515,12 @@ type Walk struct {
 
 // NoOffset marks a Walk field that does not apply to the version.
 const NoOffset = ^uint32(0)
+
+// SetOnThread sets a function called each time the reader finds the
+// thread state of thread tid of pid (and its interpreter's GIL, 0 if
+// unknown): a sampler that reads frames at the sample but found no state
+// for the thread itself learns it there.
+func (r *Reader) SetOnThread(f func(pid, tid uint32, tstate, gil uint64)) { r.onThread = f }
 
 // SetOnProcess sets a function called each time a process is attached,
 // with how to read its threads' frames (a sampler that reads them at the
@@ -564,7 +573,7 @@ func (r *Reader) FramesRaw(pid uint32, raw []uint64, cut, held bool) ([]format.P
 	cb := r.pair[:l.coSpan]
 	for i := 0; i+RawWords <= len(raw); i += RawWords {
 		code, instr, flags := raw[i], raw[i+1], raw[i+2]
-		if flags&RawShim != 0 {
+		if !l.legacy && l.frIsEntry == 0 && uint8(flags) == ownedByCStack {
 			if n := len(r.frames); n > 0 {
 				r.frames[n-1].Entry = true
 			}
@@ -575,7 +584,7 @@ func (r *Reader) FramesRaw(pid uint32, raw []uint64, cut, held bool) ([]format.P
 			cut = false
 			break
 		}
-		entry := l.legacy || flags&RawEntry != 0
+		entry := l.legacy || l.frIsEntry != 0 && uint8(flags>>8) != 0
 		if !r.addFrame(pid, p, l, code, instr, int32(instr), entry, cb) {
 			cut = false
 			break

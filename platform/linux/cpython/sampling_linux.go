@@ -98,6 +98,10 @@ func (s *Sampling) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.
 	return s.r.Frames(pid, tid, t)
 }
 
+// SetOnThread sets a function told of each thread state found (see
+// [Reader.SetOnThread]).
+func (s *Sampling) SetOnThread(f func(pid, tid uint32, tstate, gil uint64)) { s.r.SetOnThread(f) }
+
 // SetOnProcess sets a function told of each process attached (see
 // [Reader.SetOnProcess]).
 func (s *Sampling) SetOnProcess(f func(pid uint32, w Walk)) { s.r.SetOnProcess(f) }

@@ -339,20 +339,11 @@ func TestWalkMatchesFrames(t *testing.T) {
 				}
 				var out []uint64
 				for i := 0; i < 64 && frame != 0; i++ {
-					fb := mem(frame, int(w.FrSize))
-					var flags uint64
-					if w.FrOwner != NoOffset && fb[w.FrOwner] == ownedByCStack {
-						flags |= RawShim
-					}
-					if w.FrIsEntry != NoOffset && fb[w.FrIsEntry] != 0 {
-						flags |= RawEntry
-					}
-					instr := le(fb, w.FrInstr)
-					if w.Legacy {
-						instr = uint64(int64(int32(binary.LittleEndian.Uint32(fb[w.FrInstr:]))))
-					}
-					out = append(out, le(fb, w.FrCode), instr, flags)
-					frame = le(fb, w.FrPrevious)
+					// As the BPF program: 128 bytes, offsets masked.
+					fb := append(mem(frame, int(w.FrSize)), make([]byte, 136)...)
+					flags := uint64(fb[w.FrOwner&127]) | uint64(fb[w.FrIsEntry&127])<<8
+					out = append(out, le(fb, w.FrCode&120), le(fb, w.FrInstr&124), flags)
+					frame = le(fb, w.FrPrevious&120)
 				}
 				held := le(mem(gil+uint64(w.GILHolder), 8), 0) == ts && binary.LittleEndian.Uint32(mem(gil+uint64(w.GILLocked), 4)) == 1
 				return out, held

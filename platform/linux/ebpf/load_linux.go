@@ -115,7 +115,7 @@ func load(spec bpfSpec) (*programs, error) {
 	}
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
-		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate),
+		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate), "python": b2u(spec.Python),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)
@@ -186,6 +186,13 @@ func (p *programs) SetPyProcess(pid uint32, w cpython.Walk) error {
 		v.Legacy = 1
 	}
 	return p.coll.Maps["py_procs"].Put(pid, v)
+}
+
+// SetPyThread tells the cpu-clock program where thread tid's state and
+// its interpreter's GIL are, for a thread it did not find itself (the
+// thread list is longer than it walks).
+func (p *programs) SetPyThread(tid uint32, tstate, gil uint64) error {
+	return p.coll.Maps["py_threads"].Put(tid, [2]uint64{tstate, gil})
 }
 
 func (p *programs) PerfProgramFD() int { return p.coll.Programs["on_cpu"].FD() }

@@ -241,6 +241,7 @@ func (s *Session) attach() (err error) {
 				s.PythonAtSample(pid, pyStale)
 			}
 		})
+		py.SetOnThread(func(_, tid uint32, tstate, gil uint64) { progs.SetPyThread(tid, tstate, gil) })
 	}
 	if !s.System() {
 		if err := b.progs.Select(uint32(s.Pid())); err != nil {

@@ -10,7 +10,8 @@
  *	u64 user[nuser]      user frames (frame-pointer mode only)
  *	u8  stack[stack]     user stack from regs.sp up (stack-copy mode only)
  *	u64 py[3 * npy]      Python frames (hdr.pad = npy), leaf first: code
- *	                     object, instruction pointer or f_lasti, flags
+ *	                     object, instruction pointer (or f_lasti in its
+ *	                     low 32 bits), owner byte | is_entry byte << 8
  *
  * except RS_ONCPU, RS_ALLOC_RET and RS_FREE records, which are the header
  * alone.
@@ -32,7 +33,6 @@ enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16
 #define MAX_PY 64           /* Python frames read per sample */
 #define PY_FRAME 128        /* bytes of an interpreter frame read, at most */
 #define NO_OFF 0xffffffffu
-enum { PY_SHIM = 1, PY_ENTRY = 2 };
 enum { LOST_RING = 0, LOST_OFFSTART = 1, LOST_ALLOC = 2, LOST_NSTATS = 3 };
 
 struct rs_hdr {
@@ -69,6 +69,8 @@ const volatile __u64 wakeup_bytes = 0;
 /* Mean bytes between two sampled allocations (0: allocations are not
  * recorded; the allocator's uprobes are then not attached either). */
 const volatile __u64 alloc_rate = 0;
+/* Read CPython threads' Python frames at the sample (py_procs). */
+const volatile __u32 python = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -236,7 +238,7 @@ static __always_inline __u64 wakeup(__u64 size)
 	return BPF_RB_NO_WAKEUP;
 }
 
-#define PY_MAX_THREADS 128
+#define PY_MAX_THREADS 32
 
 /* py_tid returns the thread id thread state ts names, 0 if unreadable. */
 static __always_inline __u64 py_tid(struct py_proc *pp, __u64 ts)
@@ -255,8 +257,10 @@ static __always_inline __u64 py_tid(struct py_proc *pp, __u64 ts)
 
 /* py_find walks the first interpreter's thread list (the main
  * interpreter, in a process without subinterpreters) for tid's thread
- * state, at most PY_MAX_THREADS of them. A thread it does not find has
- * its frames read by the recorder. */
+ * state, at most PY_MAX_THREADS of them (each thread state walked costs
+ * the verifier as much as a frame read). A thread it does not find has
+ * its frames read by the recorder, which then puts its state in
+ * py_threads. */
 static __always_inline int py_find(struct py_proc *pp, __u32 tid, struct py_thread *out)
 {
 	__u64 interp = 0, ts = 0;
@@ -332,18 +336,14 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 		__u8 *fb = s->buf + tmp;
 		if (bpf_probe_read_user(fb, size & (PY_FRAME - 1) ? size & (PY_FRAME - 1) : PY_FRAME, (void *)frame) != 0)
 			break;
+		/* No branches here (they multiply the verifier's work by the
+		 * iterations): the owner and is_entry bytes go out as read
+		 * (offsets that do not apply point at a harmless byte), and
+		 * the recorder, which knows the version, reads them. */
 		__u64 *out = (__u64 *)(s->buf + off + n * 24);
-		__u64 flags = 0;
-		if (pp->fr_owner != NO_OFF && fb[pp->fr_owner & (PY_FRAME - 1)] == 3)
-			flags |= PY_SHIM;
-		if (pp->fr_is_entry != NO_OFF && fb[pp->fr_is_entry & (PY_FRAME - 1)] != 0)
-			flags |= PY_ENTRY;
 		out[0] = *(__u64 *)(fb + (pp->fr_code & (PY_FRAME - 8)));
-		if (pp->legacy)
-			out[1] = (__u64)(__s64)*(__s32 *)(fb + (pp->fr_instr & (PY_FRAME - 4)));
-		else
-			out[1] = *(__u64 *)(fb + (pp->fr_instr & (PY_FRAME - 8)));
-		out[2] = flags;
+		out[1] = *(__u64 *)(fb + (pp->fr_instr & (PY_FRAME - 4)));
+		out[2] = (__u64)fb[pp->fr_owner & (PY_FRAME - 1)] | (__u64)fb[pp->fr_is_entry & (PY_FRAME - 1)] << 8;
 		frame = *(__u64 *)(fb + (pp->fr_previous & (PY_FRAME - 8)));
 		n++;
 	}
@@ -465,7 +465,7 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 	}
 	if (!(h->flags & RS_REGS))
 		__builtin_memset(regs, 0, NREGS * 8);
-	if (user && kind == RS_CPU)
+	if (python && user && kind == RS_CPU)
 		off += py_read(s, h, off);
 	if (off > SCRATCH)
 		off = SCRATCH;
