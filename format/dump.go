@@ -146,6 +146,9 @@ func DumpEvent(ev *Event) string {
 			}
 		}
 		b.WriteByte(']')
+		if ev.PyStack.GIL != PyGILNone {
+			b.WriteString(" gil=" + ev.PyStack.GIL.String())
+		}
 		return b.String()
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))

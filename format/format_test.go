@@ -65,6 +65,8 @@ func sampleEvents() []Event {
 		{Kind: KindPyCode, PyCode: PyCode{ID: 2, Name: "Outer.<locals>.inner", File: "", FirstLine: 1 << 20, Table: PyLineTableNone, Lines: []byte{}}},
 		{Kind: KindPyStack, PyStack: PyStack{ID: 1, Frames: []PyFrame{{Code: 1, Offset: 0x2a}, {Code: 2, Offset: 0, Entry: true}, {Code: 1 << 33, Offset: 1<<32 - 1, Entry: true}}}},
 		{Kind: KindPyStack, PyStack: PyStack{ID: 2, Frames: []PyFrame{}}},
+		{Kind: KindPyStack, PyStack: PyStack{ID: 3, Frames: []PyFrame{{Code: 1, Offset: 4, Entry: true}}, GIL: PyGILHeld}},
+		{Kind: KindPyStack, PyStack: PyStack{ID: 4, Frames: []PyFrame{}, GIL: PyGILWaiting}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Python: 1}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_300, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 3, Labels: 2, Python: 2}},
 		{Kind: KindRawStack, RawStack: RawStack{Time: 1_010_400, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1_000_000, RegMask: 1 << 7, Regs: []uint64{0x7ffe_0000_0f00}, StackAddr: 0x7ffe_0000_0f00, Data: []byte{9}, Python: 1}},
@@ -185,7 +187,7 @@ func cloneEvent(ev *Event) Event {
 		out.PyCode = ev.PyCode
 		out.PyCode.Lines = append([]byte{}, ev.PyCode.Lines...)
 	case KindPyStack:
-		out.PyStack = PyStack{ID: ev.PyStack.ID, Frames: append([]PyFrame{}, ev.PyStack.Frames...)}
+		out.PyStack = PyStack{ID: ev.PyStack.ID, Frames: append([]PyFrame{}, ev.PyStack.Frames...), GIL: ev.PyStack.GIL}
 	case KindUnknown:
 		out.Code = ev.Code
 		out.Unknown = append([]byte{}, ev.Unknown...)

@@ -50,10 +50,36 @@ type PyFrame struct {
 }
 
 // PyStack is an interned list of Python frames, leaf first, referred to by
-// Sample.Python.
+// Sample.Python, with the thread's hold on the interpreter's GIL.
 type PyStack struct {
 	ID     uint64
 	Frames []PyFrame
+	// GIL says whether the thread held the GIL or waited for it when its
+	// frames were read (SPEC.md §6.25, appended; PyGILNone in older
+	// streams).
+	GIL PyGIL
+}
+
+// PyGIL is a Python thread's relation to its interpreter's global
+// interpreter lock (SPEC.md §6.25).
+type PyGIL uint8
+
+const (
+	PyGILNone    PyGIL = 0 // not held, not waited for, or not known
+	PyGILHeld    PyGIL = 1 // the thread held the GIL
+	PyGILWaiting PyGIL = 2 // the thread was blocked taking the GIL (snapshots)
+)
+
+func (g PyGIL) String() string {
+	switch g {
+	case PyGILNone:
+		return "none"
+	case PyGILHeld:
+		return "held"
+	case PyGILWaiting:
+		return "waiting"
+	}
+	return "unknown"
 }
 
 // WritePyCode appends a PyCode event defining e.ID.
@@ -71,9 +97,10 @@ func (w *Writer) WritePyCode(e *PyCode) error {
 	return w.end(lp)
 }
 
-// WritePyStack appends a PyStack event defining id. It does not allocate
-// once the chunk buffer is warm.
-func (w *Writer) WritePyStack(id uint64, frames []PyFrame) error {
+// WritePyStack appends a PyStack event defining id, its frames and the
+// thread's hold on the GIL (written only when not PyGILNone). It does not
+// allocate once the chunk buffer is warm.
+func (w *Writer) WritePyStack(id uint64, frames []PyFrame, gil PyGIL) error {
 	if err := w.ok(); err != nil {
 		return err
 	}
@@ -88,6 +115,9 @@ func (w *Writer) WritePyStack(id uint64, frames []PyFrame) error {
 			where |= 1
 		}
 		w.uv(where)
+	}
+	if gil != PyGILNone {
+		w.buf = append(w.buf, byte(gil))
 	}
 	return w.end(lp)
 }
@@ -120,4 +150,8 @@ func (r *Reader) decodePyStack(d *decoder, s *PyStack) {
 	}
 	r.pyFrames = frames
 	s.Frames = frames
+	s.GIL = PyGILNone
+	if len(d.b) > 0 && d.err == nil { // appended with GIL marking, optional
+		s.GIL = PyGIL(d.byte())
+	}
 }

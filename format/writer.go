@@ -664,7 +664,7 @@ func (w *Writer) WriteEvent(e *Event) error {
 	case KindPyCode:
 		return w.WritePyCode(&e.PyCode)
 	case KindPyStack:
-		return w.WritePyStack(e.PyStack.ID, e.PyStack.Frames)
+		return w.WritePyStack(e.PyStack.ID, e.PyStack.Frames, e.PyStack.GIL)
 	case KindUnknown:
 		return w.writeRaw(e.Code, e.Unknown)
 	}

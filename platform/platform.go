@@ -291,6 +291,9 @@ type Sample struct {
 	// did, with ids numbered by the back end from 1.
 	Python     []format.PyFrame
 	NewPyCodes []format.PyCode
+	// PyGIL says whether the thread held its interpreter's GIL when its
+	// Python frames were read.
+	PyGIL format.PyGIL
 }
 
 // Handler receives a back end's events, in order, from one goroutine.
@@ -341,6 +344,10 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// PythonAtSample counts the samples of PythonSamples whose frames
+	// were read at the sample (in BPF, the eBPF back end), not when the
+	// recorder drained it.
+	PythonAtSample uint64
 
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.

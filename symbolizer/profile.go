@@ -345,7 +345,7 @@ func (b *builder) aggregate(locs []int, goid, labels, python uint64, link format
 	}
 	agg := b.samples[string(b.keyBuf)]
 	if agg == nil {
-		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.labels[labels], python: python}
+		agg = &Sample{Locs: locs, Goroutine: goid, Labels: b.pyLabels(b.labels[labels], python), python: python}
 		if linked {
 			agg.Labels = append(agg.Labels[:len(agg.Labels):len(agg.Labels)],
 				format.Label{Key: LabelTraceID, Value: hex.EncodeToString(link.TraceID[:])},

@@ -29,6 +29,7 @@ type pyLocKey struct {
 type pyState struct {
 	codes  map[uint64]format.PyCode
 	stacks map[uint64][]format.PyFrame
+	gil    map[uint64]format.PyGIL // PyStacks that carry a hold on the GIL
 	locs   map[pyLocKey]int
 	module *Module
 }
@@ -46,7 +47,28 @@ func (b *builder) pyEvent(ev *format.Event) {
 		b.py.codes[c.ID] = c
 	case format.KindPyStack:
 		b.py.stacks[ev.PyStack.ID] = append([]format.PyFrame(nil), ev.PyStack.Frames...)
+		if g := ev.PyStack.GIL; g == format.PyGILHeld || g == format.PyGILWaiting {
+			if b.py.gil == nil {
+				b.py.gil = map[uint64]format.PyGIL{}
+			}
+			b.py.gil[ev.PyStack.ID] = g
+		}
 	}
+}
+
+// LabelPythonGIL is the label a sample of a Python thread gets when the
+// thread held its interpreter's GIL ("held") or was blocked taking it
+// ("waiting", snapshots): pprof -tagfocus=python.gil=held keeps the
+// samples that ran Python code.
+const LabelPythonGIL = "python.gil"
+
+// pyLabels returns labels with the GIL label of PyStack python added.
+func (b *builder) pyLabels(labels []format.Label, python uint64) []format.Label {
+	g, ok := b.py.gil[python]
+	if !ok {
+		return labels
+	}
+	return append(labels[:len(labels):len(labels)], format.Label{Key: LabelPythonGIL, Value: g.String()})
 }
 
 // pyLoc returns the location of Python frame f.

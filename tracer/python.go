@@ -13,21 +13,25 @@ import (
 type pyTable struct {
 	codes  []format.PyCode
 	ids    map[string]uint64 // encoded frames → PyStack id
-	stacks [][]format.PyFrame
+	stacks []format.PyStack
 	key    []byte
 }
 
 // intern writes the code objects in fresh and returns the PyStack id of
-// frames, writing its definition when new. Called with t.mu held; it
-// does not allocate for a list of frames seen before.
-func (p *pyTable) intern(w *format.Writer, fresh []format.PyCode, frames []format.PyFrame) uint64 {
+// frames and the thread's hold on the GIL, writing its definition when
+// new; 0 for no frames and no hold. Called with t.mu held; it does not
+// allocate for a list of frames seen before.
+func (p *pyTable) intern(w *format.Writer, fresh []format.PyCode, frames []format.PyFrame, gil format.PyGIL) uint64 {
 	for i := range fresh {
 		c := fresh[i]
 		c.Lines = append([]byte(nil), c.Lines...)
 		p.codes = append(p.codes, c)
 		w.WritePyCode(&c)
 	}
-	p.key = p.key[:0]
+	if len(frames) == 0 && gil == format.PyGILNone {
+		return 0
+	}
+	p.key = append(p.key[:0], byte(gil))
 	for _, f := range frames {
 		where := uint64(f.Offset) << 1
 		if f.Entry {
@@ -43,8 +47,8 @@ func (p *pyTable) intern(w *format.Writer, fresh []format.PyCode, frames []forma
 	}
 	id := uint64(len(p.stacks) + 1)
 	p.ids[string(p.key)] = id
-	p.stacks = append(p.stacks, append([]format.PyFrame(nil), frames...))
-	w.WritePyStack(id, frames)
+	p.stacks = append(p.stacks, format.PyStack{ID: id, Frames: append([]format.PyFrame(nil), frames...), GIL: gil})
+	w.WritePyStack(id, frames, gil)
 	return id
 }
 
@@ -53,7 +57,7 @@ func (p *pyTable) replay(w *format.Writer) {
 	for i := range p.codes {
 		w.WritePyCode(&p.codes[i])
 	}
-	for i, s := range p.stacks {
-		w.WritePyStack(uint64(i+1), s)
+	for _, s := range p.stacks {
+		w.WritePyStack(s.ID, s.Frames, s.GIL)
 	}
 }

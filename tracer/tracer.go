@@ -217,6 +217,9 @@ type Stats struct {
 	// filled in); PythonWarning names interpreters found but not read.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// PythonAtSample counts those of PythonSamples read at the sample
+	// (in BPF) rather than when the recorder drained it.
+	PythonAtSample uint64
 	// AllocMode says how Options.Alloc samples allocations ("" without
 	// it): platform.AllocPreload for a launched command, into which the
 	// sampler is preloaded; platform.AllocUprobes for a running process.
@@ -506,10 +509,11 @@ func (t *Tracer) Stats() Stats {
 		AchievedHz:   bs.AchievedHz,
 		TickHz:       bs.TickHz,
 
-		PythonSamples: bs.PythonSamples,
-		PythonCut:     bs.PythonCut,
-		PythonWarning: bs.PythonWarning,
-		AllocMode:     bs.AllocMode,
+		PythonSamples:  bs.PythonSamples,
+		PythonCut:      bs.PythonCut,
+		PythonWarning:  bs.PythonWarning,
+		PythonAtSample: bs.PythonAtSample,
+		AllocMode:      bs.AllocMode,
 	}
 }
 

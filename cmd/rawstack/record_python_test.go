@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,6 +62,23 @@ func TestRecordPython(t *testing.T) {
 				sh := "exec " + shellQuote(python) + " " + shellQuote(spin) + " 1.5 > " + shellQuote(oracle)
 				if code := run(append(append([]string{"record", "-q", "-o", trace, "-F", "999"}, flags...), "--", "/bin/sh", "-c", sh), &stdout, &stderr); code != 0 {
 					t.Fatalf("record exited %d: %s", code, stderr.String())
+				}
+				if mode == "ebpf" {
+					// The eBPF back end reads the frames in BPF at the
+					// sample once the recorder has told the program of
+					// the process, which it does when it reads the
+					// mapping of the interpreter: the samples of that
+					// first read period (up to 100 ms of the program's
+					// 1.5 s and its start-up) are read from user space.
+					var all, at int
+					for _, l := range strings.Split(stderr.String(), "\n") {
+						if _, err := fmt.Sscanf(l, "rawstack record: %d samples with Python frames, %d of them read in BPF at the sample", &all, &at); err == nil {
+							break
+						}
+					}
+					if all == 0 || at < all*75/100 {
+						t.Errorf("eBPF: %d of %d samples with Python frames read in BPF at the sample: %s", at, all, stderr.String())
+					}
 				}
 				chain := oracleChain(t, oracle)
 				tableLines := tableLines(t, oracle, "gamma_py")
@@ -138,6 +156,7 @@ func TestRecordPython(t *testing.T) {
 					t.Fatal(err)
 				}
 				perLine := map[int64]int64{}
+				var gamma, held int64 // samples in gamma_py; of them, labelled python.gil=held
 				for _, s := range p.Sample {
 					if len(s.Location) == 0 {
 						continue
@@ -149,9 +168,18 @@ func TestRecordPython(t *testing.T) {
 									t.Fatalf("gamma_py in file %q", ln.Function.Filename)
 								}
 								perLine[ln.Line] += s.Value[0]
+								gamma += s.Value[0]
+								if slices.Equal(s.Label["python.gil"], []string{"held"}) {
+									held += s.Value[0]
+								}
 							}
 						}
 					}
+				}
+				// The spinning thread holds the GIL (no other thread asks
+				// for it): its samples carry the label.
+				if gamma == 0 || held < gamma*85/100 {
+					t.Errorf("%d of %d samples in gamma_py are labelled python.gil=held", held, gamma)
 				}
 				t.Logf("gamma_py's samples by line: %v; the line table's lines: %v", perLine, tableLines)
 				var top int64

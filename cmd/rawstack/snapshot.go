@@ -178,6 +178,12 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache st
 			b = fmt.Appendf(b, "  (%v)\n", t.Err)
 			continue
 		}
+		switch t.GIL { // as py-spy dump marks the GIL's holder
+		case format.PyGILHeld:
+			b = append(b, "    (holds the GIL)\n"...)
+		case format.PyGILWaiting:
+			b = append(b, "    (waiting for the GIL)\n"...)
+		}
 		py := pythonGroups(t.Python)
 		for i, pc := range t.PCs {
 			if len(py) > 0 && names != nil {

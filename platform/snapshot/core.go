@@ -487,6 +487,9 @@ func (c *CoreFile) Snapshot(opts *Options) (*Snapshot, error) {
 	if err := unwindThreads(snap.Threads, set, mem, opts.maxFrames()); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
+	if opts != nil && opts.Python {
+		c.readPython(snap, maps, resolve)
+	}
 	return snap, nil
 }
 

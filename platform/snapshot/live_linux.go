@@ -194,6 +194,9 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			t := &snap.Threads[i]
 			frames, fresh := py.Frames(uint32(pid), uint32(t.Tid), snap.Time)
 			t.Python = append([]format.PyFrame(nil), frames...)
+			if t.GIL = py.GIL(); t.GIL == format.PyGILNone && py.WaitingGIL(uint32(pid), t.PCs) {
+				t.GIL = format.PyGILWaiting
+			}
 			for _, c := range fresh {
 				c.Lines = append([]byte(nil), c.Lines...)
 				snap.PyCodes = append(snap.PyCodes, c)

@@ -82,6 +82,9 @@ type Thread struct {
 	// Python holds the thread's Python frames, leaf first, read while it
 	// was stopped (Options.Python; a live CPython 3.8–3.13 process).
 	Python []format.PyFrame
+	// GIL says whether the thread held its interpreter's GIL, or was
+	// blocked taking it (its stack in take_gil), while stopped.
+	GIL format.PyGIL
 }
 
 // Module is one executable mapping of an ELF file (or the vDSO).
@@ -131,7 +134,8 @@ type Options struct {
 	// Root (cores) is prepended to the paths a core names (a sysroot).
 	Root string
 	// Python reads each thread's Python frames in a live CPython process
-	// (package platform/linux/cpython), while the threads are stopped.
+	// (package platform/linux/cpython), while the threads are stopped, or
+	// in a core of one, from the memory the core holds.
 	Python bool
 	// NoThreadNames (live processes) leaves Thread.Name empty: reading
 	// each thread's comm from /proc costs a file open per thread, which
@@ -211,15 +215,15 @@ func (s *Snapshot) Write(w *format.Writer) error {
 			flags |= format.SampleTruncated
 		}
 		var py uint64
-		if len(t.Python) > 0 {
-			pyKey = pyKey[:0]
+		if len(t.Python) > 0 || t.GIL != format.PyGILNone {
+			pyKey = append(pyKey[:0], byte(t.GIL))
 			for _, f := range t.Python {
 				pyKey = binary.AppendUvarint(binary.AppendUvarint(pyKey, f.Code), uint64(f.Offset)<<1|uint64(btou(f.Entry)))
 			}
 			if py = pyIDs[string(pyKey)]; py == 0 {
 				py = uint64(len(pyIDs) + 1)
 				pyIDs[string(pyKey)] = py
-				w.WritePyStack(py, t.Python)
+				w.WritePyStack(py, t.Python, t.GIL)
 			}
 		}
 		w.WriteSample(format.Sample{Time: s.Time, Pid: pid, Tid: uint32(t.Tid), CPU: format.NoCPU, Weight: 1, Stack: stack, Flags: flags, Python: py})

@@ -146,7 +146,11 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s, one per %d bytes on average\n", st.AllocMode, allocRate(rf.AllocRate))
 	}
 	if st.PythonSamples > 0 || st.PythonCut > 0 {
-		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames (%d Python chains cut short by a check)\n", st.PythonSamples, st.PythonCut)
+		atSample := ""
+		if st.PythonAtSample > 0 {
+			atSample = fmt.Sprintf(", %d of them read in BPF at the sample", st.PythonAtSample)
+		}
+		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames%s (%d Python chains cut short by a check)\n", st.PythonSamples, atSample, st.PythonCut)
 	}
 	if st.PythonWarning != "" {
 		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)

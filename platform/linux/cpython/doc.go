@@ -32,6 +32,15 @@
 // version is Py_Version's (3.11+) or, before it existed, the one the
 // libpython or python file name says.
 //
+// The GIL: with a thread's state, in the same read, the reader reads its
+// interpreter's GIL (struct _gil_runtime_state: _PyRuntime.ceval.gil in
+// 3.8–3.11, the interpreter's ceval.gil pointer from 3.12) and reports
+// [format.PyGILHeld] when it is locked and its last_holder is the
+// thread's state ([Reader.GIL]). A thread whose native stack is in the
+// interpreter's take_gil (found by symbol, or in the debug file a build
+// id names) is waiting for it ([Reader.WaitingGIL]). In a recording the
+// GIL is read when the frames are, a few milliseconds after the sample.
+//
 // A read never trusts the target: every read is process_vm_readv, which
 // fails instead of faulting; a code object must have PyCode_Type as its
 // type, an instruction offset must lie inside its code, a chain is at

@@ -51,6 +51,15 @@ type layout struct {
 	// 3.8–3.10: frames are PyFrameObjects, each run by its own
 	// _PyEval_EvalFrameDefault call (every frame is an entry frame), and
 	// a thread state knows its thread by pthread_t only.
+	// The GIL (struct _gil_runtime_state): 3.8–3.11 keep it in
+	// _PyRuntime.ceval.gil, 3.12+ point to it from each interpreter's
+	// ceval.gil. A thread holds it when it is locked and its last holder
+	// is the thread's state.
+	rtGIL     uint64 // 3.8–3.11: offsetof(_PyRuntimeState, ceval.gil); 0 from 3.12
+	interpGIL uint64 // 3.12+: offsetof(PyInterpreterState, ceval.gil), a pointer
+	gilHolder uint64 // offsetof(struct _gil_runtime_state, last_holder)
+	gilLocked uint64 // offsetof(struct _gil_runtime_state, locked), an int
+
 	legacy     bool
 	tsThreadID uint64 // PyThreadState.thread_id (pthread_self())
 	frLasti    uint64 // PyFrameObject.f_lasti (int)
@@ -89,10 +98,12 @@ const ownedByCStack = 3
 // pays nothing at init.
 func tableOf(minor uint32) (layout, bool) {
 	switch minor {
-	case 0x0308, 0x0309: // 3.8, 3.9
-		return legacyTable(104, false, format.PyLineTableLnotab), true
+	case 0x0308: // 3.8
+		return legacyTable(104, 1152, false, format.PyLineTableLnotab), true
+	case 0x0309: // 3.9
+		return legacyTable(104, 352, false, format.PyLineTableLnotab), true
 	case 0x030a: // 3.10
-		return legacyTable(96, true, format.PyLineTable310), true
+		return legacyTable(96, 352, true, format.PyLineTable310), true
 	case 0x030b, 0x030c, 0x030d:
 		return tables[minor-0x030b], true
 	}
@@ -106,12 +117,14 @@ var tables = [...]layout{
 		frCode: 32, frPrevious: 48, frInstr: 56, frOwner: 69, frIsEntry: 68,
 		coSize: 16, coQualname: 128, coFilename: 112, coFirstLine: 72, coLinetable: 136, coCode: 184,
 		uniLength: 16, uniState: 32, uniASCIISize: 48, uniCompactSize: 72, bytesSize: 16, bytesData: 32,
+		rtGIL: 360, gilHolder: 8, gilLocked: 16,
 	},
 	{ // 3.12
 		interpretersHead: 40, threadsHead: 72, tsNext: 8, tsNativeID: 144, tsFrame: 56, cframeFrame: 0, viaCFrame: true,
 		frCode: 0, frPrevious: 8, frInstr: 56, frOwner: 70,
 		coSize: 16, coQualname: 128, coFilename: 112, coFirstLine: 68, coLinetable: 136, coCode: 192,
 		uniLength: 16, uniState: 32, uniASCIISize: 40, uniCompactSize: 56, bytesSize: 16, bytesData: 32,
+		interpGIL: 384, gilHolder: 8, gilLocked: 16,
 	},
 	// 3.13 publishes its offsets (_Py_DebugOffsets); this entry gives what
 	// they leave out (the size of a compact non-ASCII string) and is
@@ -121,13 +134,15 @@ var tables = [...]layout{
 		frCode: 0, frPrevious: 8, frInstr: 56, frOwner: 70,
 		coSize: 16, coQualname: 128, coFilename: 112, coFirstLine: 68, coLinetable: 136, coCode: 200,
 		uniLength: 16, uniState: 32, uniASCIISize: 40, uniCompactSize: 56, bytesSize: 16, bytesData: 32,
+		interpGIL: 16, gilHolder: 8, gilLocked: 16,
 	},
 }
 
 // legacyTable is the layout of 3.8–3.10, which differ in where a frame
-// keeps f_lasti, what it counts and the line table's encoding.
-func legacyTable(lasti uint64, units bool, table format.PyLineTable) layout {
-	return layout{legacy: true,
+// keeps f_lasti, what it counts, the line table's encoding and where the
+// runtime keeps the GIL.
+func legacyTable(lasti, gil uint64, units bool, table format.PyLineTable) layout {
+	return layout{legacy: true, rtGIL: gil, gilHolder: 8, gilLocked: 16,
 		interpretersHead: 32, threadsHead: 8, tsNext: 8, tsThreadID: 176, tsFrame: 24,
 		frCode: 32, frPrevious: 24, frLasti: lasti, lastiUnits: units,
 		coQualname: 112, coFilename: 104, coFirstLine: 40, coLinetable: 120, coCodeObj: 48,
@@ -159,7 +174,25 @@ type Interp struct {
 	codeType uint64 // link-time address of PyCode_Type
 	lay      layout
 	progs    []segment
+	// takeGIL are the link-time ranges of the interpreter's take_gil
+	// (and its compiler-made copies: take_gil.lto_priv.0, .cold), where
+	// a thread waits for the GIL; none when the file and its debug file
+	// have no symbol table.
+	takeGIL [][2]uint64
 }
+
+// addTakeGIL records the ranges of the take_gil functions among syms.
+func (in *Interp) addTakeGIL(syms []elf.Symbol) {
+	for _, s := range syms {
+		if s.Size > 0 && elf.ST_TYPE(s.Info) == elf.STT_FUNC && (s.Name == "take_gil" || strings.HasPrefix(s.Name, "take_gil.")) {
+			in.takeGIL = append(in.takeGIL, [2]uint64{s.Value, s.Value + s.Size})
+		}
+	}
+}
+
+// KnowsTakeGIL reports whether the interpreter's take_gil was found, so
+// that a thread waiting for the GIL can be told.
+func (in *Interp) KnowsTakeGIL() bool { return len(in.takeGIL) > 0 }
 
 // segment is a PT_LOAD program header: file offset and link-time address.
 type segment struct{ off, vaddr, filesz uint64 }
@@ -174,9 +207,9 @@ func loadSegments(f *elf.File) []segment {
 	return out
 }
 
-// bias returns the load bias of the file given one of its mappings: the
+// Bias returns the load bias of the file given one of its mappings: the
 // mapping at start maps the file from offset off (page-aligned).
-func (in *Interp) bias(start, off uint64) (uint64, bool) {
+func (in *Interp) Bias(start, off uint64) (uint64, bool) {
 	for _, p := range in.progs {
 		if off >= p.off&^0xfff && off < p.off+p.filesz {
 			return start - (p.vaddr - (p.off - off)), true
@@ -253,6 +286,7 @@ func Find(f *elf.File, path string) (*Interp, error) {
 	if in.runtime == 0 {
 		return nil, errNotPython
 	}
+	in.addTakeGIL(syms)
 	if in.codeType == 0 {
 		return nil, fmt.Errorf("%s: no PyCode_Type symbol: %w", path, ErrUnknownVersion)
 	}
@@ -342,6 +376,18 @@ func (l *layout) fromDebugOffsets(b []byte, version uint32) error {
 	l.uniState = u(uni + 8)
 	l.uniLength = u(uni + 16)
 	l.uniASCIISize = u(uni + 24)
+	// The GIL: interpreter_state's ceval_gil (the pointer) and, relative
+	// to gil_runtime_state (the interpreter's own GIL), its locked and
+	// holder fields.
+	l.rtGIL, l.interpGIL = 0, u(is+64)
+	if g, lk, h := u(is+72), u(is+88), u(is+96); lk > g && h > g && lk-g < 64 && h-g < 64 {
+		l.gilLocked, l.gilHolder = lk-g, h-g
+	} else {
+		return fmt.Errorf("_Py_DebugOffsets: GIL fields at %d and %d outside the GIL at %d", lk, h, g)
+	}
+	if l.interpGIL >= u(is) || u(is) > 1<<20 { // an interpreter state is ~190 KiB
+		return fmt.Errorf("_Py_DebugOffsets: ceval.gil at %d outside an interpreter state of %d bytes", l.interpGIL, u(is))
+	}
 	// Sanity: every offset lies within its structure's size.
 	for _, c := range [][2]uint64{{l.tsNext, u(ts)}, {l.tsFrame, u(ts)}, {l.tsNativeID, u(ts)}, {l.frOwner, u(fr)}, {l.frInstr, u(fr)}, {l.coCode, u(co)}, {l.coFirstLine, u(co)}} {
 		if c[0] >= c[1] || c[1] > 1<<16 {

@@ -70,6 +70,7 @@ func TestTablesMatchHeaders(t *testing.T) {
 					"code.linetable": lay.coLinetable, "code.code": lay.coCodeObj,
 					"unicode.length": lay.uniLength, "unicode.state": lay.uniState, "unicode.ascii_size": lay.uniASCIISize,
 					"unicode.compact_size": lay.uniCompactSize, "bytes.size": lay.bytesSize, "bytes.sval": lay.bytesData,
+					"runtime.gil": lay.rtGIL, "gil.last_holder": lay.gilHolder, "gil.locked": lay.gilLocked,
 				}
 				for k, w := range want {
 					if g, ok := got[k]; !ok || g != w {
@@ -89,6 +90,12 @@ func TestTablesMatchHeaders(t *testing.T) {
 				"code.firstlineno": lay.coFirstLine, "code.linetable": lay.coLinetable, "code.code_adaptive": lay.coCode,
 				"unicode.length": lay.uniLength, "unicode.state": lay.uniState, "unicode.ascii_size": lay.uniASCIISize,
 				"unicode.compact_size": lay.uniCompactSize, "bytes.size": lay.bytesSize, "bytes.sval": lay.bytesData,
+				"gil.last_holder": lay.gilHolder, "gil.locked": lay.gilLocked,
+			}
+			if lay.interpGIL != 0 {
+				want["interp.ceval_gil"] = lay.interpGIL
+			} else {
+				want["runtime.gil"] = lay.rtGIL
 			}
 			if lay.viaCFrame {
 				want["tstate.cframe"], want["cframe.current_frame"] = lay.tsFrame, lay.cframeFrame

@@ -48,6 +48,14 @@ type Reader struct {
 	procs map[uint32]*proc
 	ids   map[string]uint64 // code contents → PyCode id
 	Stats Stats
+	// onProcess, when set, learns each process attached (SetOnProcess);
+	// onThread each thread state found (SetOnThread).
+	onProcess func(pid uint32, w Walk)
+	onThread  func(pid, tid uint32, tstate, gil uint64)
+	// GIL is the hold on the GIL of the thread of the last Frames call:
+	// PyGILHeld when the GIL was locked with the thread's state as its
+	// last holder as the frames were read, PyGILNone otherwise.
+	GIL format.PyGIL
 
 	buf    [512]byte
 	frame  [256]byte
@@ -69,6 +77,7 @@ type proc struct {
 type tstate struct {
 	addr uint64 // 0: none found
 	at   int64  // when a miss was recorded
+	gil  uint64 // absolute address of the GIL of the thread's interpreter, 0 unknown
 }
 
 // codeEntry is a code object read before; it is taken as the same object
@@ -98,13 +107,21 @@ func NewReader(read func(pid uint32, addr uint64, buf []byte) bool, read2 func(p
 func (r *Reader) Attach(pid uint32, in *Interp, bias uint64) {
 	r.procs[pid] = &proc{in: in, runtime: in.runtime + bias, codeType: in.codeType + bias,
 		tstates: map[uint32]tstate{}, codes: map[uint64]codeEntry{}}
+	if r.onProcess != nil {
+		r.onProcess(pid, in.lay.walkOf(in.runtime+bias))
+	}
 }
 
 // Attached reports whether pid has an interpreter.
 func (r *Reader) Attached(pid uint32) bool { return r.procs[pid] != nil }
 
 // Forget drops what is known of pid (it exited or exec'd).
-func (r *Reader) Forget(pid uint32) { delete(r.procs, pid) }
+func (r *Reader) Forget(pid uint32) {
+	if r.procs[pid] != nil && r.onProcess != nil {
+		r.onProcess(pid, Walk{}) // Runtime 0: the process is gone
+	}
+	delete(r.procs, pid)
+}
 
 // Frames returns the Python frames, leaf first, that thread tid of pid
 // was running at time t (ns), and the code objects met for the first
@@ -114,7 +131,7 @@ func (r *Reader) Forget(pid uint32) { delete(r.procs, pid) }
 // fails a check is cut there: the frames before the cut are returned.
 func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.PyCode) {
 	p := r.procs[pid]
-	r.frames, r.fresh = r.frames[:0], r.fresh[:0]
+	r.frames, r.fresh, r.GIL = r.frames[:0], r.fresh[:0], format.PyGILNone
 	if p == nil {
 		return nil, nil
 	}
@@ -123,18 +140,22 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 	var frame uint64
 	ok := false
 	if ts.addr != 0 {
-		frame, ok = r.current(pid, tid, l, ts.addr)
+		frame, ok = r.current(pid, tid, l, ts)
 	}
 	if !ok {
 		if known && ts.addr == 0 && t-ts.at < retryMiss {
 			return nil, nil
 		}
-		addr := r.find(pid, tid, p, l)
-		p.tstates[tid] = tstate{addr: addr, at: t}
-		if addr == 0 {
+		ts = r.find(pid, tid, p, l)
+		ts.at = t
+		p.tstates[tid] = ts
+		if ts.addr == 0 {
 			return nil, nil
 		}
-		if frame, ok = r.current(pid, tid, l, addr); !ok {
+		if r.onThread != nil {
+			r.onThread(pid, tid, ts.addr, ts.gil)
+		}
+		if frame, ok = r.current(pid, tid, l, ts); !ok {
 			return nil, nil
 		}
 	}
@@ -146,12 +167,50 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 	return r.frames, r.fresh
 }
 
+// WaitingGIL reports whether a thread of pid whose native stack is pcs
+// (absolute, leaf first: the pc, then return addresses) is blocked taking
+// the GIL: one of its frames is in the interpreter's take_gil. False when
+// pid has no interpreter or its take_gil is not known (no symbols).
+func (r *Reader) WaitingGIL(pid uint32, pcs []uint64) bool {
+	p := r.procs[pid]
+	if p == nil || len(p.in.takeGIL) == 0 {
+		return false
+	}
+	bias := p.runtime - p.in.runtime
+	for i, pc := range pcs {
+		if i > 0 {
+			pc-- // a return address: the call is before it
+		}
+		for _, rg := range p.in.takeGIL {
+			if pc-bias >= rg[0] && pc-bias < rg[1] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // current reads thread state ts and returns its current frame; false when
-// ts is no longer tid's.
-func (r *Reader) current(pid, tid uint32, l *layout, ts uint64) (uint64, bool) {
+// ts is no longer tid's. The GIL's state is read with the thread state,
+// in the same call, and sets r.GIL.
+func (r *Reader) current(pid, tid uint32, l *layout, ts tstate) (uint64, bool) {
 	n := max(l.tsNativeID, l.tsFrame, l.tsThreadID) + 8
 	b := r.buf[:n]
-	if !r.read(pid, ts, b) || r.tidOf(pid, l, b) != uint64(tid) {
+	if ts.gil != 0 {
+		lo, hi := min(l.gilHolder, l.gilLocked), max(l.gilHolder+8, l.gilLocked+4)
+		g := r.buf[n : n+hi-lo]
+		got := r.read2(pid, ts.addr, int(n), ts.gil+lo, int(hi-lo), r.buf[:n+hi-lo])
+		if got < int(n) {
+			return 0, false
+		}
+		if got == int(n+hi-lo) && le64(g, l.gilHolder-lo) == ts.addr && binary.LittleEndian.Uint32(g[l.gilLocked-lo:]) == 1 {
+			r.GIL = format.PyGILHeld
+		}
+	} else if !r.read(pid, ts.addr, b) {
+		return 0, false
+	}
+	if r.tidOf(pid, l, b) != uint64(tid) {
+		r.GIL = format.PyGILNone
 		return 0, false
 	}
 	frame := le64(b, l.tsFrame)
@@ -178,35 +237,43 @@ func (r *Reader) tidOf(pid uint32, l *layout, b []byte) uint64 {
 	return uint64(binary.LittleEndian.Uint32(t[:]))
 }
 
-// find walks every interpreter's thread list for tid's thread state.
-func (r *Reader) find(pid, tid uint32, p *proc, l *layout) uint64 {
+// find walks every interpreter's thread list for tid's thread state, and
+// finds the GIL of its interpreter.
+func (r *Reader) find(pid, tid uint32, p *proc, l *layout) tstate {
 	b := r.buf[:8]
 	if !r.read(pid, p.runtime+l.interpretersHead, b) {
-		return 0
+		return tstate{}
 	}
 	n := 0
 	for interp := le64(b, 0); interp != 0 && n < maxThreads; n++ {
 		if !r.read(pid, interp+l.threadsHead, b) {
-			return 0
+			return tstate{}
 		}
 		for ts := le64(b, 0); ts != 0 && n < maxThreads; n++ {
 			nb := r.buf[:max(l.tsNext, l.tsNativeID, l.tsThreadID)+8]
 			if !r.read(pid, ts, nb) {
-				return 0
+				return tstate{}
 			}
 			next := le64(nb, l.tsNext)
 			if r.tidOf(pid, l, nb) == uint64(tid) {
-				return ts
+				found := tstate{addr: ts}
+				switch {
+				case l.rtGIL != 0: // 3.8–3.11: one GIL, in the runtime
+					found.gil = p.runtime + l.rtGIL
+				case l.interpGIL != 0 && r.read(pid, interp+l.interpGIL, b): // 3.12+: the interpreter's
+					found.gil = le64(b, 0)
+				}
+				return found
 			}
 			ts = next
 		}
 		// PyInterpreterState.next is the interpreter's first field.
 		if !r.read(pid, interp, b) {
-			return 0
+			return tstate{}
 		}
 		interp = le64(b, 0)
 	}
-	return 0
+	return tstate{}
 }
 
 // walk follows the chain from frame, appending validated frames. Each
@@ -260,33 +327,9 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 			r.Stats.Cut[CutRead]++
 			return
 		}
-		id, units, cut := r.code(pid, p, l, code, pair[:l.coSpan])
-		if cut >= 0 {
-			r.Stats.Cut[cut]++
+		if !r.addFrame(pid, p, l, code, instr, lasti, entry, pair[:l.coSpan]) {
 			return
 		}
-		start := code + l.coCode
-		var off uint64
-		switch {
-		case l.legacy: // f_lasti; -1 before the first instruction
-			if lasti > 0 {
-				off = uint64(lasti)
-			}
-			if l.lastiUnits {
-				off *= 2
-			}
-		case instr >= start:
-			off = instr - start
-		case instr+2 == start: // 3.11–3.12: prev_instr before the first instruction
-		default:
-			r.Stats.Cut[CutOffset]++
-			return
-		}
-		if off >= units*2 || off > 1<<32-1 {
-			r.Stats.Cut[CutOffset]++
-			return
-		}
-		r.frames = append(r.frames, format.PyFrame{Code: id, Offset: uint32(off), Entry: entry})
 		frame = prev
 		if frame != 0 {
 			if n < len(pair) {
@@ -296,6 +339,40 @@ func (r *Reader) walk(pid uint32, p *proc, l *layout, frame uint64) {
 			copy(fb, pair[l.coSpan:])
 		}
 	}
+}
+
+// addFrame validates and appends the frame that ran code object code (its
+// header in cb) at instr (3.11+) or lasti (3.8–3.10); false, with the
+// cut counted, when it fails.
+func (r *Reader) addFrame(pid uint32, p *proc, l *layout, code, instr uint64, lasti int32, entry bool, cb []byte) bool {
+	id, units, cut := r.code(pid, p, l, code, cb)
+	if cut >= 0 {
+		r.Stats.Cut[cut]++
+		return false
+	}
+	start := code + l.coCode
+	var off uint64
+	switch {
+	case l.legacy: // f_lasti; -1 before the first instruction
+		if lasti > 0 {
+			off = uint64(lasti)
+		}
+		if l.lastiUnits {
+			off *= 2
+		}
+	case instr >= start:
+		off = instr - start
+	case instr+2 == start: // 3.11–3.12: prev_instr before the first instruction
+	default:
+		r.Stats.Cut[CutOffset]++
+		return false
+	}
+	if off >= units*2 || off > 1<<32-1 {
+		r.Stats.Cut[CutOffset]++
+		return false
+	}
+	r.frames = append(r.frames, format.PyFrame{Code: id, Offset: uint32(off), Entry: entry})
+	return true
 }
 
 // code returns the PyCode id and size in code units of the code object at
@@ -405,3 +482,120 @@ func (r *Reader) bytesObject(pid uint32, l *layout, addr uint64) ([]byte, bool) 
 }
 
 func le64(b []byte, off uint64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+
+// Raw frames: a thread's frames as a sampler read them at the sample
+// (the eBPF back end, in BPF), RawWords words per frame, leaf first: the
+// code object's address, the instruction pointer (3.11+; f_lasti in the
+// low 32 bits before), and the frame's owner byte | its is_entry byte <<
+// 8 (the bytes at Walk's FrOwner and FrIsEntry, whatever they are when
+// the version has no such field: the reader knows which apply).
+const RawWords = 3
+
+// Walk is what a sampler needs to read the Python frames of a process's
+// threads itself (see [Reader.SetOnProcess]): where the runtime state is
+// and the field offsets of the version. From Runtime it finds a thread's
+// state as [Reader.Frames] does (interpreters, then each one's thread
+// states, whose TSTid names the thread), the GIL (at Runtime+RTGIL, or
+// pointed to from the interpreter at InterpGIL), then reads frames.
+// Offsets that do not apply are NoOffset.
+type Walk struct {
+	Runtime                     uint64 // absolute address of _PyRuntime
+	InterpretersHead            uint32 // in _PyRuntime; PyInterpreterState.next is at 0
+	ThreadsHead, TSNext         uint32 // in PyInterpreterState; in PyThreadState
+	RTGIL, InterpGIL            uint32 // the GIL in _PyRuntime (3.8–3.11), or its pointer in the interpreter (3.12+)
+	TSFrame, CFrameFrame        uint32 // current frame (or cframe) in the thread state; current_frame in the cframe
+	TSTid                       uint32 // native_thread_id (3.11+) or thread_id, a pthread_t (3.8–3.10: Legacy)
+	FrCode, FrInstr, FrPrevious uint32
+	FrOwner, FrIsEntry          uint32
+	FrSize                      uint32 // bytes of a frame that hold those fields
+	GILHolder, GILLocked        uint32
+	Legacy                      bool
+	PthreadTid                  uint32 // 3.8–3.10: the tid's offset in glibc's struct pthread
+}
+
+// NoOffset marks a Walk field that does not apply to the version.
+const NoOffset = ^uint32(0)
+
+// SetOnThread sets a function called each time the reader finds the
+// thread state of thread tid of pid (and its interpreter's GIL, 0 if
+// unknown): a sampler that reads frames at the sample but found no state
+// for the thread itself learns it there.
+func (r *Reader) SetOnThread(f func(pid, tid uint32, tstate, gil uint64)) { r.onThread = f }
+
+// SetOnProcess sets a function called each time a process is attached,
+// with how to read its threads' frames (a sampler that reads them at the
+// sample, in BPF, learns the process there), and when it is forgotten,
+// with a Walk whose Runtime is 0.
+// Processes attached before it is set are told at once.
+func (r *Reader) SetOnProcess(f func(pid uint32, w Walk)) {
+	r.onProcess = f
+	for pid, p := range r.procs {
+		f(pid, p.in.lay.walkOf(p.runtime))
+	}
+}
+
+func (l *layout) walkOf(runtime uint64) Walk {
+	opt := func(v uint64, ok bool) uint32 {
+		if !ok {
+			return NoOffset
+		}
+		return uint32(v)
+	}
+	w := Walk{Runtime: runtime, InterpretersHead: uint32(l.interpretersHead), ThreadsHead: uint32(l.threadsHead), TSNext: uint32(l.tsNext),
+		RTGIL: opt(l.rtGIL, l.rtGIL != 0), InterpGIL: opt(l.interpGIL, l.interpGIL != 0),
+		TSFrame: uint32(l.tsFrame), CFrameFrame: opt(l.cframeFrame, l.viaCFrame),
+		FrCode: uint32(l.frCode), FrPrevious: uint32(l.frPrevious), FrSize: uint32(l.frSpan),
+		FrOwner: opt(l.frOwner, !l.legacy && l.frIsEntry == 0), FrIsEntry: opt(l.frIsEntry, l.frIsEntry != 0),
+		GILHolder: uint32(l.gilHolder), GILLocked: uint32(l.gilLocked), Legacy: l.legacy}
+	if l.legacy {
+		w.TSTid, w.FrInstr, w.PthreadTid = uint32(l.tsThreadID), uint32(l.frLasti), pthreadTidAMD64
+	} else {
+		w.TSTid, w.FrInstr = uint32(l.tsNativeID), uint32(l.frInstr)
+	}
+	return w
+}
+
+// FramesRaw is Frames for a thread whose frames a sampler read at the
+// sample (raw, RawWords words a frame, leaf first; cut says the sampler
+// stopped at its own depth cap), with held its reading of the GIL: the
+// code objects are validated and interned here, the offsets checked, as
+// Frames does.
+func (r *Reader) FramesRaw(pid uint32, raw []uint64, cut, held bool) ([]format.PyFrame, []format.PyCode) {
+	p := r.procs[pid]
+	r.frames, r.fresh, r.GIL = r.frames[:0], r.fresh[:0], format.PyGILNone
+	if p == nil {
+		return nil, nil
+	}
+	if held {
+		r.GIL = format.PyGILHeld
+	}
+	l := &p.in.lay
+	cb := r.pair[:l.coSpan]
+	for i := 0; i+RawWords <= len(raw); i += RawWords {
+		code, instr, flags := raw[i], raw[i+1], raw[i+2]
+		if !l.legacy && l.frIsEntry == 0 && uint8(flags) == ownedByCStack {
+			if n := len(r.frames); n > 0 {
+				r.frames[n-1].Entry = true
+			}
+			continue
+		}
+		if code == 0 || !r.read(pid, code, cb) {
+			r.Stats.Cut[CutRead]++
+			cut = false
+			break
+		}
+		entry := l.legacy || l.frIsEntry != 0 && uint8(flags>>8) != 0
+		if !r.addFrame(pid, p, l, code, instr, int32(instr), entry, cb) {
+			cut = false
+			break
+		}
+	}
+	if cut {
+		r.Stats.Cut[CutDepth]++
+	}
+	if len(r.frames) > 0 {
+		r.Stats.Stacks++
+		r.Stats.Frames += uint64(len(r.frames))
+	}
+	return r.frames, r.fresh
+}

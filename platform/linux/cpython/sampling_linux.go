@@ -3,9 +3,7 @@
 package cpython
 
 import (
-	"debug/elf"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 
@@ -77,32 +75,50 @@ func (s *Sampling) ModuleLoaded(pid uint32, path string, start, off uint64) {
 	if fr.in == nil {
 		return
 	}
-	if bias, ok := fr.in.bias(start, off); ok {
+	if bias, ok := fr.in.Bias(start, off); ok {
 		s.r.Attach(pid, fr.in, bias)
 	}
 }
 
 func (s *Sampling) open(pid uint32, path string) fileResult {
-	f, err := elf.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/root" + path)
-	if err != nil {
-		if f, err = elf.Open(path); err != nil {
-			return fileResult{err: fmt.Errorf("cpython: %w", err)}
-		}
+	in, err := Load("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/root"+path, path)
+	if err != nil && !errors.Is(err, ErrUnknownVersion) && !errors.Is(err, errNotPython) {
+		in, err = Load(path, path)
 	}
-	defer f.Close()
-	in, err := Find(f, path)
-	if err != nil {
-		return fileResult{err: err}
-	}
-	in.progs = loadSegments(f)
-	return fileResult{in: in}
+	return fileResult{in: in, err: err}
 }
+
+// WaitingGIL reports whether a thread of pid whose native stack is pcs is
+// blocked taking the GIL (see [Reader.WaitingGIL]).
+func (s *Sampling) WaitingGIL(pid uint32, pcs []uint64) bool { return s.r.WaitingGIL(pid, pcs) }
 
 // Frames returns the Python frames of a sample of tid in pid at time t
 // and the code objects seen for the first time (see [Reader.Frames]).
 func (s *Sampling) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.PyCode) {
 	return s.r.Frames(pid, tid, t)
 }
+
+// SetOnThread sets a function told of each thread state found (see
+// [Reader.SetOnThread]).
+func (s *Sampling) SetOnThread(f func(pid, tid uint32, tstate, gil uint64)) { s.r.SetOnThread(f) }
+
+// SetOnProcess sets a function told of each process attached (see
+// [Reader.SetOnProcess]).
+func (s *Sampling) SetOnProcess(f func(pid uint32, w Walk)) { s.r.SetOnProcess(f) }
+
+// FramesRaw returns the Python frames a sampler read at the sample (see
+// [Reader.FramesRaw]).
+func (s *Sampling) FramesRaw(pid uint32, raw []uint64, cut, held bool) ([]format.PyFrame, []format.PyCode) {
+	return s.r.FramesRaw(pid, raw, cut, held)
+}
+
+// ClearGIL forgets the GIL hold of the last Frames call (its frames were
+// not used).
+func (s *Sampling) ClearGIL() { s.r.GIL = format.PyGILNone }
+
+// GIL returns the hold on the GIL of the thread of the last Frames call
+// (see [Reader.GIL]).
+func (s *Sampling) GIL() format.PyGIL { return s.r.GIL }
 
 // Forget drops what is known of process pid (it exited or exec'd).
 func (s *Sampling) Forget(pid uint32) { s.r.Forget(pid) }

@@ -4,10 +4,12 @@ package cpython
 
 import (
 	"bufio"
+	"encoding/binary"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,10 +82,13 @@ func TestFramesOfSpinningThread(t *testing.T) {
 				want = append(want, f[:strings.LastIndexByte(f, ':')])
 			}
 			codes := map[uint64]format.PyCode{}
-			good := 0
+			good, held := 0, 0
 			const n = 200
 			for i := 0; i < n; i++ {
 				frames, fresh := s.Frames(pid, pid, time.Now().UnixNano())
+				if s.GIL() == format.PyGILHeld {
+					held++
+				}
 				for _, c := range fresh {
 					codes[c.ID] = c
 				}
@@ -109,6 +114,35 @@ func TestFramesOfSpinningThread(t *testing.T) {
 			t.Logf("%d/%d reads gave the oracle's chain %v; stats %+v", good, n, want, st)
 			if good < n*95/100 {
 				t.Errorf("%d/%d reads gave the chain %v", good, n, want)
+			}
+			// The GIL: the spinning main thread holds it (no other
+			// thread asks for it), the sleeping thread never does.
+			if held < n*95/100 {
+				t.Errorf("the spinning main thread held the GIL in %d/%d reads", held, n)
+			}
+			sleepers := 0
+			tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(int(pid)) + "/task")
+			for _, task := range tasks {
+				tid, _ := strconv.Atoi(task.Name())
+				if uint32(tid) == pid {
+					continue
+				}
+				frames, fresh := s.Frames(pid, uint32(tid), time.Now().UnixNano())
+				for _, c := range fresh {
+					codes[c.ID] = c
+				}
+				if len(frames) == 0 || codes[frames[0].Code].Name != "delta_py" {
+					continue
+				}
+				sleepers++
+				for i := 0; i < 50; i++ {
+					if s.Frames(pid, uint32(tid), time.Now().UnixNano()); s.GIL() != format.PyGILNone {
+						t.Fatalf("the sleeping thread %d: GIL %v", tid, s.GIL())
+					}
+				}
+			}
+			if sleepers != 1 {
+				t.Errorf("%d threads in delta_py, want the sleeper", sleepers)
 			}
 			src, err := os.ReadFile(filepath.Join("testdata", "spin.py"))
 			if err != nil {
@@ -219,6 +253,121 @@ func TestFramesOfMovingTarget(t *testing.T) {
 			t.Logf("%d reads, deepest chain %d, stats %+v", reads, deepest, st)
 			if st.Stacks == 0 || st.Cut[CutDepth] == 0 {
 				t.Errorf("no chain read, or none cut at the depth cap: %+v", st)
+			}
+		})
+	}
+}
+
+// TestWalkMatchesFrames reads spin.py's main thread as the eBPF back end's
+// program does, from the Walk the reader hands out when it attaches the
+// process (the interpreters' thread lists for the thread state whose id
+// is the thread's, the GIL, then frame by frame: code, instruction, owner
+// or is_entry, previous), and holds what FramesRaw makes of it to what
+// Frames reads itself; FramesRaw allocates nothing once the code objects
+// are known.
+func TestWalkMatchesFrames(t *testing.T) {
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			cmd, _ := startSpin(t, testbuild.Python(t, v))
+			pid := uint32(cmd.Process.Pid)
+			s := NewSampling()
+			var walk *Walk
+			s.SetOnProcess(func(p uint32, w Walk) {
+				if p == pid {
+					walk = &w
+				}
+			})
+			if !s.AttachMaps(pid) || walk == nil {
+				t.Fatalf("no interpreter found in pid %d (walk %v): %v", pid, walk, s.Errors())
+			}
+			codes := map[uint64]string{}
+			names := func(frames []format.PyFrame, fresh []format.PyCode) string {
+				for _, c := range fresh {
+					codes[c.ID] = c.Name
+				}
+				var out []string
+				for _, f := range frames {
+					e := ""
+					if f.Entry {
+						e = "!"
+					}
+					out = append(out, codes[f.Code]+e)
+				}
+				return strings.Join(out, " ")
+			}
+			want := names(s.Frames(pid, pid, 1))
+			if want == "" {
+				t.Fatal("Frames read no frames")
+			}
+			mem := func(addr uint64, n int) []byte {
+				b := make([]byte, n)
+				if !s.read(pid, addr, b) {
+					t.Fatalf("read %#x", addr)
+				}
+				return b
+			}
+			le := func(b []byte, off uint32) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+			w := walk
+			tidOf := func(ts uint64) uint64 {
+				tid := le(mem(ts+uint64(w.TSTid), 8), 0)
+				if w.Legacy {
+					tid = uint64(binary.LittleEndian.Uint32(mem(tid+uint64(w.PthreadTid), 4)))
+				}
+				return tid
+			}
+			raw := func() ([]uint64, bool) {
+				var ts, gil uint64
+				for interp := le(mem(w.Runtime+uint64(w.InterpretersHead), 8), 0); interp != 0 && ts == 0; interp = le(mem(interp, 8), 0) {
+					for t := le(mem(interp+uint64(w.ThreadsHead), 8), 0); t != 0; t = le(mem(t+uint64(w.TSNext), 8), 0) {
+						if tidOf(t) == uint64(pid) {
+							ts = t
+							if w.RTGIL != NoOffset {
+								gil = w.Runtime + uint64(w.RTGIL)
+							} else {
+								gil = le(mem(interp+uint64(w.InterpGIL), 8), 0)
+							}
+							break
+						}
+					}
+				}
+				if ts == 0 {
+					t.Fatal("no thread state names the main thread")
+				}
+				frame := le(mem(ts+uint64(w.TSFrame), 8), 0)
+				if w.CFrameFrame != NoOffset {
+					frame = le(mem(frame+uint64(w.CFrameFrame), 8), 0)
+				}
+				var out []uint64
+				for i := 0; i < 64 && frame != 0; i++ {
+					// As the BPF program: 128 bytes, offsets masked.
+					fb := append(mem(frame, int(w.FrSize)), make([]byte, 136)...)
+					flags := uint64(fb[w.FrOwner&127]) | uint64(fb[w.FrIsEntry&127])<<8
+					out = append(out, le(fb, w.FrCode&120), le(fb, w.FrInstr&124), flags)
+					frame = le(fb, w.FrPrevious&120)
+				}
+				held := le(mem(gil+uint64(w.GILHolder), 8), 0) == ts && binary.LittleEndian.Uint32(mem(gil+uint64(w.GILLocked), 4)) == 1
+				return out, held
+			}
+			// The thread that printed "ready" hands the GIL back as it
+			// ends; the main thread takes it once it is scheduled.
+			time.Sleep(100 * time.Millisecond)
+			good := 0
+			for i := 0; i < 20; i++ {
+				time.Sleep(time.Millisecond)
+				r, held := raw()
+				got := names(s.FramesRaw(pid, r, false, held))
+				if got == want && s.GIL() == format.PyGILHeld {
+					good++
+				} else {
+					t.Logf("raw read %d: %q (GIL %v), Frames %q", i, got, s.GIL(), want)
+				}
+			}
+			if good < 18 {
+				t.Errorf("%d/20 raw reads gave Frames' %q holding the GIL", good, want)
+			}
+			r, held := raw()
+			if n := testing.AllocsPerRun(100, func() { s.FramesRaw(pid, r, false, held) }); n != 0 {
+				t.Errorf("FramesRaw allocates %.1f times a call", n)
 			}
 		})
 	}

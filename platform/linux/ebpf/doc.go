@@ -112,6 +112,33 @@
 // time the thread left, weighted by the nanoseconds it was away. With
 // System set this copies a stack at every context switch of the host.
 //
+// # Python frames
+//
+// The cpu-clock program reads a CPython thread's Python frames at the
+// sample, as the perf back end cannot (it reads them when it drains the
+// sample, milliseconds later, which for calls that short puts the read
+// in a later call). Once the recorder has found a process's interpreter
+// (platform/linux/cpython), it puts in the py_procs map where its
+// _PyRuntime is and the field offsets of its version (cpython.Walk). At
+// a sample of one of its threads the program finds the thread's state
+// (its py_threads cache, checked at each sample against the state's
+// thread id, or the main interpreter's thread list, up to 32 states; the
+// recorder puts in the cache the state of a thread it had to read
+// itself), reads the GIL's locked and last_holder, then up to 64
+// frames: for each its code object's address, instruction pointer
+// (f_lasti before 3.11) and owner and is_entry bytes, 24 bytes a frame
+// appended to the record, with no branch in the loop. The loops cost the
+// verifier: loading the programs takes about 0.2 s more CPU with them
+// (0.23 s of system time against 0.05 at a load of 6; none with
+// --no-python, whose loader drops them). The
+// recorder validates and interns the code objects (cpython.Reader's
+// FramesRaw) as for frames it reads itself. A sample the program could
+// not read (the process not yet known to it: up to one read period after
+// the interpreter is mapped) is read from user space if the reader gets
+// to it within 5 ms, and otherwise keeps its native stack only:
+// TestRecordPythonPerf holds the shares of three functions of 1–3 ms
+// calls to perf's with -X perf on the same process.
+//
 // # Allocations
 //
 // With Config.Alloc, a launched command gets the allocation sampler of

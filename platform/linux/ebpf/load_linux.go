@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/rawstack/rawstack/platform/linux/cpython"
+
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
@@ -99,6 +101,10 @@ func load(spec bpfSpec) (*programs, error) {
 	if !spec.OffCPU {
 		cs.Maps["offstart"].MaxEntries = 1
 	}
+	if !spec.Python {
+		cs.Maps["py_procs"].MaxEntries = 1
+		cs.Maps["py_threads"].MaxEntries = 1
+	}
 	if spec.AllocRate == 0 {
 		cs.Maps["live"].MaxEntries = 1
 		cs.Maps["alloc_calls"].MaxEntries = 1
@@ -111,7 +117,7 @@ func load(spec bpfSpec) (*programs, error) {
 	}
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
-		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate),
+		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate), "python": b2u(spec.Python),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)
@@ -155,6 +161,40 @@ func (p *programs) Select(pid uint32) error {
 		return fmt.Errorf("selecting pid %d: %w", pid, err)
 	}
 	return nil
+}
+
+// pyProc is struct py_proc of bpf/rawstack.bpf.c.
+type pyProc struct {
+	Runtime                                                 uint64
+	InterpretersHead, ThreadsHead, TSNext                   uint32
+	RTGIL, InterpGIL                                        uint32
+	TSFrame, CFrameFrame, TSTid                             uint32
+	FrCode, FrInstr, FrPrevious, FrOwner, FrIsEntry, FrSize uint32
+	GILHolder, GILLocked                                    uint32
+	Legacy, PthreadTid                                      uint32
+}
+
+// SetPyProcess tells the cpu-clock program how to read the Python frames
+// of process pid's threads at each of their samples.
+func (p *programs) SetPyProcess(pid uint32, w cpython.Walk) error {
+	if w.Runtime == 0 { // gone
+		return p.coll.Maps["py_procs"].Delete(pid)
+	}
+	v := pyProc{Runtime: w.Runtime, InterpretersHead: w.InterpretersHead, ThreadsHead: w.ThreadsHead, TSNext: w.TSNext,
+		RTGIL: w.RTGIL, InterpGIL: w.InterpGIL, TSFrame: w.TSFrame, CFrameFrame: w.CFrameFrame, TSTid: w.TSTid,
+		FrCode: w.FrCode, FrInstr: w.FrInstr, FrPrevious: w.FrPrevious, FrOwner: w.FrOwner, FrIsEntry: w.FrIsEntry, FrSize: w.FrSize,
+		GILHolder: w.GILHolder, GILLocked: w.GILLocked, PthreadTid: w.PthreadTid}
+	if w.Legacy {
+		v.Legacy = 1
+	}
+	return p.coll.Maps["py_procs"].Put(pid, v)
+}
+
+// SetPyThread tells the cpu-clock program where thread tid's state and
+// its interpreter's GIL are, for a thread it did not find itself (the
+// thread list is longer than it walks).
+func (p *programs) SetPyThread(tid uint32, tstate, gil uint64) error {
+	return p.coll.Maps["py_threads"].Put(tid, [2]uint64{tstate, gil})
 }
 
 func (p *programs) PerfProgramFD() int { return p.coll.Programs["on_cpu"].FD() }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rawstack/rawstack/platform/linux/cpython"
+
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
@@ -35,6 +37,10 @@ const (
 	maxOffPending = 1 << 16 // threads off CPU whose stacks are held
 
 	bpfFlagRegs       = 1
+	bpfFlagPy         = 4  // RS_PY: the Python frames were read at the sample
+	bpfFlagPyGIL      = 8  // RS_PY_GIL: the thread held the GIL
+	bpfFlagPyCut      = 16 // RS_PY_CUT: more Python frames than bpfMaxPy
+	bpfMaxPy          = 64 // MAX_PY
 	bpfFlagStackFault = 2
 
 	bpfRingBytes = 4 << 20 // default BPF ring buffer size
@@ -171,6 +177,11 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 	return s
 }
 
+// pyStale is how long after its sample a sample's Python frames may be
+// read from user space (before the program knows the thread): later, a
+// batch of samples would all get one moment's frames.
+const pyStale = 5 * time.Millisecond
+
 // bpfReadInterval is how often an eBPF session reads its rings. Every
 // wakeup of a Go program costs a round of its scheduler and a millisecond
 // of sysmon polling; samples need no lower latency than this.
@@ -242,9 +253,21 @@ func (s *Session) attach() (err error) {
 		}
 		b.alloc = &allocState{h: ah, rate: float64(spec.AllocRate), pending: map[uint32]*allocCall{}}
 	}
+	spec.Python = s.Python()
 	b.progs, err = load(spec)
 	if err != nil {
 		return err
+	}
+	if py := s.PySampling(); py != nil {
+		// Each CPython process found goes to the cpu-clock program,
+		// which reads its threads' frames at their samples.
+		progs := b.progs
+		py.SetOnProcess(func(pid uint32, w cpython.Walk) {
+			if progs.SetPyProcess(pid, w) == nil && w.Runtime != 0 {
+				s.PythonAtSample(pid, pyStale)
+			}
+		})
+		py.SetOnThread(func(_, tid uint32, tstate, gil uint64) { progs.SetPyThread(tid, tstate, gil) })
 	}
 	if !s.System() {
 		if err := b.progs.Select(uint32(s.Pid())); err != nil {
@@ -467,10 +490,15 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	r.Type = tracking.RecSample
 	r.Pid, r.Tid, r.CPU = le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:])
 	r.Time, r.Period = le.Uint64(b[16:]), le.Uint64(b[24:])
-	nk, nu, flags := int(le.Uint16(b[32:])), int(le.Uint16(b[34:])), le.Uint16(b[36:])
+	nk, nu, flags, npy := int(le.Uint16(b[32:])), int(le.Uint16(b[34:])), le.Uint16(b[36:]), int(le.Uint16(b[38:]))
 	stack := int(le.Uint32(b[40:]))
-	if nk > 127 || nu > 127 || stack > bpfMaxStack || bpfKernelOff+8*(nk+nu)+stack != len(b) {
-		return 0, fmt.Errorf("%w: %d kernel frames, %d user frames and %d stack bytes in %d bytes", errBPFRecord, nk, nu, stack, len(b))
+	if nk > 127 || nu > 127 || stack > bpfMaxStack || npy > bpfMaxPy || bpfKernelOff+8*(nk+nu)+stack+8*cpython.RawWords*npy != len(b) {
+		return 0, fmt.Errorf("%w: %d kernel frames, %d user frames, %d stack bytes and %d Python frames in %d bytes", errBPFRecord, nk, nu, stack, npy, len(b))
+	}
+	r.PyRead, r.PyGIL, r.PyCut = flags&bpfFlagPy != 0, flags&bpfFlagPyGIL != 0, flags&bpfFlagPyCut != 0
+	r.Py = r.Py[:0]
+	for i, off := 0, bpfKernelOff+8*(nk+nu)+stack; i < cpython.RawWords*npy; i++ {
+		r.Py = append(r.Py, le.Uint64(b[off+8*i:]))
 	}
 	pcs := r.PCs[:0]
 	for i := 0; i < nk+nu; i++ {

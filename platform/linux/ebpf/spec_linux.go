@@ -17,4 +17,7 @@ type bpfSpec struct {
 	// AllocRate, when not 0, loads the allocator programs, sampling one
 	// allocated byte in AllocRate on average.
 	AllocRate int
+	// Python: the cpu-clock program reads the Python frames of the
+	// threads the recorder puts in py_threads (else that map is shrunk).
+	Python bool
 }

@@ -5,6 +5,7 @@ package tracking
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/procinfo"
@@ -83,6 +84,24 @@ func (s *Tracker) Unwinder() *Unwinder { return s.uw }
 
 // Python reports whether samples' Python frames are read.
 func (s *Tracker) Python() bool { return s.py != nil }
+
+// PythonAtSample says that the back end reads the Python frames of
+// process pid at the sample from now on (eBPF, once it knows the
+// process): a later sample that comes without them and is drained more
+// than stale after it was taken gets none read from user space, since
+// a back end that drains in batches of up to 100 ms would give every
+// sample of a batch the frames of one moment.
+func (s *Tracker) PythonAtSample(pid uint32, stale time.Duration) {
+	if s.pyAtSampleSince == nil {
+		s.pyAtSampleSince = map[uint32]int64{}
+	}
+	s.pyAtSampleSince[pid] = sys.Monotonic()
+	s.pyStale = int64(stale)
+}
+
+// PySampling returns the session's Python frame reader, nil when Python
+// frames are off.
+func (s *Tracker) PySampling() *cpython.Sampling { return s.py }
 
 // PythonStats returns what the Python frame reader did, and the
 // interpreters it found but could not read (unknown versions).

@@ -82,6 +82,13 @@ type Record struct {
 	ID uint64
 
 	userStack // PERF_SAMPLE_REGS_USER and STACK_USER, when asked for
+
+	// Python frames a sampler read at the sample (the eBPF back end):
+	// PyRead says it read them (Py holds cpython.RawWords words a
+	// frame, leaf first; PyCut that it stopped at its depth cap), PyGIL
+	// that the thread held the GIL.
+	Py                   []uint64
+	PyRead, PyGIL, PyCut bool
 }
 
 // decodeRecord decodes rec (one whole record, header included) into r,

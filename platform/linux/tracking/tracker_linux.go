@@ -81,8 +81,15 @@ type Tracker struct {
 	gos       *goruntime.Sampling // Config.Goroutines
 	py        *cpython.Sampling   // nil with Config.NoPython
 	pySamples atomic.Uint64
-	pyCut     atomic.Uint64
-	pyWarning atomic.Pointer[string]
+	// pyStale: a sample drained later than this after it was taken,
+	// of a process the back end reads at the sample since
+	// pyAtSampleSince (ns), gets no Python frames read from user space
+	pyStale         int64
+	pyAtSampleSince map[uint32]int64
+	// pyAtSample: those of pySamples whose frames were read at the sample
+	pyAtSample atomic.Uint64
+	pyCut      atomic.Uint64
+	pyWarning  atomic.Pointer[string]
 }
 
 type procState struct {
@@ -237,7 +244,7 @@ func (s *Tracker) ExitErr() error {
 // Stats returns the running totals.
 func (s *Tracker) Stats() platform.Stats {
 	st := platform.Stats{Samples: s.samples.Load(), Lost: s.lost.Load(), Records: s.records.Load(), Bytes: s.bytes.Load(),
-		PythonSamples: s.pySamples.Load(), PythonCut: s.pyCut.Load()}
+		PythonSamples: s.pySamples.Load(), PythonCut: s.pyCut.Load(), PythonAtSample: s.pyAtSample.Load()}
 	if w := s.pyWarning.Load(); w != nil {
 		st.PythonWarning = *w
 	}
@@ -585,6 +592,7 @@ func (s *Tracker) dispatch(r *record) {
 			}
 			if s.py != nil {
 				s.py.Forget(r.Pid)
+				delete(s.pyAtSampleSince, r.Pid)
 			}
 			attrs := procattr.Read(int(r.Pid)) // a new executable, maybe a new environment
 			if ps != nil {
@@ -658,6 +666,7 @@ func (s *Tracker) dispatch(r *record) {
 			}
 			if s.py != nil {
 				s.py.Forget(r.Pid)
+				delete(s.pyAtSampleSince, r.Pid)
 			}
 			if int(r.Pid) != s.pid || s.cmd == nil {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
@@ -720,11 +729,29 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
 	}
-	sm.Python, sm.NewPyCodes = nil, nil
+	sm.Python, sm.NewPyCodes, sm.PyGIL = nil, nil, format.PyGILNone
 	if s.py != nil && sm.Flags&format.SampleOffCPU == 0 {
-		sm.Python, sm.NewPyCodes = s.py.Frames(r.Pid, r.Tid, int64(r.Time))
+		if r.PyRead { // read at the sample, in BPF
+			sm.Python, sm.NewPyCodes = s.py.FramesRaw(r.Pid, r.Py, r.PyCut, r.PyGIL)
+		} else {
+			sm.Python, sm.NewPyCodes = s.py.Frames(r.Pid, r.Tid, int64(r.Time))
+			if known, ok := s.pyAtSampleSince[r.Pid]; ok && int64(r.Time) > known && sys.Monotonic()-int64(r.Time) > s.pyStale {
+				// A sample the back end should have read at the sample
+				// (it knew the process), drained too long after it to
+				// be its frames (the thread has moved on): native
+				// stack only; the new code objects are kept. Samples
+				// taken before the back end knew the process are read
+				// here, as the perf back end reads all of them.
+				sm.Python = nil
+				s.py.ClearGIL()
+			}
+		}
+		sm.PyGIL = s.py.GIL()
 		if len(sm.Python) > 0 {
 			s.pySamples.Add(1)
+			if r.PyRead {
+				s.pyAtSample.Add(1)
+			}
 		}
 		s.pyCut.Store(s.py.Cut())
 	}

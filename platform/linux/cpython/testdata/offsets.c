@@ -43,5 +43,12 @@ int main(void) {
   P("unicode.compact_size", sizeof(PyCompactUnicodeObject));
   P("bytes.size", offsetof(PyVarObject, ob_size));
   P("bytes.sval", offsetof(PyBytesObject, ob_sval));
+#if PY_VERSION_HEX >= 0x030c0000
+  P("interp.ceval_gil", offsetof(PyInterpreterState, ceval.gil));
+#else
+  P("runtime.gil", offsetof(_PyRuntimeState, ceval.gil));
+#endif
+  P("gil.last_holder", offsetof(struct _gil_runtime_state, last_holder));
+  P("gil.locked", offsetof(struct _gil_runtime_state, locked));
   return 0;
 }

@@ -39,5 +39,8 @@ int main(void) {
   P("unicode.compact_size", sizeof(PyCompactUnicodeObject));
   P("bytes.size", offsetof(PyVarObject, ob_size));
   P("bytes.sval", offsetof(PyBytesObject, ob_sval));
+  P("runtime.gil", offsetof(_PyRuntimeState, ceval.gil));
+  P("gil.last_holder", offsetof(struct _gil_runtime_state, last_holder));
+  P("gil.locked", offsetof(struct _gil_runtime_state, locked));
   return 0;
 }

@@ -9,6 +9,9 @@
  *	u64 kernel[nkernel]  kernel return addresses, leaf first
  *	u64 user[nuser]      user frames (frame-pointer mode only)
  *	u8  stack[stack]     user stack from regs.sp up (stack-copy mode only)
+ *	u64 py[3 * npy]      Python frames (hdr.pad = npy), leaf first: code
+ *	                     object, instruction pointer (or f_lasti in its
+ *	                     low 32 bits), owner byte | is_entry byte << 8
  *
  * except RS_ONCPU, RS_ALLOC_RET and RS_FREE records, which are the header
  * alone.
@@ -26,7 +29,10 @@
 #define NREGS 17
 
 enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3, RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
-enum { RS_REGS = 1, RS_STACK_FAULT = 2 };
+enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16 };
+#define MAX_PY 64           /* Python frames read per sample */
+#define PY_FRAME 128        /* bytes of an interpreter frame read, at most */
+#define NO_OFF 0xffffffffu
 enum { LOST_RING = 0, LOST_OFFSTART = 1, LOST_ALLOC = 2, LOST_NSTATS = 3 };
 
 struct rs_hdr {
@@ -63,6 +69,8 @@ const volatile __u64 wakeup_bytes = 0;
 /* Mean bytes between two sampled allocations (0: allocations are not
  * recorded; the allocator's uprobes are then not attached either). */
 const volatile __u64 alloc_rate = 0;
+/* Read CPython threads' Python frames at the sample (py_procs). */
+const volatile __u32 python = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -162,6 +170,42 @@ struct {
 	__type(value, __u64);
 } live SEC(".maps");
 
+/* CPython processes whose threads' Python frames the cpu-clock program
+ * reads at the sample (platform/linux/cpython's Walk): where the runtime
+ * state is, and the offsets of the version. The recorder adds a process
+ * when it finds its interpreter. */
+struct py_proc {
+	__u64 runtime;
+	__u32 interps_head, threads_head, ts_next;
+	__u32 rt_gil, interp_gil;
+	__u32 ts_frame, cframe_frame, ts_tid;
+	__u32 fr_code, fr_instr, fr_previous, fr_owner, fr_is_entry, fr_size;
+	__u32 gil_holder, gil_locked;
+	__u32 legacy, pthread_tid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+/* A thread's state and its interpreter's GIL, found by walking the
+ * thread lists, by thread id; checked at each sample (the state must
+ * still name the thread). */
+struct py_thread {
+	__u64 tstate;
+	__u64 gil;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct py_thread);
+} py_threads SEC(".maps");
+
 /* Bytes left until the next sampled byte, per CPU (0: draw one). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -192,6 +236,121 @@ static __always_inline __u64 wakeup(__u64 size)
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size >= wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
+}
+
+#define PY_MAX_THREADS 32
+
+/* py_tid returns the thread id thread state ts names, 0 if unreadable. */
+static __always_inline __u64 py_tid(struct py_proc *pp, __u64 ts)
+{
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, 8, (void *)(ts + pp->ts_tid)) != 0)
+		return 0;
+	if (pp->legacy) { /* a pthread_t: glibc's struct pthread holds the tid */
+		__u32 t = 0;
+		if (bpf_probe_read_user(&t, 4, (void *)(v + pp->pthread_tid)) != 0)
+			return 0;
+		v = t;
+	}
+	return v;
+}
+
+/* py_find walks the first interpreter's thread list (the main
+ * interpreter, in a process without subinterpreters) for tid's thread
+ * state, at most PY_MAX_THREADS of them (each thread state walked costs
+ * the verifier as much as a frame read). A thread it does not find has
+ * its frames read by the recorder, which then puts its state in
+ * py_threads. */
+static __always_inline int py_find(struct py_proc *pp, __u32 tid, struct py_thread *out)
+{
+	__u64 interp = 0, ts = 0;
+	if (bpf_probe_read_user(&interp, 8, (void *)(pp->runtime + pp->interps_head)) != 0 || !interp)
+		return -1;
+	if (bpf_probe_read_user(&ts, 8, (void *)(interp + pp->threads_head)) != 0)
+		return -1;
+	for (int i = 0; i < PY_MAX_THREADS && ts; i++) {
+		if (py_tid(pp, ts) == tid) {
+			out->tstate = ts;
+			out->gil = 0;
+			if (pp->rt_gil != NO_OFF)
+				out->gil = pp->runtime + pp->rt_gil;
+			else if (pp->interp_gil != NO_OFF)
+				bpf_probe_read_user(&out->gil, 8, (void *)(interp + pp->interp_gil));
+			return 0;
+		}
+		__u64 next = 0;
+		if (bpf_probe_read_user(&next, 8, (void *)(ts + pp->ts_next)) != 0)
+			return -1;
+		ts = next;
+	}
+	return -1;
+}
+
+/* py_read appends, at s->buf + off, the Python frames of the current
+ * thread, if its process is a CPython the recorder told the program of,
+ * and returns the bytes appended; h->pad gets their count and h->flags
+ * RS_PY (frames read here), RS_PY_GIL (the thread held the GIL) and
+ * RS_PY_CUT (more frames than MAX_PY). */
+static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 off)
+{
+	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &h->pid);
+	if (!pp)
+		return 0;
+	struct py_thread th = {};
+	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &h->tid);
+	if (c && py_tid(pp, c->tstate) == h->tid) {
+		th = *c;
+	} else {
+		if (py_find(pp, h->tid, &th) != 0)
+			return 0;
+		bpf_map_update_elem(&py_threads, &h->tid, &th, BPF_ANY);
+	}
+	__u64 ts = th.tstate;
+	__u64 frame = 0;
+	if (bpf_probe_read_user(&frame, 8, (void *)(ts + pp->ts_frame)) != 0)
+		return 0;
+	if (pp->cframe_frame != NO_OFF && frame &&
+	    bpf_probe_read_user(&frame, 8, (void *)(frame + pp->cframe_frame)) != 0)
+		return 0;
+	if (off > KERNEL_OFF + MAX_KERNEL * 8 + MAX_STACK)
+		return 0;
+	__u32 size = pp->fr_size;
+	if (size == 0 || size > PY_FRAME)
+		return 0;
+	h->flags |= RS_PY;
+	if (th.gil) {
+		__u64 holder = 0;
+		__u32 locked = 0;
+		if (bpf_probe_read_user(&holder, 8, (void *)(th.gil + pp->gil_holder)) == 0 &&
+		    bpf_probe_read_user(&locked, 4, (void *)(th.gil + pp->gil_locked)) == 0 &&
+		    holder == ts && locked == 1)
+			h->flags |= RS_PY_GIL;
+	}
+	/* The frame is read past the frames written so far (PAGE of slack
+	 * follows the largest record). */
+	__u64 tmp = off + MAX_PY * 24;
+	__u32 n = 0;
+	for (int i = 0; i < MAX_PY; i++) {
+		if (!frame)
+			break;
+		__u8 *fb = s->buf + tmp;
+		if (bpf_probe_read_user(fb, size & (PY_FRAME - 1) ? size & (PY_FRAME - 1) : PY_FRAME, (void *)frame) != 0)
+			break;
+		/* No branches here (they multiply the verifier's work by the
+		 * iterations): the owner and is_entry bytes go out as read
+		 * (offsets that do not apply point at a harmless byte), and
+		 * the recorder, which knows the version, reads them. */
+		__u64 *out = (__u64 *)(s->buf + off + n * 24);
+		out[0] = *(__u64 *)(fb + (pp->fr_code & (PY_FRAME - 8)));
+		out[1] = *(__u64 *)(fb + (pp->fr_instr & (PY_FRAME - 4)));
+		out[2] = (__u64)fb[pp->fr_owner & (PY_FRAME - 1)] | (__u64)fb[pp->fr_is_entry & (PY_FRAME - 1)] << 8;
+		frame = *(__u64 *)(fb + (pp->fr_previous & (PY_FRAME - 8)));
+		n++;
+	}
+	if (frame && n == MAX_PY)
+		h->flags |= RS_PY_CUT;
+	h->pad = n;
+	return n * 24;
 }
 
 /* emit captures the current thread's kernel and user stack into the
@@ -317,6 +476,8 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 	}
 	if (!(h->flags & RS_REGS))
 		__builtin_memset(regs, 0, NREGS * 8);
+	if (python && user && kind == RS_CPU)
+		off += py_read(s, h, off);
 	if (off > SCRATCH)
 		off = SCRATCH;
 	if (bpf_ringbuf_output(&events, s->buf, off, wakeup(off)) != 0)
