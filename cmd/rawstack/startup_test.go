@@ -34,7 +34,7 @@ const (
 // is a page of code faulted in at start-up, and its allocations a page
 // of heap or two.
 var ownInit = map[string]bool{
-	"main": true, // commands register themselves
+	"main": true, // fetch.Register(companionGetter); the command table is static data
 	"github.com/rawstack/rawstack/cmd/internal/record": true,
 	"github.com/rawstack/rawstack/format":              true,
 	"github.com/rawstack/rawstack/internal/procattr":   true,
