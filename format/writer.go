@@ -29,9 +29,20 @@ const (
 	DefaultChunkSize = 64 << 10
 )
 
-// castagnoli builds the CRC32C tables on first use rather than at program
-// start: MakeTable costs ~0.2 ms, which a short-lived CLI run notices.
-var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
+// The CRC32C tables are built on first use rather than at program start:
+// MakeTable costs ~0.2 ms, which a short-lived CLI run notices. A
+// sync.Once and a pointer are zero values in the data segment, where a
+// package-level sync.OnceValue would be closures made by an init function
+// in every program that links the format.
+var (
+	castagnoliOnce  sync.Once
+	castagnoliTable *crc32.Table
+)
+
+func castagnoli() *crc32.Table {
+	castagnoliOnce.Do(func() { castagnoliTable = crc32.MakeTable(crc32.Castagnoli) })
+	return castagnoliTable
+}
 
 // crc32c returns the CRC32C of p.
 func crc32c(p []byte) uint32 { return crc32.Checksum(p, castagnoli()) }
