@@ -23,9 +23,11 @@ const (
 	// 40 KB and 43 packages once downloads moved to rawstack-fetch (106 KB
 	// and 111 packages before: net/http and crypto were 57 packages).
 	// pprof's profile package alone had added 167 KB. 33 KB and 38
-	// packages once tracer, jit and kallsyms did no init work (issue 25).
-	maxInitBytes    = 44 << 10
-	maxInitPackages = 48
+	// packages once tracer, jit and kallsyms did no init work (issue 25);
+	// 29 KB and 34 once the command table, format, procattr, symbolizer
+	// and record did none either.
+	maxInitBytes    = 36 << 10
+	maxInitPackages = 40
 )
 
 // ownInit are the packages of this module that may run init work in
@@ -35,12 +37,8 @@ const (
 // of heap or two.
 var ownInit = map[string]bool{
 	"main": true, // fetch.Register(companionGetter); the command table is static data
-	"github.com/rawstack/rawstack/cmd/internal/record": true,
-	"github.com/rawstack/rawstack/format":              true,
-	"github.com/rawstack/rawstack/internal/procattr":   true,
-	"github.com/rawstack/rawstack/internal/unix":       true,
-	"github.com/rawstack/rawstack/platform/snapshot":   true,
-	"github.com/rawstack/rawstack/symbolizer":          true,
+	"github.com/rawstack/rawstack/internal/unix":       true, // PageSize
+	"github.com/rawstack/rawstack/platform/snapshot":   true, // an empty init the compiler emits (no work, no allocation)
 	"github.com/rawstack/rawstack/symbolizer/elfsrc":   true, // RegisterOpener
 	"github.com/rawstack/rawstack/symbolizer/kallsyms": true, // RegisterOpener
 	"github.com/rawstack/rawstack/symbolizer/pesrc":    true, // RegisterOpener
