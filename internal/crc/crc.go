@@ -6,7 +6,10 @@
 // init, in every program that links it (a kilobyte of heap in a size class
 // nothing else uses at start, and a page of code), and compress/gzip
 // links hash/crc32. Here the tables are built on first use, and CRC-32C
-// uses the SSE4.2 instruction where the CPU has it, as hash/crc32 does.
+// uses the SSE4.2 instruction where the CPU has it, as hash/crc32 does,
+// one 8-byte step at a time: 11 GB/s on the machine of issue 25, a 64 KB
+// chunk in 6 µs, against hash/crc32's 29 GB/s with three interleaved
+// streams (BenchmarkCastagnoli64K).
 // The tests check both sums against hash/crc32.
 package crc
 
