@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
-	"sync"
+
+	"github.com/rawstack/rawstack/internal/crc"
 )
 
 // Version1 is the format version this package writes and reads.
@@ -29,12 +29,10 @@ const (
 	DefaultChunkSize = 64 << 10
 )
 
-// castagnoli builds the CRC32C tables on first use rather than at program
-// start: MakeTable costs ~0.2 ms, which a short-lived CLI run notices.
-var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
-
-// crc32c returns the CRC32C of p.
-func crc32c(p []byte) uint32 { return crc32.Checksum(p, castagnoli()) }
+// crc32c returns the CRC32C of p. internal/crc builds its tables (if the
+// CPU lacks SSE4.2) on first use; hash/crc32 built one in its package
+// init, in every program that links the format.
+func crc32c(p []byte) uint32 { return crc.Castagnoli(0, p) }
 
 // ErrEventTooLarge is returned for an event whose encoding exceeds MaxChunkSize.
 var ErrEventTooLarge = errors.New("format: event larger than the maximum chunk size")

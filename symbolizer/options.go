@@ -2,7 +2,6 @@ package symbolizer
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -117,9 +116,12 @@ type Opened struct {
 // OpenFunc opens the file of module m for symbolization.
 type OpenFunc func(m *Module, opts *Options) (*Opened, error)
 
+// openers are indexed by kind (a uint8): an array in the data segment,
+// where a map would be made by an init function in every program that
+// links the symbolizer (rawstack --help included).
 var (
 	openersMu sync.RWMutex
-	openers   = map[format.ModuleKind]OpenFunc{}
+	openers   [256]OpenFunc
 )
 
 // RegisterOpener makes open the way modules of kind are opened. Symbol
@@ -137,11 +139,12 @@ func RegisterOpener(kind format.ModuleKind, open OpenFunc) {
 func OpenerKinds() []format.ModuleKind {
 	openersMu.RLock()
 	defer openersMu.RUnlock()
-	kinds := make([]format.ModuleKind, 0, len(openers))
-	for k := range openers {
-		kinds = append(kinds, k)
+	var kinds []format.ModuleKind
+	for k, open := range openers {
+		if open != nil {
+			kinds = append(kinds, format.ModuleKind(k))
+		}
 	}
-	slices.Sort(kinds)
 	return kinds
 }
 

@@ -16,13 +16,11 @@ import (
 	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
-func init() {
-	register(&command{
-		name:  "addr2line",
-		usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-file-directory DIR]... [--no-debuginfod] [ADDR...]",
-		short: "symbolize addresses of a binary, printing what llvm-symbolizer prints",
-		run:   runAddr2line,
-	})
+var addr2lineCmd = command{
+	name:  "addr2line",
+	usage: "--obj BINARY [--no-inlines] [--debug-file FILE] [--debug-file-directory DIR]... [--no-debuginfod] [ADDR...]",
+	short: "symbolize addresses of a binary, printing what llvm-symbolizer prints",
+	run:   runAddr2line,
 }
 
 func runAddr2line(args []string, stdout, stderr io.Writer) error {

@@ -41,3 +41,23 @@ func buildCLI(t *testing.T) string {
 	}
 	return cliPath
 }
+
+// TestCommandTable keeps the static command table sorted by name (the
+// order --help lists) and free of duplicates, which a map used to
+// guarantee.
+func TestCommandTable(t *testing.T) {
+	for i, c := range commands {
+		if c.name == "" || c.run == nil || c.short == "" {
+			t.Errorf("command %d (%q) lacks a name, a run function or a description", i, c.name)
+		}
+		if i > 0 && commands[i-1].name >= c.name {
+			t.Errorf("commands[%d] %q is not after %q: keep the table sorted and without duplicates", i, c.name, commands[i-1].name)
+		}
+		if lookup(c.name) != c {
+			t.Errorf("lookup(%q) does not find its command", c.name)
+		}
+	}
+	if lookup("no-such-command") != nil {
+		t.Error("lookup found a command that does not exist")
+	}
+}

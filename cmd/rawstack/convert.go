@@ -12,13 +12,11 @@ import (
 	"github.com/rawstack/rawstack/symbolizer/export/text"
 )
 
-func init() {
-	register(&command{
-		name:  "convert",
-		usage: "FILE --to pprof|folded|text|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu|alloc_space|alloc_objects|inuse_space|inuse_objects] [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
-		short: "symbolize a trace and write it as pprof, folded stacks, a text report, a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope) or an OTLP profiles request",
-		run:   runConvert,
-	})
+var convertCmd = command{
+	name:  "convert",
+	usage: "FILE --to pprof|folded|text|perfetto|chrome|firefox|speedscope|otlp [--raw] [-o OUT] [--value samples|cpu|offcpu|alloc_space|alloc_objects|inuse_space|inuse_objects] [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
+	short: "symbolize a trace and write it as pprof, folded stacks, a text report, a timeline (Perfetto, Chrome JSON, Firefox Profiler, speedscope) or an OTLP profiles request",
+	run:   runConvert,
 }
 
 func runConvert(args []string, stdout, stderr io.Writer) error {

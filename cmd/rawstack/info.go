@@ -12,13 +12,11 @@ import (
 	"github.com/rawstack/rawstack/format"
 )
 
-func init() {
-	register(&command{
-		name:  "info",
-		usage: "[--dump] FILE",
-		short: "summarize a trace: events per kind, processes, threads, modules, duration, lost data, damaged chunks",
-		run:   runInfo,
-	})
+var infoCmd = command{
+	name:  "info",
+	usage: "[--dump] FILE",
+	short: "summarize a trace: events per kind, processes, threads, modules, duration, lost data, damaged chunks",
+	run:   runInfo,
 }
 
 func runInfo(args []string, stdout, stderr io.Writer) error {

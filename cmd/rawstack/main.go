@@ -12,11 +12,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 )
 
-// command is one subcommand. Each lives in its own file and registers itself
-// from init, so subcommands can be added without touching this file.
+// command is one subcommand. Each lives in its own file as a
+// package-level value (recordCmd, reportCmd, ...) listed in commands.
 type command struct {
 	name  string
 	usage string // one line: arguments
@@ -24,13 +23,30 @@ type command struct {
 	run   func(args []string, stdout, stderr io.Writer) error
 }
 
-var commands = map[string]*command{}
+// commands are the subcommands in order of name. A table of addresses of
+// package-level values is laid out by the linker: no map built at start,
+// no init function per command file and no sort before --help prints
+// (each of these touched a page of code or heap at every start).
+// TestCommandTable keeps it sorted and without duplicates.
+var commands = [...]*command{
+	&addr2lineCmd,
+	&agentCmd,
+	&convertCmd,
+	&infoCmd,
+	&recordCmd,
+	&reportCmd,
+	&snapshotCmd,
+	&viewCmd,
+}
 
-func register(c *command) {
-	if _, dup := commands[c.name]; dup {
-		panic("rawstack: duplicate command " + c.name)
+// lookup returns the command named name, or nil.
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
 	}
-	commands[c.name] = c
+	return nil
 }
 
 // usageError makes main print the subcommand's usage line and exit 2.
@@ -43,39 +59,38 @@ func usage(out io.Writer) {
 	// strings.Builder grown line by line allocated in eight size classes,
 	// each a fresh heap span (two pages to fault in), and the whole of
 	// --help's time is start-up.
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	const head = "usage: rawstack COMMAND [ARGS]\n\n"
 	size := len(head)
-	for _, n := range names {
-		size += 2 + max(len(n), 10) + 1 + len(commands[n].short) + 1
+	for _, c := range commands {
+		size += 2 + max(len(c.name), 10) + 1 + len(c.short) + 1
 	}
 	b := make([]byte, 0, size)
 	b = append(b, head...)
-	for _, n := range names { // "  %-10s %s\n"
+	for _, c := range commands { // "  %-10s %s\n"
 		b = append(b, "  "...)
-		b = append(b, n...)
-		for i := len(n); i < 10; i++ {
+		b = append(b, c.name...)
+		for i := len(c.name); i < 10; i++ {
 			b = append(b, ' ')
 		}
 		b = append(b, ' ')
-		b = append(b, commands[n].short...)
+		b = append(b, c.short...)
 		b = append(b, '\n')
 	}
 	out.Write(b)
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// Returning from main exits with status 0 without os.Exit's path
+	// (its code and the exit hooks' are pages --help need not touch).
+	if code := run(os.Args[1:], os.Stdout, os.Stderr); code != 0 {
+		os.Exit(code)
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
+			if c := lookup(args[1]); c != nil {
 				fmt.Fprintf(stdout, "usage: rawstack %s %s\n\n%s\n", c.name, c.usage, c.short)
 				return 0
 			}
@@ -86,8 +101,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	c, ok := commands[args[0]]
-	if !ok {
+	c := lookup(args[0])
+	if c == nil {
 		fmt.Fprintf(stderr, "rawstack: unknown command %q\n", args[0])
 		usage(stderr)
 		return 2

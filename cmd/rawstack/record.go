@@ -9,19 +9,18 @@ import (
 	"github.com/rawstack/rawstack/platform/linux"
 )
 
-func init() {
-	register(&command{
-		name:  "record",
-		usage: record.Usage,
-		short: "sample a command or a running process and write a raw trace",
-		run:   runRecord,
-	})
-	register(&command{
-		name:  "agent",
-		usage: record.AgentUsage,
-		short: "profile the whole host continuously into an OpenTelemetry Collector (eBPF)",
-		run:   runAgent,
-	})
+var recordCmd = command{
+	name:  "record",
+	usage: record.Usage,
+	short: "sample a command or a running process and write a raw trace",
+	run:   runRecord,
+}
+
+var agentCmd = command{
+	name:  "agent",
+	usage: record.AgentUsage,
+	short: "profile the whole host continuously into an OpenTelemetry Collector (eBPF)",
+	run:   runAgent,
 }
 
 // runRecord is record (package cmd/internal/record); the eBPF back end,

@@ -14,13 +14,11 @@ import (
 	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
-func init() {
-	register(&command{
-		name:  "report",
-		usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
-		short: "symbolize a trace and print the top functions by self and total samples",
-		run:   runReport,
-	})
+var reportCmd = command{
+	name:  "report",
+	usage: "FILE [--top N] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
+	short: "symbolize a trace and print the top functions by self and total samples",
+	run:   runReport,
 }
 
 // symFlags are the options shared by the commands that symbolize a trace:

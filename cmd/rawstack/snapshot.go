@@ -20,13 +20,11 @@ import (
 	"github.com/rawstack/rawstack/symbolizer/sources"
 )
 
-func init() {
-	register(&command{
-		name:  "snapshot",
-		usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-cache] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
-		short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
-		run:   runSnapshot,
-	})
+var snapshotCmd = command{
+	name:  "snapshot",
+	usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-cache] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+	short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
+	run:   runSnapshot,
 }
 
 func runSnapshot(args []string, stdout, stderr io.Writer) error {

@@ -23,9 +23,12 @@ const (
 	// 40 KB and 43 packages once downloads moved to rawstack-fetch (106 KB
 	// and 111 packages before: net/http and crypto were 57 packages).
 	// pprof's profile package alone had added 167 KB. 33 KB and 38
-	// packages once tracer, jit and kallsyms did no init work (issue 25).
-	maxInitBytes    = 44 << 10
-	maxInitPackages = 48
+	// packages once tracer, jit and kallsyms did no init work (issue 25);
+	// 29 KB and 34 once the command table, format, procattr, symbolizer
+	// and record did none either, 28 KB and 32 without hash/crc32 and
+	// compress/gzip.
+	maxInitBytes    = 34 << 10
+	maxInitPackages = 38
 )
 
 // ownInit are the packages of this module that may run init work in
@@ -34,13 +37,9 @@ const (
 // is a page of code faulted in at start-up, and its allocations a page
 // of heap or two.
 var ownInit = map[string]bool{
-	"main": true, // commands register themselves
-	"github.com/rawstack/rawstack/cmd/internal/record": true,
-	"github.com/rawstack/rawstack/format":              true,
-	"github.com/rawstack/rawstack/internal/procattr":   true,
-	"github.com/rawstack/rawstack/internal/unix":       true,
-	"github.com/rawstack/rawstack/platform/snapshot":   true,
-	"github.com/rawstack/rawstack/symbolizer":          true,
+	"main": true, // fetch.Register(companionGetter); the command table is static data
+	"github.com/rawstack/rawstack/internal/unix":       true, // PageSize
+	"github.com/rawstack/rawstack/platform/snapshot":   true, // an empty init the compiler emits (no work, no allocation)
 	"github.com/rawstack/rawstack/symbolizer/elfsrc":   true, // RegisterOpener
 	"github.com/rawstack/rawstack/symbolizer/kallsyms": true, // RegisterOpener
 	"github.com/rawstack/rawstack/symbolizer/pesrc":    true, // RegisterOpener
@@ -63,6 +62,10 @@ var heavyInit = []string{
 	"net",
 	"crypto/tls",
 	"crypto/x509",
+	// Not heavy, but their init work is avoidable: internal/crc computes
+	// the CRCs and symbolizer/export/pprof writes gzip over compress/flate.
+	"hash/crc32",
+	"compress/gzip",
 }
 
 func isHeavy(pkg string) bool {

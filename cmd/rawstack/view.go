@@ -20,19 +20,17 @@ import (
 // initialisation (html/template and more) to every command's start.
 const viewHelper = "rawstack-view"
 
-func init() {
-	register(&command{
-		name:  "view",
-		usage: "FILE [--http ADDR] [--no-browser] [--bucket DUR] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
-		short: "symbolize a trace and serve pprof's web UI (flame graph, top, source) on localhost",
-		run: func(args []string, stdout, stderr io.Writer) error {
-			// Ctrl-C stops rawstack-view (it gets the signal too) and
-			// rawstack, which then removes the profile it wrote.
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-			defer stop()
-			return runView(ctx, args, stdout, stderr)
-		},
-	})
+var viewCmd = command{
+	name:  "view",
+	usage: "FILE [--http ADDR] [--no-browser] [--bucket DUR] [--path-map OLD=NEW]... [--debug-dir DIR]... [--no-debuginfod] [--kallsyms FILE] [--symbol-path PATH] [--symbol-cache DIR] [-j N]",
+	short: "symbolize a trace and serve pprof's web UI (flame graph, top, source) on localhost",
+	run: func(args []string, stdout, stderr io.Writer) error {
+		// Ctrl-C stops rawstack-view (it gets the signal too) and
+		// rawstack, which then removes the profile it wrote.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return runView(ctx, args, stdout, stderr)
+	},
 }
 
 // runView symbolizes the trace into a pprof profile whose samples carry

@@ -7,7 +7,19 @@ import (
 	"github.com/rawstack/rawstack/format"
 )
 
-var host = sync.OnceValue(func() []format.Label {
+// host is made on first use; a package-level sync.OnceValue would be
+// closures made by an init function in every command's start.
+var (
+	hostOnce  sync.Once
+	hostAttrs []format.Label
+)
+
+func host() []format.Label {
+	hostOnce.Do(func() { hostAttrs = hostLabels() })
+	return hostAttrs
+}
+
+func hostLabels() []format.Label {
 	var attrs []format.Label
 	if name, err := os.Hostname(); err == nil && name != "" {
 		attrs = append(attrs, format.Label{Key: HostName, Value: name})
@@ -16,7 +28,7 @@ var host = sync.OnceValue(func() []format.Label {
 		attrs = append(attrs, format.Label{Key: HostID, Value: id})
 	}
 	return attrs
-})
+}
 
 // Host returns the attributes of the host the program runs on: host.name
 // and, where the OS gives one, host.id.

@@ -19,10 +19,6 @@ import (
 	"github.com/rawstack/rawstack/platform/linux/cpython"
 )
 
-// hostArch is the architecture of live targets: a 64-bit process of the
-// host's own instruction set.
-var hostArch = map[string]arch.Arch{"amd64": arch.AMD64, "arm64": arch.ARM64}[runtime.GOARCH]
-
 // readAhead is how many pages a stack read fetches at once.
 const readAhead = 2
 

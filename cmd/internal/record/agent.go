@@ -29,14 +29,19 @@ const (
 	agentMaxStacks = 16 << 10
 )
 
-// agentFlags are the flags of record that agent takes too; the others
-// (a file, a target, a back end, raw stacks) do not fit a daemon that
-// streams the whole host.
-var agentFlags = map[string]bool{
-	"F": true, "duration": true, "no-kernel": true, "unwind": true, "stack-size": true,
-	"no-jit": true, "off-cpu": true, "goroutines": true,
-	"otlp-endpoint": true, "otlp-raw": true, "otlp-interval": true, "otlp-queue": true, "otlp-tls": true,
-	"otlp-ca": true, "otlp-header": true, "otlp-service": true, "otlp-compression": true,
+// agentFlag says whether record's flag name is one agent takes too; the
+// others (a file, a target, a back end, raw stacks) do not fit a daemon
+// that streams the whole host. A switch, where a map literal was built by
+// an init function in every command's start.
+func agentFlag(name string) bool {
+	switch name {
+	case "F", "duration", "no-kernel", "unwind", "stack-size",
+		"no-jit", "off-cpu", "goroutines",
+		"otlp-endpoint", "otlp-raw", "otlp-interval", "otlp-queue", "otlp-tls",
+		"otlp-ca", "otlp-header", "otlp-service", "otlp-compression":
+		return true
+	}
+	return false
 }
 
 // registerAgent is Register with agent's defaults: the whole host through
@@ -71,7 +76,7 @@ func AgentMain(args []string, stdout, stderr io.Writer, linked Linked, delegate 
 	}
 	var bad string
 	fs.Visit(func(fl *flag.Flag) {
-		if !agentFlags[fl.Name] && fl.Name != "verbose" && bad == "" {
+		if !agentFlag(fl.Name) && fl.Name != "verbose" && bad == "" {
 			bad = fl.Name
 		}
 	})

@@ -1,7 +1,6 @@
 package pprof
 
 import (
-	"compress/gzip"
 	"encoding/binary"
 	"io"
 	"strconv"
@@ -31,11 +30,7 @@ func WriteTimeline(w io.Writer, p *symbolizer.Profile, bucket int64) error {
 	if bucket <= 0 {
 		bucket = 100e6
 	}
-	zw := gzip.NewWriter(w)
-	if _, err := zw.Write(encode(nil, p, bucket)); err != nil {
-		return err
-	}
-	return zw.Close()
+	return gzipWrite(w, encode(nil, p, bucket))
 }
 
 // timelineSamples encodes the timeline's samples, aggregated by thread,
