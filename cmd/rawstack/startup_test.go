@@ -25,10 +25,9 @@ const (
 	// pprof's profile package alone had added 167 KB. 33 KB and 38
 	// packages once tracer, jit and kallsyms did no init work (issue 25);
 	// 29 KB and 34 once the command table, format, procattr, symbolizer
-	// and record did none either, 28 KB and 32 without hash/crc32 and
-	// compress/gzip.
-	maxInitBytes    = 34 << 10
-	maxInitPackages = 38
+	// and record did none either.
+	maxInitBytes    = 36 << 10
+	maxInitPackages = 40
 )
 
 // ownInit are the packages of this module that may run init work in
@@ -62,10 +61,6 @@ var heavyInit = []string{
 	"net",
 	"crypto/tls",
 	"crypto/x509",
-	// Not heavy, but their init work is avoidable: internal/crc computes
-	// the CRCs and symbolizer/export/pprof writes gzip over compress/flate.
-	"hash/crc32",
-	"compress/gzip",
 }
 
 func isHeavy(pkg string) bool {
