@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
-
-	"github.com/rawstack/rawstack/internal/crc"
+	"sync"
 )
 
 // Version1 is the format version this package writes and reads.
@@ -29,10 +29,23 @@ const (
 	DefaultChunkSize = 64 << 10
 )
 
-// crc32c returns the CRC32C of p. internal/crc builds its tables (if the
-// CPU lacks SSE4.2) on first use; hash/crc32 built one in its package
-// init, in every program that links the format.
-func crc32c(p []byte) uint32 { return crc.Castagnoli(0, p) }
+// The CRC32C tables are built on first use rather than at program start:
+// MakeTable costs ~0.2 ms, which a short-lived CLI run notices. A
+// sync.Once and a pointer are zero values in the data segment, where a
+// package-level sync.OnceValue would be closures made by an init function
+// in every program that links the format.
+var (
+	castagnoliOnce  sync.Once
+	castagnoliTable *crc32.Table
+)
+
+func castagnoli() *crc32.Table {
+	castagnoliOnce.Do(func() { castagnoliTable = crc32.MakeTable(crc32.Castagnoli) })
+	return castagnoliTable
+}
+
+// crc32c returns the CRC32C of p.
+func crc32c(p []byte) uint32 { return crc32.Checksum(p, castagnoli()) }
 
 // ErrEventTooLarge is returned for an event whose encoding exceeds MaxChunkSize.
 var ErrEventTooLarge = errors.New("format: event larger than the maximum chunk size")

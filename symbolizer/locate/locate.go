@@ -13,11 +13,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
-
-	"github.com/rawstack/rawstack/internal/crc"
 
 	"github.com/rawstack/rawstack/internal/elfnote"
 )
@@ -230,18 +229,11 @@ func fileCRC(path string) (uint32, error) {
 		return 0, err
 	}
 	defer f.Close()
-	var sum uint32
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := f.Read(buf)
-		sum = crc.IEEE(sum, buf[:n])
-		if err == io.EOF {
-			return sum, nil
-		}
-		if err != nil {
-			return 0, err
-		}
+	h := crc32.NewIEEE()
+	if _, err := io.Copy(h, f); err != nil {
+		return 0, err
 	}
+	return h.Sum32(), nil
 }
 
 // NoteBuildID returns the GNU build id in a block of ELF notes (a

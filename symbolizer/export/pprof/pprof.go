@@ -17,6 +17,7 @@
 package pprof
 
 import (
+	"compress/gzip"
 	"io"
 	"strings"
 
@@ -29,7 +30,11 @@ import (
 // profile package compiles a dozen regular expressions when a program
 // starts, which every rawstack command paid whether it wrote pprof or not.
 func Write(w io.Writer, p *symbolizer.Profile) error {
-	return gzipWrite(w, Encode(nil, p))
+	zw := gzip.NewWriter(w)
+	if _, err := zw.Write(Encode(nil, p)); err != nil {
+		return err
+	}
+	return zw.Close()
 }
 
 // Encode appends p's uncompressed profile.proto message to b.

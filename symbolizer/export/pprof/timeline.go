@@ -1,6 +1,7 @@
 package pprof
 
 import (
+	"compress/gzip"
 	"encoding/binary"
 	"io"
 	"strconv"
@@ -30,7 +31,11 @@ func WriteTimeline(w io.Writer, p *symbolizer.Profile, bucket int64) error {
 	if bucket <= 0 {
 		bucket = 100e6
 	}
-	return gzipWrite(w, encode(nil, p, bucket))
+	zw := gzip.NewWriter(w)
+	if _, err := zw.Write(encode(nil, p, bucket)); err != nil {
+		return err
+	}
+	return zw.Close()
 }
 
 // timelineSamples encodes the timeline's samples, aggregated by thread,
