@@ -87,18 +87,38 @@ func (ms *Modules) Rule(addr uint64) Rule {
 	return m.Table.Lookup(addr - m.Bias)
 }
 
-// LoadBias returns the load bias of an ELF file mapped at mapStart from
-// file offset mapOffset (one line of /proc/PID/maps): the runtime address
-// minus the link-time address. The segment is the one whose first page the
-// mapping starts at (4, 16 or 64 KiB pages), else the one holding the
+// LoadBias returns the load bias of an ELF file whose code is mapped at
+// mapStart from file offset mapOffset (an executable line of
+// /proc/PID/maps, a PROT_EXEC mmap record, a module load): the runtime
+// address minus the link-time address. The segment is the executable one
+// whose first page the mapping starts at (4, 16 or 64 KiB pages), else
+// any segment whose first page it starts at, else the one holding the
 // offset.
+//
+// Executable first: lld packs segments in the file without page
+// alignment, so in a small file the read-only segment (p_offset 0,
+// p_vaddr 0) and the code segment (say p_offset 0x6e0, p_vaddr 0x16e0)
+// both begin in file page 0, while the loader maps that page once per
+// segment, a page apart. Taking the read-only segment for the code
+// mapping would put every pc a page off in the file's tables and
+// symbols.
 func LoadBias(f *elf.File, mapStart, mapOffset uint64) (uint64, error) {
 	bias := func(p *elf.Prog) uint64 { return mapStart - (p.Vaddr - p.Off + mapOffset) }
 	for _, ps := range []uint64{4 << 10, 16 << 10, 64 << 10} {
+		var first *elf.Prog
 		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && p.Off&^(ps-1) == mapOffset {
+			if p.Type != elf.PT_LOAD || p.Off&^(ps-1) != mapOffset {
+				continue
+			}
+			if p.Flags&elf.PF_X != 0 {
 				return bias(p), nil
 			}
+			if first == nil {
+				first = p
+			}
+		}
+		if first != nil {
+			return bias(first), nil
 		}
 	}
 	for _, p := range f.Progs {

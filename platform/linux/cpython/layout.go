@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
 )
 
@@ -173,7 +174,7 @@ type Interp struct {
 	runtime  uint64 // link-time address of _PyRuntime
 	codeType uint64 // link-time address of PyCode_Type
 	lay      layout
-	progs    []segment
+	progs    []elf.ProgHeader // PT_LOAD
 	// takeGIL are the link-time ranges of the interpreter's take_gil
 	// (and its compiler-made copies: take_gil.lto_priv.0, .cold), where
 	// a thread waits for the GIL; none when the file and its debug file
@@ -194,28 +195,27 @@ func (in *Interp) addTakeGIL(syms []elf.Symbol) {
 // that a thread waiting for the GIL can be told.
 func (in *Interp) KnowsTakeGIL() bool { return len(in.takeGIL) > 0 }
 
-// segment is a PT_LOAD program header: file offset and link-time address.
-type segment struct{ off, vaddr, filesz uint64 }
-
-func loadSegments(f *elf.File) []segment {
-	var out []segment
+func loadSegments(f *elf.File) []elf.ProgHeader {
+	var out []elf.ProgHeader
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
-			out = append(out, segment{p.Off, p.Vaddr, p.Filesz})
+			out = append(out, p.ProgHeader)
 		}
 	}
 	return out
 }
 
-// Bias returns the load bias of the file given one of its mappings: the
-// mapping at start maps the file from offset off (page-aligned).
+// Bias returns the load bias of the file given one of its executable
+// mappings: the mapping at start maps the file from offset off
+// (page-aligned). arch.LoadBias knows which segment that is when several
+// start in the mapped page, as in lld's output.
 func (in *Interp) Bias(start, off uint64) (uint64, bool) {
-	for _, p := range in.progs {
-		if off >= p.off&^0xfff && off < p.off+p.filesz {
-			return start - (p.vaddr - (p.off - off)), true
-		}
+	f := &elf.File{}
+	for i := range in.progs {
+		f.Progs = append(f.Progs, &elf.Prog{ProgHeader: in.progs[i]})
 	}
-	return 0, false
+	b, err := arch.LoadBias(f, start, off)
+	return b, err == nil
 }
 
 // VersionString returns "3.12.1" for the interpreter's version.
