@@ -369,7 +369,7 @@ func pythonShares(cfg *config, cli string) ([]row, error) {
 	}
 	worst, verdict := worstOf(o)
 	rows = append(rows, row{Scenario: "python", Metric: "largest share difference, rawstack (perf back end) vs perf -X perf", Rawstack: worst, Better: "lower",
-		Note: fmt.Sprintf("%s (tolerance %.2f); the perf back end reads Python frames when it drains a sample, not at the sample", verdict, pythonShareTolerance)})
+		Note: fmt.Sprintf("%s (tolerance %.2f); the perf back end reads Python frames at each sample's wakeup, tens of µs after it", verdict, pythonShareTolerance)})
 	fmt.Fprintf(cfg.logger, "  shares %v: rawstack (perf) %.3f (%.0f samples), perf -X perf %.3f (%.0f samples), the program's timing %.3f\n", names, o, on, p, pn, s)
 	if bpfErr != nil {
 		if err := needPeer(bpfErr.Error()); err != nil {

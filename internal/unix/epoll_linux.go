@@ -58,7 +58,19 @@ func (w *Waiter) Wait(timeout time.Duration) error {
 		return err
 	}
 	var werr error
+	woken := false
 	err := w.rc.Read(func(uintptr) bool {
+		// Called again after the poller saw the set readable: that is a
+		// wakeup, though the set's own wait may now find nothing. A perf
+		// event's poll reports a wakeup once and clears it, and the
+		// runtime's check of the set's readiness has polled it already
+		// (that check polls every watched descriptor): waiting for the set
+		// to say so again left each wakeup to the timeout, reading
+		// samples up to that late.
+		if woken {
+			return true
+		}
+		woken = true
 		n, err := unix.EpollWait(w.epfd, w.evs[:], 0)
 		if err != nil && err != unix.EINTR {
 			werr = err

@@ -119,6 +119,12 @@ func (s *Session) attach() error {
 		// rather than when half the ring is full (or its 50 ms timeout).
 		attr.Wakeup = goWakeupEvents
 	}
+	if s.Python() {
+		// A Python thread's calls can be a millisecond long: read its
+		// frames at each sample's wakeup (tens of µs after it), not
+		// after a few more samples.
+		attr.Wakeup = 1
+	}
 
 	s.ReportInitial(tids)
 
