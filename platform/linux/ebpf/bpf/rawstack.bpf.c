@@ -534,12 +534,49 @@ int alloc_return(struct pt_regs *ctx)
 /* The allocation sampler preloaded into launched programs
  * (platform/linux/allocshim) samples by bytes itself, with the same
  * Poisson process as alloc_sampled, and calls
- * rawstack_alloc_sampled(block, size) for a sampled allocation only: its
- * stack goes out as an RS_ALLOC record and, the block being known
- * already, its RS_ALLOC_RET at once. A block of 0 says the sampler's set
- * of sampled blocks was full: the sample is lost. The sampler keeps the
- * sampled blocks itself and calls rawstack_free_sampled(block) for their
- * frees only, so live is not used. */
+ * rawstack_alloc_sampled(block, size, frees, n) for a sampled allocation
+ * only: its stack goes out as an RS_ALLOC record and, the block being
+ * known already, its RS_ALLOC_RET at once. A block of 0 says the
+ * sampler's set of sampled blocks was full: the sample is lost. The
+ * sampler keeps the sampled blocks itself and queues their frees, with
+ * their time and thread, instead of trapping for each: the queue (frees,
+ * n <= SHIM_FREE_MAX) comes with the next sampled allocation, and goes
+ * out before it, or alone through rawstack_free_sampled(frees, n) when it
+ * is full or old. live is not used. */
+#define SHIM_FREE_MAX 32 /* allocshim/src/shim.c FREE_MAX */
+
+struct shim_free_rec {
+	__u64 block;
+	__u64 time;
+	__u32 tid;
+	__u32 pad;
+};
+
+static __always_inline void shim_frees(__u64 frees, __u64 n)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u32 cpu = bpf_get_smp_processor_id();
+	for (int i = 0; i < SHIM_FREE_MAX; i++) {
+		if (i >= n)
+			break;
+		struct shim_free_rec f;
+		if (bpf_probe_read_user(&f, sizeof(f), (void *)(frees + i * sizeof(f))) != 0)
+			break;
+		if (!f.block)
+			continue;
+		struct rs_hdr h = {
+			.kind = RS_FREE,
+			.pid = pid,
+			.tid = f.tid,
+			.cpu = cpu,
+			.time = f.time,
+			.weight = f.block,
+		};
+		if (bpf_ringbuf_output(&events, &h, sizeof(h), wakeup(sizeof(h))) != 0)
+			count_lost(LOST_RING);
+	}
+}
+
 SEC("uprobe")
 int shim_alloc(struct pt_regs *ctx)
 {
@@ -548,6 +585,8 @@ int shim_alloc(struct pt_regs *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!selected(id >> 32))
 		return 0;
+	if (ctx->dx && ctx->cx)
+		shim_frees(ctx->dx, ctx->cx);
 	__u64 addr = ctx->di, size = ctx->si;
 	if (!addr) {
 		count_lost(LOST_ALLOC);
@@ -576,7 +615,7 @@ int shim_free(struct pt_regs *ctx)
 		return 0;
 	if (!selected(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	emit_small(RS_FREE, bpf_ktime_get_ns(), ctx->di);
+	shim_frees(ctx->di, ctx->si);
 	return 0;
 }
 
