@@ -289,6 +289,14 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			__u32 want = stack_bytes;
 			if (want > MAX_STACK)
 				want = MAX_STACK;
+			/* The main thread has no frame above the stack
+			 * pointer it started with (what lies there is argv,
+			 * the environment and the auxiliary vector): the
+			 * window stops there, which keeps a shallow stack's
+			 * record small. */
+			__u64 top = BPF_CORE_READ(task, mm, start_stack);
+			if (sp < top && top - sp < want)
+				want = top - sp;
 			__u32 got = 0;
 			for (int i = 0; i < MAX_STACK / PAGE + 1; i++) {
 				if (got >= want)
