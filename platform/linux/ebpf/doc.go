@@ -120,10 +120,14 @@
 // allocator (glibc's, jemalloc's, tcmalloc's, an LD_PRELOADed one) and
 // draws per thread, with the Poisson process below, whether the call
 // holds the next sampled byte. Only a sampled allocation calls
-// rawstack_alloc_sampled(block, size), where shim_alloc copies the stack
-// into the ring and writes the block at once; the sampler keeps its
-// sampled blocks and calls rawstack_free_sampled(block) for their frees
-// only (shim_free). Those two uprobes go on the sampler's file for every
+// rawstack_alloc_sampled(block, size, frees, n), where shim_alloc copies
+// the stack into the ring and writes the block at once; the sampler
+// keeps its sampled blocks and queues their frees (block, time, thread)
+// without a trap: the queue rides on the next sampled allocation, whose
+// program writes one free record each ahead of the allocation, or goes
+// alone through rawstack_free_sampled(frees, n) (shim_free) when 32 are
+// queued, the oldest is 100 ms old or the program exits. Those two
+// uprobes go on the sampler's file for every
 // process that maps it; the programs keep the selected ones, so the
 // command's children are recorded too. The markers are a 5-byte nop, so
 // that a kernel that optimizes such uprobes (6.18 here) enters through a
