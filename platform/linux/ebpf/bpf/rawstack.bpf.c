@@ -203,7 +203,9 @@ static __always_inline __u64 wakeup(__u64 size)
  * a function (a uprobe on its entry), with its stack pointer: the
  * return address is at entry_sp, and the frame-pointer walk, which
  * starts from the caller's frame pointer, would skip the caller; it is
- * put back after the leaf. */
+ * put back after the leaf. ctx is then the user's registers (a uprobe's
+ * context): the registers are read from it, and there is no kernel
+ * stack to walk. */
 static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip, __u64 entry_sp)
 {
 	struct rs_hdr *h = (struct rs_hdr *)s->buf;
@@ -223,7 +225,9 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 	h->stack = 0;
 	h->pad2 = 0;
 
-	long n = bpf_get_stack(ctx, s->buf + KERNEL_OFF, MAX_KERNEL * 8, skip & 0xff);
+	long n = 0;
+	if (!entry_sp)
+		n = bpf_get_stack(ctx, s->buf + KERNEL_OFF, MAX_KERNEL * 8, skip & 0xff);
 	if (n < 0)
 		n = 0;
 	if (n > MAX_KERNEL * 8)
@@ -274,9 +278,21 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 		h->nuser = u / 8;
 		off += u;
 	} else if (user) {
-		struct pt_regs *pr = (struct pt_regs *)bpf_task_pt_regs(task);
 		struct pt_regs r;
-		if (bpf_probe_read_kernel(&r, sizeof(r), pr) == 0) {
+		int got_regs = 0;
+		if (entry_sp) {
+			struct pt_regs *c = ctx;
+			r.ax = c->ax; r.bx = c->bx; r.cx = c->cx; r.dx = c->dx;
+			r.si = c->si; r.di = c->di; r.bp = c->bp; r.sp = c->sp;
+			r.ip = c->ip; r.r8 = c->r8; r.r9 = c->r9; r.r10 = c->r10;
+			r.r11 = c->r11; r.r12 = c->r12; r.r13 = c->r13; r.r14 = c->r14;
+			r.r15 = c->r15;
+			got_regs = 1;
+		} else {
+			struct pt_regs *pr = (struct pt_regs *)bpf_task_pt_regs(task);
+			got_regs = bpf_probe_read_kernel(&r, sizeof(r), pr) == 0;
+		}
+		if (got_regs) {
 			h->flags |= RS_REGS;
 			regs[0] = r.ax; regs[1] = r.bx; regs[2] = r.cx; regs[3] = r.dx;
 			regs[4] = r.si; regs[5] = r.di; regs[6] = r.bp; regs[7] = r.sp;
