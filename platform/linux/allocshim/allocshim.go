@@ -47,7 +47,7 @@ const (
 	AllocSymbol = "rawstack_alloc_sampled"
 	// FreeSymbol is called with (frees, n) for queued frees of sampled
 	// blocks (freed or reallocated) that did not go with an allocation:
-	// when FreeQueue of them are queued, the oldest is 100 ms old, or
+	// when FreeQueue of them are queued, a free finds the oldest 5 ms old, or
 	// the program exits.
 	FreeSymbol = "rawstack_free_sampled"
 	// FreeQueue is the most frees a marker reports at once.

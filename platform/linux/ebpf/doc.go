@@ -126,7 +126,7 @@
 // without a trap: the queue rides on the next sampled allocation, whose
 // program writes one free record each ahead of the allocation, or goes
 // alone through rawstack_free_sampled(frees, n) (shim_free) when 32 are
-// queued, the oldest is 100 ms old or the program exits. Those two
+// queued, a free finds the oldest 5 ms old or the program exits. Those two
 // uprobes go on the sampler's file for every
 // process that maps it; the programs keep the selected ones, so the
 // command's children are recorded too. The markers are a 5-byte nop, so

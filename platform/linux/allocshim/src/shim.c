@@ -19,7 +19,10 @@
  * and the queue goes to the recorder with the next sampled allocation,
  * ahead of it, so that a block's free is never reported after its
  * address is sampled again. A queue that is full, or whose oldest free
- * is FREE_AGE_NS old, goes out alone through rawstack_free_sampled(frees,
+ * a new free finds FREE_AGE_NS old (a few milliseconds: format/SPEC.md
+ * lets times go back that far; a program that goes quiet reports its
+ * last frees at its next sampled allocation or free, or its exit), goes
+ * out alone through rawstack_free_sampled(frees,
  * n), the second uprobe, as it does when the program exits. The frees of
  * other blocks cost a look-up in that set, which is empty or small at
  * the default rate.
@@ -75,7 +78,7 @@ struct free_rec {
 	uint32_t pad;
 };
 #define FREE_MAX 32 /* bpf/rawstack.bpf.c SHIM_FREE_MAX */
-#define FREE_AGE_NS 100000000ull
+#define FREE_AGE_NS 5000000ull
 
 EXPORT void rawstack_alloc_sampled(void *block, size_t size, const struct free_rec *frees, size_t n);
 EXPORT void rawstack_free_sampled(const struct free_rec *frees, size_t n);
