@@ -163,7 +163,7 @@
 // and free of 16-4111 bytes, about 80 ns a round unprofiled) measured
 // 72-192x slowdowns of its loop, heaptrack's LD_PRELOAD interposition
 // 11-15x. Preloaded, an unsampled call costs the sampler a countdown (a
-// look-up in a one-cache-line filter for free) and a jump (4% of the
+// look-up in a 1 KiB counting filter for free) and a jump (2-4% of the
 // CPU time of that loop); a sampled one the uprobe's trampoline and
 // system call and shim_alloc, 1.04 us a run here (2 vCPUs shared with
 // other jobs): its stack copy stops at the main thread's first stack
