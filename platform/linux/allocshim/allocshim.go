@@ -6,10 +6,12 @@
 // allocator the program would have called (glibc's, jemalloc's,
 // tcmalloc's) and samples by bytes itself, per thread, with the Poisson
 // process the BPF programs use. Only a sampled allocation calls
-// [AllocSymbol], and only the free of a sampled block calls
-// [FreeSymbol]: the recorder puts its two uprobes there, so that a call
+// [AllocSymbol]: the recorder puts its uprobe there, so that a call
 // that is not sampled costs a few nanoseconds and no trap into the
-// kernel (package platform/linux/ebpf).
+// kernel (package platform/linux/ebpf). The free of a sampled block
+// does not trap either: it is queued with its time and thread, and the
+// queue goes along with the next sampled allocation (ahead of it), or
+// through [FreeSymbol] when it is full, old or the program exits.
 //
 // A running process (record -p PID, -a) cannot be preloaded: the eBPF
 // back end puts uprobes on its allocator instead, and every call traps.
@@ -36,13 +38,20 @@ import (
 var Object []byte
 
 const (
-	// AllocSymbol is called with (block, size) for a sampled allocation;
-	// a block of 0 says the sampler's set of sampled blocks was full
-	// (the sample is lost).
+	// AllocSymbol is called with (block, size, frees, n) for a sampled
+	// allocation; a block of 0 says the sampler's set of sampled blocks
+	// was full (the sample is lost). frees points to n (at most
+	// [FreeQueue]) frees of sampled blocks made before it, each a
+	// block address, a CLOCK_MONOTONIC time in ns (u64 each) and a
+	// thread id (u32, then 4 bytes of padding).
 	AllocSymbol = "rawstack_alloc_sampled"
-	// FreeSymbol is called with (block) when a sampled block is freed
-	// (or reallocated).
+	// FreeSymbol is called with (frees, n) for queued frees of sampled
+	// blocks (freed or reallocated) that did not go with an allocation:
+	// when FreeQueue of them are queued, a free finds the oldest 5 ms old, or
+	// the program exits.
 	FreeSymbol = "rawstack_free_sampled"
+	// FreeQueue is the most frees a marker reports at once.
+	FreeQueue = 32
 	// RateEnv is the environment variable that gives the sampler its
 	// mean sampling interval in bytes (default 512 KiB).
 	RateEnv = "RAWSTACK_ALLOC_RATE"

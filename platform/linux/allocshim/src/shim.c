@@ -11,12 +11,21 @@
  * environment variable); an allocation of s bytes is sampled with
  * probability 1 - exp(-s / rate), which the recorder unbiases.
  *
- * A sampled allocation calls rawstack_alloc_sampled(block, size), on
- * whose entry the recorder has its one uprobe: it takes the stack there
- * as for any other sample. Sampled blocks are kept in a set until freed;
- * the free of one calls rawstack_free_sampled(block), the second uprobe.
- * The frees of other blocks cost a look-up in that set, which is empty
- * or small at the default rate.
+ * A sampled allocation calls rawstack_alloc_sampled(block, size, frees,
+ * n), on whose entry the recorder has its one uprobe: it takes the stack
+ * there as for any other sample. Sampled blocks are kept in a set until
+ * freed. The free of one does not trap: it is queued (block, time from
+ * the vDSO's CLOCK_MONOTONIC, which is the BPF programs' clock, thread)
+ * and the queue goes to the recorder with the next sampled allocation,
+ * ahead of it, so that a block's free is never reported after its
+ * address is sampled again. A queue that is full, or whose oldest free
+ * a new free finds FREE_AGE_NS old (a few milliseconds: format/SPEC.md
+ * lets times go back that far; a program that goes quiet reports its
+ * last frees at its next sampled allocation or free, or its exit), goes
+ * out alone through rawstack_free_sampled(frees,
+ * n), the second uprobe, as it does when the program exits. The frees of
+ * other blocks cost a look-up in that set, which is empty or small at
+ * the default rate.
  *
  * No libc allocation, no lock on the fast paths: the set is a
  * open-addressing table in mmap'd memory, written under a spin lock
@@ -31,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,8 +69,19 @@ __asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
 		".size " #name ", . - " #name "\n")
 MARKER(rawstack_alloc_sampled);
 MARKER(rawstack_free_sampled);
-EXPORT void rawstack_alloc_sampled(void *block, size_t size);
-EXPORT void rawstack_free_sampled(void *block);
+
+/* A queued free of a sampled block; the BPF programs read these. */
+struct free_rec {
+	uint64_t block;
+	uint64_t time; /* CLOCK_MONOTONIC, ns */
+	uint32_t tid;
+	uint32_t pad;
+};
+#define FREE_MAX 32 /* bpf/rawstack.bpf.c SHIM_FREE_MAX */
+#define FREE_AGE_NS 5000000ull
+
+EXPORT void rawstack_alloc_sampled(void *block, size_t size, const struct free_rec *frees, size_t n);
+EXPORT void rawstack_free_sampled(const struct free_rec *frees, size_t n);
 
 /* The next allocator. */
 static void *(*next_malloc)(size_t);
@@ -183,6 +204,30 @@ static inline int sampled(size_t size)
 	return 1;
 }
 
+/* The queue of frees not reported yet, under the lock, and each
+ * thread's copy of it while the marker reads it. */
+static struct free_rec queue[FREE_MAX];
+static size_t queued;
+static TLS struct free_rec outbox[FREE_MAX];
+static TLS uint32_t my_tid;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* take moves the queue to this thread's outbox; the caller holds the
+ * lock. */
+static size_t take(void)
+{
+	size_t n = queued;
+	memcpy(outbox, queue, n * sizeof(queue[0]));
+	queued = 0;
+	return n;
+}
+
 /* The set of sampled blocks not freed yet. Keys are block addresses; 0
  * is an empty slot, 1 a deleted one. It grows (by doubling, under the
  * lock) up to MAX_BITS (2^21 live blocks); older tables are kept, because
@@ -202,10 +247,15 @@ struct table {
 
 static struct table *tab;
 static unsigned seq;  /* odd while a writer changes the set */
-/* A counting filter of the set, in one cache line: the free of a block
- * whose counter is 0 was not sampled, without a look at the table. A
- * counter that reaches 255 stays there. */
-static uint8_t filter[64] __attribute__((aligned(64)));
+/* A counting filter of the set, 1 KiB: the free of a block whose
+ * counter is 0 was not sampled, without a look at the table. A counter
+ * that reaches 255 stays there. With a few sampled blocks live (a
+ * program that keeps 2 MiB at the default rate has 4), about 1 free in
+ * 256 per live block takes the look-up; one cache line (64 counters)
+ * sent 1 in 16 there, which was most of the sampler's own cost on the
+ * alloc benchmark, and every free once 64 blocks were live. */
+#define FILTER_BITS 10
+static uint8_t filter[1 << FILTER_BITS] __attribute__((aligned(64)));
 static int lock;
 
 static void spin_lock(void)
@@ -251,8 +301,9 @@ static void put(struct table *t, uintptr_t k)
 	}
 }
 
-/* insert adds a sampled block; 0 when the set is full. */
-static int insert(uintptr_t k)
+/* insert adds a sampled block, 0 when the set is full, and moves the
+ * queued frees to this thread's outbox (*n of them). */
+static int insert(uintptr_t k, size_t *n)
 {
 	int ok = 1;
 	spin_lock();
@@ -280,9 +331,10 @@ static int insert(uintptr_t k)
 			t = n;
 		}
 	}
+	*n = take();
 	if (ok) {
 		put(t, k);
-		uint8_t *c = &filter[hash(k, 6)];
+		uint8_t *c = &filter[hash(k, FILTER_BITS)];
 		if (*c < 255)
 			__atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
 	}
@@ -326,23 +378,42 @@ static int lookup(uintptr_t k)
 /* forget removes k if it is a sampled block, and says whether it was. */
 static int forget(uintptr_t k)
 {
-	if (__builtin_expect(__atomic_load_n(&filter[hash(k, 6)], __ATOMIC_RELAXED) == 0, 1) || !lookup(k))
+	if (__builtin_expect(__atomic_load_n(&filter[hash(k, FILTER_BITS)], __ATOMIC_RELAXED) == 0, 1) || !lookup(k))
 		return 0;
 	int found = 0;
 	spin_lock();
 	__atomic_add_fetch(&seq, 1, __ATOMIC_ACQ_REL);
 	uintptr_t *s = tab ? find(tab, k) : NULL;
+	size_t out = 0;
 	if (s) {
 		__atomic_store_n(s, TOMB, __ATOMIC_RELAXED);
 		tab->used--;
-		uint8_t *c = &filter[hash(k, 6)];
+		uint8_t *c = &filter[hash(k, FILTER_BITS)];
 		if (*c < 255)
 			__atomic_store_n(c, *c - 1, __ATOMIC_RELAXED);
 		found = 1;
+		if (!my_tid)
+			my_tid = (uint32_t)syscall(SYS_gettid);
+		uint64_t t = now_ns();
+		queue[queued++] = (struct free_rec){.block = k, .time = t, .tid = my_tid};
+		if (queued == FREE_MAX || t - queue[0].time >= FREE_AGE_NS)
+			out = take();
 	}
 	__atomic_add_fetch(&seq, 1, __ATOMIC_ACQ_REL);
 	spin_unlock();
+	if (out)
+		rawstack_free_sampled(outbox, out);
 	return found;
+}
+
+/* flush reports the queued frees, at exit. */
+__attribute__((destructor)) static void flush(void)
+{
+	spin_lock();
+	size_t out = take();
+	spin_unlock();
+	if (out)
+		rawstack_free_sampled(outbox, out);
 }
 
 /* A child of fork has copies of its parent's blocks, not allocations of
@@ -354,8 +425,9 @@ static void child_after_fork(void)
 	rng = 0;
 	lock = 0;
 	seq = 0;
-	for (int i = 0; i < 64; i++)
-		filter[i] = 0;
+	queued = 0;
+	my_tid = 0;
+	memset(filter, 0, sizeof(filter));
 	tab = NULL;
 }
 
@@ -364,13 +436,15 @@ static void track(void *p, size_t size)
 {
 	if (!p)
 		return;
-	rawstack_alloc_sampled(insert((uintptr_t)p) ? p : NULL, size);
+	size_t n = 0;
+	int ok = insert((uintptr_t)p, &n);
+	rawstack_alloc_sampled(ok ? p : NULL, size, outbox, n);
 }
 
 static inline void untrack(void *p)
 {
-	if (p && forget((uintptr_t)p))
-		rawstack_free_sampled(p);
+	if (p)
+		forget((uintptr_t)p);
 }
 
 /* The slow path of malloc: resolving the next allocator, or a sampled
@@ -414,7 +488,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 EXPORT void free(void *p)
 {
 	void (*next)(void *) = next_free;
-	if (__builtin_expect(next && !__atomic_load_n(&filter[hash((uintptr_t)p, 6)], __ATOMIC_RELAXED) && !in_boot(p), 1))
+	if (__builtin_expect(next && !__atomic_load_n(&filter[hash((uintptr_t)p, FILTER_BITS)], __ATOMIC_RELAXED) && !in_boot(p), 1))
 		return next(p);
 	if (p)
 		free_slow(p);

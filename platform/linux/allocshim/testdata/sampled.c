@@ -31,8 +31,37 @@ static long bad_frees, sampled_n;
 static void *sblock[MAXS];
 static double sweight[MAXS];
 
-void rawstack_alloc_sampled(void *block, size_t size)
+/* A queued free, as the sampler writes it. */
+struct free_rec {
+	unsigned long block, time;
+	unsigned tid, pad;
+};
+
+static void freed(void *block)
 {
+	int found = 0;
+	for (int i = 0; i < MAXS; i++)
+		if (sblock[i] == block) {
+			live -= sweight[i];
+			sblock[i] = NULL;
+			found = 1;
+			break;
+		}
+	if (!found)
+		bad_frees++;
+}
+
+void rawstack_free_sampled(const struct free_rec *frees, size_t n)
+{
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < n; i++)
+		freed((void *)frees[i].block);
+	pthread_mutex_unlock(&mu);
+}
+
+void rawstack_alloc_sampled(void *block, size_t size, const struct free_rec *frees, size_t n)
+{
+	rawstack_free_sampled(frees, n);
 	if (!block)
 		return;
 	double p = -expm1(-(double)size / rate);
@@ -46,22 +75,6 @@ void rawstack_alloc_sampled(void *block, size_t size)
 			break;
 		}
 	sampled_n++;
-	pthread_mutex_unlock(&mu);
-}
-
-void rawstack_free_sampled(void *block)
-{
-	pthread_mutex_lock(&mu);
-	int found = 0;
-	for (int i = 0; i < MAXS; i++)
-		if (sblock[i] == block) {
-			live -= sweight[i];
-			sblock[i] = NULL;
-			found = 1;
-			break;
-		}
-	if (!found)
-		bad_frees++;
 	pthread_mutex_unlock(&mu);
 }
 

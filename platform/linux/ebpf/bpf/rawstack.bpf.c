@@ -362,7 +362,9 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
  * a function (a uprobe on its entry), with its stack pointer: the
  * return address is at entry_sp, and the frame-pointer walk, which
  * starts from the caller's frame pointer, would skip the caller; it is
- * put back after the leaf. */
+ * put back after the leaf. ctx is then the user's registers (a uprobe's
+ * context): the registers are read from it, and there is no kernel
+ * stack to walk. */
 static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip, __u64 entry_sp)
 {
 	struct rs_hdr *h = (struct rs_hdr *)s->buf;
@@ -382,7 +384,9 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 	h->stack = 0;
 	h->pad2 = 0;
 
-	long n = bpf_get_stack(ctx, s->buf + KERNEL_OFF, MAX_KERNEL * 8, skip & 0xff);
+	long n = 0;
+	if (!entry_sp)
+		n = bpf_get_stack(ctx, s->buf + KERNEL_OFF, MAX_KERNEL * 8, skip & 0xff);
 	if (n < 0)
 		n = 0;
 	if (n > MAX_KERNEL * 8)
@@ -433,9 +437,21 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 		h->nuser = u / 8;
 		off += u;
 	} else if (user) {
-		struct pt_regs *pr = (struct pt_regs *)bpf_task_pt_regs(task);
 		struct pt_regs r;
-		if (bpf_probe_read_kernel(&r, sizeof(r), pr) == 0) {
+		int got_regs = 0;
+		if (entry_sp) {
+			struct pt_regs *c = ctx;
+			r.ax = c->ax; r.bx = c->bx; r.cx = c->cx; r.dx = c->dx;
+			r.si = c->si; r.di = c->di; r.bp = c->bp; r.sp = c->sp;
+			r.ip = c->ip; r.r8 = c->r8; r.r9 = c->r9; r.r10 = c->r10;
+			r.r11 = c->r11; r.r12 = c->r12; r.r13 = c->r13; r.r14 = c->r14;
+			r.r15 = c->r15;
+			got_regs = 1;
+		} else {
+			struct pt_regs *pr = (struct pt_regs *)bpf_task_pt_regs(task);
+			got_regs = bpf_probe_read_kernel(&r, sizeof(r), pr) == 0;
+		}
+		if (got_regs) {
 			h->flags |= RS_REGS;
 			regs[0] = r.ax; regs[1] = r.bx; regs[2] = r.cx; regs[3] = r.dx;
 			regs[4] = r.si; regs[5] = r.di; regs[6] = r.bp; regs[7] = r.sp;
@@ -448,6 +464,14 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			__u32 want = stack_bytes;
 			if (want > MAX_STACK)
 				want = MAX_STACK;
+			/* The main thread has no frame above the stack
+			 * pointer it started with (what lies there is argv,
+			 * the environment and the auxiliary vector): the
+			 * window stops there, which keeps a shallow stack's
+			 * record small. */
+			__u64 top = BPF_CORE_READ(task, mm, start_stack);
+			if (sp < top && top - sp < want)
+				want = top - sp;
 			__u32 got = 0;
 			for (int i = 0; i < MAX_STACK / PAGE + 1; i++) {
 				if (got >= want)
@@ -695,12 +719,49 @@ int alloc_return(struct pt_regs *ctx)
 /* The allocation sampler preloaded into launched programs
  * (platform/linux/allocshim) samples by bytes itself, with the same
  * Poisson process as alloc_sampled, and calls
- * rawstack_alloc_sampled(block, size) for a sampled allocation only: its
- * stack goes out as an RS_ALLOC record and, the block being known
- * already, its RS_ALLOC_RET at once. A block of 0 says the sampler's set
- * of sampled blocks was full: the sample is lost. The sampler keeps the
- * sampled blocks itself and calls rawstack_free_sampled(block) for their
- * frees only, so live is not used. */
+ * rawstack_alloc_sampled(block, size, frees, n) for a sampled allocation
+ * only: its stack goes out as an RS_ALLOC record and, the block being
+ * known already, its RS_ALLOC_RET at once. A block of 0 says the
+ * sampler's set of sampled blocks was full: the sample is lost. The
+ * sampler keeps the sampled blocks itself and queues their frees, with
+ * their time and thread, instead of trapping for each: the queue (frees,
+ * n <= SHIM_FREE_MAX) comes with the next sampled allocation, and goes
+ * out before it, or alone through rawstack_free_sampled(frees, n) when it
+ * is full or old. live is not used. */
+#define SHIM_FREE_MAX 32 /* allocshim/src/shim.c FREE_MAX */
+
+struct shim_free_rec {
+	__u64 block;
+	__u64 time;
+	__u32 tid;
+	__u32 pad;
+};
+
+static __always_inline void shim_frees(__u64 frees, __u64 n)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u32 cpu = bpf_get_smp_processor_id();
+	for (int i = 0; i < SHIM_FREE_MAX; i++) {
+		if (i >= n)
+			break;
+		struct shim_free_rec f;
+		if (bpf_probe_read_user(&f, sizeof(f), (void *)(frees + i * sizeof(f))) != 0)
+			break;
+		if (!f.block)
+			continue;
+		struct rs_hdr h = {
+			.kind = RS_FREE,
+			.pid = pid,
+			.tid = f.tid,
+			.cpu = cpu,
+			.time = f.time,
+			.weight = f.block,
+		};
+		if (bpf_ringbuf_output(&events, &h, sizeof(h), wakeup(sizeof(h))) != 0)
+			count_lost(LOST_RING);
+	}
+}
+
 SEC("uprobe")
 int shim_alloc(struct pt_regs *ctx)
 {
@@ -709,6 +770,8 @@ int shim_alloc(struct pt_regs *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!selected(id >> 32))
 		return 0;
+	if (ctx->dx && ctx->cx)
+		shim_frees(ctx->dx, ctx->cx);
 	__u64 addr = ctx->di, size = ctx->si;
 	if (!addr) {
 		count_lost(LOST_ALLOC);
@@ -737,7 +800,7 @@ int shim_free(struct pt_regs *ctx)
 		return 0;
 	if (!selected(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	emit_small(RS_FREE, bpf_ktime_get_ns(), ctx->di);
+	shim_frees(ctx->di, ctx->si);
 	return 0;
 }
 

@@ -51,7 +51,9 @@ struct bpf_perf_event_data {
 	__u64 addr;
 };
 
-struct mm_struct;
+struct mm_struct {
+	unsigned long start_stack; /* the main thread's first stack pointer (argc) */
+} __attribute__((preserve_access_index));
 
 struct task_struct {
 	unsigned int flags;
