@@ -41,6 +41,16 @@ type lazyIndex struct {
 // NewLazyTableELF is NewTableELF for a recorder: it reads f's unwind
 // sections (and .eh_frame_hdr) and returns [NewLazyTable]'s table.
 func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
+	return NewLazyTableELFMapped(f, path, nil)
+}
+
+// NewLazyTableELFMapped is [NewLazyTableELF] over file, the bytes of f's
+// whole file (a read-only mapping of it): the table keeps slices of file
+// for the uncompressed sections it reads instead of copies, so that a
+// recorder that unwinds every binary of a host holds in memory only the
+// pages its lookups touch. file must outlive the table; sections that are
+// compressed or lie outside file are read as NewLazyTableELF reads them.
+func NewLazyTableELFMapped(f *elf.File, path string, file []byte) (*Table, error) {
 	s := Sections{File: path}
 	a, err := elfArch(f, path)
 	if err != nil {
@@ -55,9 +65,9 @@ func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
 		return NewTableELF(f, path) // both: NewTable merges them
 	}
 	if df != nil {
-		s.DebugFrame = sectionData(df)
+		s.DebugFrame = sectionData(df, file)
 	} else {
-		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f)
+		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f, file)
 	}
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
 		return NewTableELF(f, path) // it says why
@@ -102,10 +112,14 @@ func hasEHFrameSegment(f *elf.File) bool {
 	return false
 }
 
-// sectionData returns s's bytes (uncompressed), or nil.
-func sectionData(s *elf.Section) []byte {
+// sectionData returns s's bytes (uncompressed), or nil: a slice of file
+// (the whole file's bytes, may be nil) where it holds them as they are.
+func sectionData(s *elf.Section, file []byte) []byte {
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxSection {
 		return nil
+	}
+	if s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(file)) && s.Size <= uint64(len(file))-s.Offset {
+		return file[s.Offset : s.Offset+s.Size : s.Offset+s.Size]
 	}
 	d, err := s.Data()
 	if err != nil || len(d) > maxSection {
@@ -114,13 +128,14 @@ func sectionData(s *elf.Section) []byte {
 	return d
 }
 
-// lazySections reads .eh_frame and .eh_frame_hdr, by section or, without
+// lazySections reads .eh_frame and .eh_frame_hdr (slices of file where it
+// can, see sectionData), by section or, without
 // section headers, through PT_GNU_EH_FRAME. hdr may be nil.
-func lazySections(f *elf.File) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64) {
+func lazySections(f *elf.File, file []byte) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64) {
 	if es := f.Section(".eh_frame"); es != nil {
-		eh = sectionData(es)
+		eh = sectionData(es, file)
 		if hs := f.Section(".eh_frame_hdr"); hs != nil {
-			hdr, hdrAddr = sectionData(hs), hs.Addr
+			hdr, hdrAddr = sectionData(hs, file), hs.Addr
 		}
 		return eh, es.Addr, hdr, hdrAddr
 	}

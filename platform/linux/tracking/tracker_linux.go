@@ -86,10 +86,17 @@ type Tracker struct {
 }
 
 type procState struct {
-	comm    string
-	attrs   []format.Label // resource attributes (package internal/procattr)
-	modules []liveModule
-	names   map[uint32]string // tid → name, for threads that inherit it
+	comm  string
+	ppid  uint32
+	attrs []format.Label // resource attributes (package internal/procattr)
+	// described is false, whole host, for a process that exec'd and was
+	// not sampled since: its attributes and command line are read from
+	// /proc at its first sample (describe), not at its exec. Most
+	// processes of a host that starts many are never sampled, and at the
+	// exec the kernel may not have written the new environment yet.
+	described bool
+	modules   []liveModule
+	names     map[uint32]string // tid → name, for threads that inherit it
 	// live counts the threads known to be running; leaderGone is set by
 	// the leader's EXIT. In an exit_group the leader's EXIT record can
 	// come before its siblings' (the leader waits as a zombie), and those
@@ -319,9 +326,13 @@ func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 	pid := uint32(ipid)
 	dir := procfs.Dir(ipid)
 	comm := procfs.Comm(dir)
-	attrs := procattr.Read(ipid)
-	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid), Attrs: attrs})
-	ps := &procState{comm: comm, attrs: attrs, live: len(tids)}
+	ps := &procState{comm: comm, ppid: uint32(procfs.Ppid(ipid)), live: len(tids), described: !s.system}
+	if ps.described {
+		ps.attrs = procattr.Read(ipid)
+		s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: ps.ppid, Name: comm, Cmdline: procfs.Cmdline(ipid), Attrs: ps.attrs})
+	} else {
+		s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: ps.ppid, Name: comm})
+	}
 	s.procs[pid] = ps
 	s.jit.Started(pid)
 	for _, tid := range tids {
@@ -359,7 +370,7 @@ func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
 	ps := s.procs[pid]
 	if ps == nil {
-		ps = &procState{}
+		ps = &procState{described: !s.system}
 		s.procs[pid] = ps
 	}
 	kept := ps.modules[:0]
@@ -586,22 +597,30 @@ func (s *Tracker) dispatch(r *record) {
 			if s.py != nil {
 				s.py.Forget(r.Pid)
 			}
-			attrs := procattr.Read(int(r.Pid)) // a new executable, maybe a new environment
-			if ps != nil {
-				ps.attrs = attrs
+			if s.system && ps != nil {
+				// A new executable, maybe a new environment: read at
+				// the first sample (describe).
+				ps.attrs, ps.described = nil, false
+				s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: ps.ppid, Name: name})
+			} else {
+				attrs := procattr.Read(int(r.Pid))
+				if ps != nil {
+					ps.attrs = attrs
+				}
+				s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid)), Attrs: attrs})
 			}
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid)), Attrs: attrs})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
 	case recFork:
 		if r.Pid != r.Ppid {
 			// A new process: it starts with a copy of its parent's mappings.
 			parent := s.procs[r.Ppid]
-			ps := &procState{live: 1}
+			ps := &procState{live: 1, ppid: r.Ppid, described: true}
 			comm := ""
 			if parent != nil {
 				comm = parent.comm
 				ps.attrs = parent.attrs // a fork keeps the executable, cgroup and environment
+				ps.described = parent.described
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
@@ -716,6 +735,9 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		sm.Flags |= format.SampleTruncated
 	}
 	sm.PCs = r.PCs
+	if ps := s.procs[r.Pid]; ps != nil && !ps.described {
+		s.describe(r.Pid, ps, int64(r.Time))
+	}
 	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
@@ -729,6 +751,15 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		s.pyCut.Store(s.py.Cut())
 	}
 	return s.uw == nil || s.uw.sample(s, r, sm)
+}
+
+// describe reads the attributes and command line of process pid, sampled
+// for the first time since it exec'd (whole host), and reports it again
+// with them as of time t.
+func (s *Tracker) describe(pid uint32, ps *procState, t int64) {
+	ps.described = true
+	ps.attrs = procattr.Read(int(pid))
+	s.h.Process(&format.Process{Time: t, Pid: pid, Ppid: ps.ppid, Name: ps.comm, Cmdline: procfs.Cmdline(int(pid)), Attrs: ps.attrs})
 }
 
 // copyModule reports, for a forked child, a module inherited from its parent.
@@ -841,7 +872,7 @@ func (s *Tracker) EnsureProcess(pid uint32, t int64) {
 	if tids, err := procfs.Tasks(int(pid)); err == nil {
 		s.reportProcess(int(pid), tids, t)
 	} else {
-		s.procs[pid] = &procState{}
+		s.procs[pid] = &procState{described: true} // gone: nothing to read
 	}
 }
 
@@ -850,6 +881,6 @@ func (s *Tracker) EnsureProcess(pid uint32, t int64) {
 // run here.
 func (s *Tracker) AddProcess(pid uint32, comm string) {
 	if s.procs[pid] == nil {
-		s.procs[pid] = &procState{comm: comm}
+		s.procs[pid] = &procState{comm: comm, described: true}
 	}
 }
