@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -27,6 +29,11 @@ const (
 	// processes rarely repeat (each process has its own addresses), so a
 	// default-sized table would grow to ~24 MiB before its first reset.
 	agentMaxStacks = 16 << 10
+	// agentGCPercent is the GOGC of the agent and its companion unless
+	// the environment sets one: the Go default (100) lets a heap grow to
+	// twice what is live before collecting, which for a daemon whose
+	// budget is 64 MiB for both processes is most of it.
+	agentGCPercent = 50
 )
 
 // agentFlags are the flags of record that agent takes too; the others
@@ -46,6 +53,7 @@ func registerAgent(fs *flag.FlagSet) (*Flags, *bool) {
 	f.agent, f.System, f.Backend, f.Quiet = true, true, "ebpf", true
 	f.Hz, f.otlp.raw, f.otlp.interval, f.otlp.queue = agentHz, true, agentInterval, agentQueue
 	f.otlp.maxStacks = agentMaxStacks
+	f.otlp.gcPercent = agentGCPercent
 	for name, def := range map[string]string{"F": strconv.Itoa(agentHz), "otlp-raw": "true",
 		"otlp-interval": agentInterval.String(), "otlp-queue": strconv.Itoa(agentQueue)} {
 		fs.Lookup(name).DefValue = def
@@ -97,6 +105,9 @@ func AgentMain(args []string, stdout, stderr io.Writer, linked Linked, delegate 
 		af.otlp.every = time.Minute
 	} else {
 		af.otlp.noWarn = true
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(agentGCPercent)
 	}
 	if !linked(be) {
 		if delegate == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ type otlpFlags struct {
 	// maxStacks is the tracer's stack table cap, which the companion
 	// mirrors to forget stacks no longer referenced (agent)
 	maxStacks int
+	// gcPercent, when set, is the companion's GOGC unless the
+	// environment sets one (agent: a daemon trades GC time for memory).
+	gcPercent int
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -114,6 +118,9 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if o.gcPercent > 0 && os.Getenv("GOGC") == "" {
+		cmd.Env = append(os.Environ(), "GOGC="+strconv.Itoa(o.gcPercent))
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

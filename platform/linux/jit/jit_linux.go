@@ -126,6 +126,14 @@ func (j *Tracker) Started(pid uint32) {
 	}
 }
 
+// Tracked returns how many processes' files are watched.
+func (j *Tracker) Tracked() int {
+	if j == nil {
+		return 0
+	}
+	return len(j.procs)
+}
+
 // track starts watching process pid's perf map.
 func (j *Tracker) Track(pid uint32) {
 	if j == nil {

@@ -176,7 +176,9 @@ type Builder struct {
 	maxStack uint64 // the largest stack id defined
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
-	mem    memState // allocations and frees (memory.go)
+	// and by GNU build id, for the same file in other processes
+	idHashes map[string]string
+	mem      memState // allocations and frees (memory.go)
 }
 
 type pendingSample struct {
