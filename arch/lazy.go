@@ -29,13 +29,19 @@ const lazyMinEHFrame = 4 << 10
 
 // lazyIndex is a lazy Table's state.
 type lazyIndex struct {
-	mu     sync.Mutex
-	p      *sectionParser // over the section; its builder holds the parsed rows
-	pcs    []uint64       // FDE start addresses, sorted
-	offs   []uint32       // and their FDEs' offsets in the section
-	parsed map[int]int32  // index → index in p.b.fdes, or -1: no usable FDE
-	stubs  []Stub
-	size   int // bytes of the index and the section
+	mu   sync.Mutex
+	p    *sectionParser // over the section; its builder holds the parsed rows
+	pcs  []uint64       // FDE start addresses, sorted
+	offs []uint32       // and their FDEs' offsets in the section
+	// Or, indexed by .eh_frame_hdr, its search table as it is (8 bytes an
+	// FDE: sdata4 start and FDE address, relative to tabAddr), read in
+	// place: a copy cost 12 bytes an FDE (libLLVM has 100000), and a
+	// recorder maps the file and touches only the pages a search does.
+	tab     []byte
+	tabAddr uint64
+	parsed  map[int]int32 // index → index in p.b.fdes, or -1: no usable FDE
+	stubs   []Stub
+	size    int // bytes of the index and the section
 }
 
 // NewLazyTableELF is NewTableELF for a recorder: it reads f's unwind
@@ -175,7 +181,7 @@ func newLazyTable(a Arch, path string, data []byte, addr uint64, eh bool, hdr []
 	if !eh || !l.fromHeader(hdr, hdrAddr) {
 		l.scan()
 	}
-	l.size = len(data) + 12*len(l.pcs)
+	l.size = len(data) + 12*len(l.pcs) + len(l.tab)
 	return &Table{Arch: a, lazy: l}
 }
 
@@ -188,19 +194,45 @@ func (l *lazyIndex) fromHeader(hdr []byte, hdrAddr uint64) bool {
 		return false
 	}
 	n := int(h.FDECount) // ParseEHFrameHdr checked that the entries fit
-	le := binary.LittleEndian
-	pcs, offs := make([]uint64, n), make([]uint32, n)
-	for i := 0; i < n; i++ {
-		e := hdr[h.tableOff+8*i:]
-		pc := hdrAddr + uint64(int64(int32(le.Uint32(e))))
-		fde := hdrAddr + uint64(int64(int32(le.Uint32(e[4:]))))
-		if i > 0 && pc < pcs[i-1] || fde < p.secAddr || fde-p.secAddr >= uint64(len(p.data)) {
-			return false
-		}
-		pcs[i], offs[i] = pc, uint32(fde-p.secAddr)
+	l.tab, l.tabAddr = hdr[h.tableOff:h.tableOff+8*n:h.tableOff+8*n], hdrAddr
+	// The entries are checked as searches meet them (off, and parse's
+	// range check), not all up front, which would touch every page:
+	// here only that the first and last are in order and point into the
+	// section.
+	if l.pc(n-1) < l.pc(0) || l.off(0) < 0 || l.off(n-1) < 0 {
+		l.tab = nil
+		return false
 	}
-	l.pcs, l.offs = pcs, offs
 	return true
+}
+
+// n is the number of FDEs the index lists.
+func (l *lazyIndex) n() int {
+	if l.tab != nil {
+		return len(l.tab) / 8
+	}
+	return len(l.pcs)
+}
+
+// pc is the start address of FDE i.
+func (l *lazyIndex) pc(i int) uint64 {
+	if l.tab != nil {
+		return l.tabAddr + uint64(int64(int32(binary.LittleEndian.Uint32(l.tab[8*i:]))))
+	}
+	return l.pcs[i]
+}
+
+// off is the offset of FDE i in the section, or -1 when the search table
+// points outside it.
+func (l *lazyIndex) off(i int) int {
+	if l.tab != nil {
+		fde := l.tabAddr + uint64(int64(int32(binary.LittleEndian.Uint32(l.tab[8*i+4:]))))
+		if fde < l.p.secAddr || fde-l.p.secAddr >= uint64(len(l.p.data)) {
+			return -1
+		}
+		return int(fde - l.p.secAddr)
+	}
+	return int(l.offs[i])
 }
 
 // scan indexes the FDEs by reading each entry's header and address range
@@ -273,7 +305,7 @@ func (l *lazyIndex) lookup(addr uint64) Rule {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// The last FDE starting at or below addr.
-	i := sort.Search(len(l.pcs), func(i int) bool { return l.pcs[i] > addr }) - 1
+	i := sort.Search(l.n(), func(i int) bool { return l.pc(i) > addr }) - 1
 	if i >= 0 {
 		fi, ok := l.parsed[i]
 		if !ok {
@@ -303,7 +335,11 @@ func (l *lazyIndex) lookup(addr uint64) Rule {
 // when it is malformed or empty.
 func (l *lazyIndex) parse(i int) int32 {
 	p := l.p
-	off := int(l.offs[i])
+	off := l.off(i)
+	if off < 0 {
+		p.b.skipped++
+		return -1
+	}
 	_, end, isCIE, id, idOff, body, err := p.header(off)
 	if err != nil || isCIE || end <= off+4 {
 		p.b.skipped++
@@ -332,5 +368,5 @@ func (l *lazyIndex) bytes() int {
 func (l *lazyIndex) counts() (parsed, total int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.p.b.fdes), len(l.pcs)
+	return len(l.p.b.fdes), l.n()
 }

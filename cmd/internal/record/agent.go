@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -36,6 +37,12 @@ const (
 	agentGCPercent = 50
 )
 
+// agentEnv is the runtime settings of the agent and its companion where
+// the environment sets none: GOGC (agentGCPercent), and one P: each
+// does one thing at a time, and a second P only spun looking for work
+// after every wakeup (a seventh of the agent's CPU).
+var agentEnv = map[string]string{"GOGC": strconv.Itoa(agentGCPercent), "GOMAXPROCS": "1"}
+
 // agentFlags are the flags of record that agent takes too; the others
 // (a file, a target, a back end, raw stacks) do not fit a daemon that
 // streams the whole host.
@@ -53,7 +60,7 @@ func registerAgent(fs *flag.FlagSet) (*Flags, *bool) {
 	f.agent, f.System, f.Backend, f.Quiet = true, true, "ebpf", true
 	f.Hz, f.otlp.raw, f.otlp.interval, f.otlp.queue = agentHz, true, agentInterval, agentQueue
 	f.otlp.maxStacks = agentMaxStacks
-	f.otlp.gcPercent = agentGCPercent
+	f.otlp.env = agentEnv
 	for name, def := range map[string]string{"F": strconv.Itoa(agentHz), "otlp-raw": "true",
 		"otlp-interval": agentInterval.String(), "otlp-queue": strconv.Itoa(agentQueue)} {
 		fs.Lookup(name).DefValue = def
@@ -108,6 +115,9 @@ func AgentMain(args []string, stdout, stderr io.Writer, linked Linked, delegate 
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(agentGCPercent)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 	if !linked(be) {
 		if delegate == nil {

@@ -39,9 +39,9 @@ type otlpFlags struct {
 	// maxStacks is the tracer's stack table cap, which the companion
 	// mirrors to forget stacks no longer referenced (agent)
 	maxStacks int
-	// gcPercent, when set, is the companion's GOGC unless the
-	// environment sets one (agent: a daemon trades GC time for memory).
-	gcPercent int
+	// env holds runtime variables (GOGC, GOMAXPROCS) for the companion
+	// that apply where the environment sets none (agent: agentEnv).
+	env map[string]string
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -118,8 +118,13 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if o.gcPercent > 0 && os.Getenv("GOGC") == "" {
-		cmd.Env = append(os.Environ(), "GOGC="+strconv.Itoa(o.gcPercent))
+	for k, v := range o.env {
+		if os.Getenv(k) == "" {
+			if cmd.Env == nil {
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
 	}
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -142,10 +142,14 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
-	if st.PythonSamples > 0 || st.PythonCut > 0 {
+	// The agent prints its summary line and nothing else (with
+	// --verbose, the minute lines too): the Python processes of a host are
+	// no news to a daemon's log.
+	quietAgent := rf.agent && rf.otlp.every == 0
+	if (st.PythonSamples > 0 || st.PythonCut > 0) && !quietAgent {
 		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames (%d Python chains cut short by a check)\n", st.PythonSamples, st.PythonCut)
 	}
-	if st.PythonWarning != "" {
+	if st.PythonWarning != "" && !quietAgent {
 		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)
 	}
 	if st.Suspensions > 0 {
