@@ -29,18 +29,34 @@ const lazyMinEHFrame = 4 << 10
 
 // lazyIndex is a lazy Table's state.
 type lazyIndex struct {
-	mu     sync.Mutex
-	p      *sectionParser // over the section; its builder holds the parsed rows
-	pcs    []uint64       // FDE start addresses, sorted
-	offs   []uint32       // and their FDEs' offsets in the section
-	parsed map[int]int32  // index → index in p.b.fdes, or -1: no usable FDE
-	stubs  []Stub
-	size   int // bytes of the index and the section
+	mu   sync.Mutex
+	p    *sectionParser // over the section; its builder holds the parsed rows
+	pcs  []uint64       // FDE start addresses, sorted
+	offs []uint32       // and their FDEs' offsets in the section
+	// Or, indexed by .eh_frame_hdr, its search table as it is (8 bytes an
+	// FDE: sdata4 start and FDE address, relative to tabAddr), read in
+	// place: a copy cost 12 bytes an FDE (libLLVM has 100000), and a
+	// recorder maps the file and touches only the pages a search does.
+	tab     []byte
+	tabAddr uint64
+	parsed  map[int]int32 // index → index in p.b.fdes, or -1: no usable FDE
+	stubs   []Stub
+	size    int // bytes of the index and the section
 }
 
 // NewLazyTableELF is NewTableELF for a recorder: it reads f's unwind
 // sections (and .eh_frame_hdr) and returns [NewLazyTable]'s table.
 func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
+	return NewLazyTableELFMapped(f, path, nil)
+}
+
+// NewLazyTableELFMapped is [NewLazyTableELF] over file, the bytes of f's
+// whole file (a read-only mapping of it): the table keeps slices of file
+// for the uncompressed sections it reads instead of copies, so that a
+// recorder that unwinds every binary of a host holds in memory only the
+// pages its lookups touch. file must outlive the table; sections that are
+// compressed or lie outside file are read as NewLazyTableELF reads them.
+func NewLazyTableELFMapped(f *elf.File, path string, file []byte) (*Table, error) {
 	s := Sections{File: path}
 	a, err := elfArch(f, path)
 	if err != nil {
@@ -55,9 +71,9 @@ func NewLazyTableELF(f *elf.File, path string) (*Table, error) {
 		return NewTableELF(f, path) // both: NewTable merges them
 	}
 	if df != nil {
-		s.DebugFrame = sectionData(df)
+		s.DebugFrame = sectionData(df, file)
 	} else {
-		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f)
+		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f, file)
 	}
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
 		return NewTableELF(f, path) // it says why
@@ -102,10 +118,14 @@ func hasEHFrameSegment(f *elf.File) bool {
 	return false
 }
 
-// sectionData returns s's bytes (uncompressed), or nil.
-func sectionData(s *elf.Section) []byte {
+// sectionData returns s's bytes (uncompressed), or nil: a slice of file
+// (the whole file's bytes, may be nil) where it holds them as they are.
+func sectionData(s *elf.Section, file []byte) []byte {
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size > maxSection {
 		return nil
+	}
+	if s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(file)) && s.Size <= uint64(len(file))-s.Offset {
+		return file[s.Offset : s.Offset+s.Size : s.Offset+s.Size]
 	}
 	d, err := s.Data()
 	if err != nil || len(d) > maxSection {
@@ -114,13 +134,14 @@ func sectionData(s *elf.Section) []byte {
 	return d
 }
 
-// lazySections reads .eh_frame and .eh_frame_hdr, by section or, without
+// lazySections reads .eh_frame and .eh_frame_hdr (slices of file where it
+// can, see sectionData), by section or, without
 // section headers, through PT_GNU_EH_FRAME. hdr may be nil.
-func lazySections(f *elf.File) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64) {
+func lazySections(f *elf.File, file []byte) (eh []byte, ehAddr uint64, hdr []byte, hdrAddr uint64) {
 	if es := f.Section(".eh_frame"); es != nil {
-		eh = sectionData(es)
+		eh = sectionData(es, file)
 		if hs := f.Section(".eh_frame_hdr"); hs != nil {
-			hdr, hdrAddr = sectionData(hs), hs.Addr
+			hdr, hdrAddr = sectionData(hs, file), hs.Addr
 		}
 		return eh, es.Addr, hdr, hdrAddr
 	}
@@ -160,7 +181,7 @@ func newLazyTable(a Arch, path string, data []byte, addr uint64, eh bool, hdr []
 	if !eh || !l.fromHeader(hdr, hdrAddr) {
 		l.scan()
 	}
-	l.size = len(data) + 12*len(l.pcs)
+	l.size = len(data) + 12*len(l.pcs) + len(l.tab)
 	return &Table{Arch: a, lazy: l}
 }
 
@@ -173,19 +194,45 @@ func (l *lazyIndex) fromHeader(hdr []byte, hdrAddr uint64) bool {
 		return false
 	}
 	n := int(h.FDECount) // ParseEHFrameHdr checked that the entries fit
-	le := binary.LittleEndian
-	pcs, offs := make([]uint64, n), make([]uint32, n)
-	for i := 0; i < n; i++ {
-		e := hdr[h.tableOff+8*i:]
-		pc := hdrAddr + uint64(int64(int32(le.Uint32(e))))
-		fde := hdrAddr + uint64(int64(int32(le.Uint32(e[4:]))))
-		if i > 0 && pc < pcs[i-1] || fde < p.secAddr || fde-p.secAddr >= uint64(len(p.data)) {
-			return false
-		}
-		pcs[i], offs[i] = pc, uint32(fde-p.secAddr)
+	l.tab, l.tabAddr = hdr[h.tableOff:h.tableOff+8*n:h.tableOff+8*n], hdrAddr
+	// The entries are checked as searches meet them (off, and parse's
+	// range check), not all up front, which would touch every page:
+	// here only that the first and last are in order and point into the
+	// section.
+	if l.pc(n-1) < l.pc(0) || l.off(0) < 0 || l.off(n-1) < 0 {
+		l.tab = nil
+		return false
 	}
-	l.pcs, l.offs = pcs, offs
 	return true
+}
+
+// n is the number of FDEs the index lists.
+func (l *lazyIndex) n() int {
+	if l.tab != nil {
+		return len(l.tab) / 8
+	}
+	return len(l.pcs)
+}
+
+// pc is the start address of FDE i.
+func (l *lazyIndex) pc(i int) uint64 {
+	if l.tab != nil {
+		return l.tabAddr + uint64(int64(int32(binary.LittleEndian.Uint32(l.tab[8*i:]))))
+	}
+	return l.pcs[i]
+}
+
+// off is the offset of FDE i in the section, or -1 when the search table
+// points outside it.
+func (l *lazyIndex) off(i int) int {
+	if l.tab != nil {
+		fde := l.tabAddr + uint64(int64(int32(binary.LittleEndian.Uint32(l.tab[8*i+4:]))))
+		if fde < l.p.secAddr || fde-l.p.secAddr >= uint64(len(l.p.data)) {
+			return -1
+		}
+		return int(fde - l.p.secAddr)
+	}
+	return int(l.offs[i])
 }
 
 // scan indexes the FDEs by reading each entry's header and address range
@@ -258,7 +305,7 @@ func (l *lazyIndex) lookup(addr uint64) Rule {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// The last FDE starting at or below addr.
-	i := sort.Search(len(l.pcs), func(i int) bool { return l.pcs[i] > addr }) - 1
+	i := sort.Search(l.n(), func(i int) bool { return l.pc(i) > addr }) - 1
 	if i >= 0 {
 		fi, ok := l.parsed[i]
 		if !ok {
@@ -288,7 +335,11 @@ func (l *lazyIndex) lookup(addr uint64) Rule {
 // when it is malformed or empty.
 func (l *lazyIndex) parse(i int) int32 {
 	p := l.p
-	off := int(l.offs[i])
+	off := l.off(i)
+	if off < 0 {
+		p.b.skipped++
+		return -1
+	}
 	_, end, isCIE, id, idOff, body, err := p.header(off)
 	if err != nil || isCIE || end <= off+4 {
 		p.b.skipped++
@@ -317,5 +368,5 @@ func (l *lazyIndex) bytes() int {
 func (l *lazyIndex) counts() (parsed, total int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.p.b.fdes), len(l.pcs)
+	return len(l.p.b.fdes), l.n()
 }

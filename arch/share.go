@@ -28,7 +28,7 @@ func (t *Table) CFAShare(reg, sample int) (match, total int) {
 	l := t.lazy
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := len(l.pcs)
+	n := l.n()
 	if n == 0 {
 		return 0, 0
 	}

@@ -59,6 +59,23 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	if cfg.short {
 		d, early = 20*time.Second, 7*time.Second
 	}
+	// While iterating: RAWSTACK_BENCH_AGENT_DURATION=2m runs shorter cells
+	// (the first minute stays the first minute when they are longer than
+	// two), RAWSTACK_BENCH_AGENT_HZ=20 one frequency only,
+	// RAWSTACK_BENCH_AGENT_PERF=0 the agent alone. The README's figures
+	// come from the full run.
+	if v := os.Getenv("RAWSTACK_BENCH_AGENT_DURATION"); v != "" {
+		if d, err = time.ParseDuration(v); err != nil || d < 10*time.Second {
+			return nil, fmt.Errorf("RAWSTACK_BENCH_AGENT_DURATION=%q: want a duration of at least 10s", v)
+		}
+		if early = time.Minute; d < 2*early {
+			early = d / 3
+		}
+	}
+	hzs := []string{"20", "100"}
+	if v := os.Getenv("RAWSTACK_BENCH_AGENT_HZ"); v != "" {
+		hzs = strings.Split(v, ",")
+	}
 	ep, err := newCountingEndpoint()
 	if err != nil {
 		return nil, err
@@ -89,7 +106,7 @@ func runAgentScenario(cfg *config) ([]row, error) {
 
 	var rows []row
 	start := time.Now()
-	for _, hz := range []string{"20", "100"} {
+	for _, hz := range hzs {
 		// rawstack-ebpf, as the service unit runs it (deploy/).
 		agent, err := runFor(exec.Command(filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "agent", "--otlp-endpoint", ep.addr, "-F", hz), d, early, syscall.SIGTERM)
 		if err != nil {
@@ -97,12 +114,18 @@ func runAgentScenario(cfg *config) ([]row, error) {
 		}
 		var pr agentRun
 		peer := ""
-		if perfErr == nil {
+		if perfErr == nil && os.Getenv("RAWSTACK_BENCH_AGENT_PERF") != "0" {
 			out := filepath.Join(cfg.work, "agent-perf.data")
 			pr, err = runFor(exec.Command(perf, "record", "-q", "-a", "-g", "-F", hz, "-o", out), d, early, syscall.SIGINT)
 			if err == nil {
-				_, n, perr := perfSamples(perf, out)
-				pr.samples, err = float64(n), perr
+				// A perf.data whose count perf report cannot give (it
+				// happened once, 10 min at 100 Hz) costs its sample row,
+				// not the CPU and RSS figures of both recorders.
+				if _, n, perr := perfSamples(perf, out); perr != nil {
+					fmt.Fprintf(cfg.logger, "  perf -F %s: counting its samples: %v\n", hz, perr)
+				} else {
+					pr.samples = float64(n)
+				}
 			}
 			os.Remove(out)
 			if err != nil {

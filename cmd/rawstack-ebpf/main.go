@@ -18,6 +18,7 @@ import (
 	"os"
 
 	"github.com/rawstack/rawstack/cmd/internal/record"
+	"github.com/rawstack/rawstack/internal/selfprof"
 	"github.com/rawstack/rawstack/platform"
 	_ "github.com/rawstack/rawstack/platform/linux/ebpf" // the back end's BPF programs
 )
@@ -37,7 +38,10 @@ func main() {
 	}
 	sub := os.Args[1]
 	ebpfOnly := func(be platform.Backend) bool { return be == platform.BackendEBPF }
-	if err := runs[sub].main(os.Args[2:], os.Stdout, os.Stderr, ebpfOnly, nil); err != nil {
+	stop := selfprof.Start("rawstack-ebpf")
+	err := runs[sub].main(os.Args[2:], os.Stdout, os.Stderr, ebpfOnly, nil)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "rawstack %s: %v\n", sub, err)
 		if errors.As(err, new(*record.UsageError)) {
 			fmt.Fprintf(os.Stderr, "usage: rawstack %s %s\n", sub, runs[sub].usage)

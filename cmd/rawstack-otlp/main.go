@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/selfprof"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	"github.com/rawstack/rawstack/symbolizer/sources"
@@ -43,6 +44,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: rawstack-otlp convert|stream ARGS")
 		os.Exit(2)
 	}
+	stop := selfprof.Start("rawstack-otlp")
 	var err error
 	switch os.Args[1] {
 	case "convert":
@@ -53,6 +55,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "rawstack-otlp: unknown command %q\n", os.Args[1])
 		os.Exit(2)
 	}
+	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rawstack-otlp %s: %v\n", os.Args[1], err)
 		os.Exit(1)

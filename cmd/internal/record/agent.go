@@ -4,6 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -27,6 +30,11 @@ const (
 	// processes rarely repeat (each process has its own addresses), so a
 	// default-sized table would grow to ~24 MiB before its first reset.
 	agentMaxStacks = 16 << 10
+	// agentGCPercent is the GOGC of the agent and its companion unless
+	// the environment sets one: the Go default (100) lets a heap grow to
+	// twice what is live before collecting, which for a daemon whose
+	// budget is 64 MiB for both processes is most of it.
+	agentGCPercent = 50
 )
 
 // agentFlag says whether record's flag name is one agent takes too; the
@@ -44,6 +52,15 @@ func agentFlag(name string) bool {
 	return false
 }
 
+// agentEnv is the runtime settings of the agent and its companion where
+// the environment sets none: GOGC (agentGCPercent), and one P: each
+// does one thing at a time, and a second P only spun looking for work
+// after every wakeup (a seventh of the agent's CPU). A function, so that
+// no command's start builds the map.
+func agentEnv() map[string]string {
+	return map[string]string{"GOGC": strconv.Itoa(agentGCPercent), "GOMAXPROCS": "1"}
+}
+
 // registerAgent is Register with agent's defaults: the whole host through
 // the eBPF back end, raw OTLP, no progress line.
 func registerAgent(fs *flag.FlagSet) (*Flags, *bool) {
@@ -51,6 +68,7 @@ func registerAgent(fs *flag.FlagSet) (*Flags, *bool) {
 	f.agent, f.System, f.Backend, f.Quiet = true, true, "ebpf", true
 	f.Hz, f.otlp.raw, f.otlp.interval, f.otlp.queue = agentHz, true, agentInterval, agentQueue
 	f.otlp.maxStacks = agentMaxStacks
+	f.otlp.env = agentEnv()
 	for name, def := range map[string]string{"F": strconv.Itoa(agentHz), "otlp-raw": "true",
 		"otlp-interval": agentInterval.String(), "otlp-queue": strconv.Itoa(agentQueue)} {
 		fs.Lookup(name).DefValue = def
@@ -102,6 +120,12 @@ func AgentMain(args []string, stdout, stderr io.Writer, linked Linked, delegate 
 		af.otlp.every = time.Minute
 	} else {
 		af.otlp.noWarn = true
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(agentGCPercent)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 	if !linked(be) {
 		if delegate == nil {

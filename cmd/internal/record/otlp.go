@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ type otlpFlags struct {
 	// maxStacks is the tracer's stack table cap, which the companion
 	// mirrors to forget stacks no longer referenced (agent)
 	maxStacks int
+	// env holds runtime variables (GOGC, GOMAXPROCS) for the companion
+	// that apply where the environment sets none (agent: agentEnv).
+	env map[string]string
 }
 
 func (o *otlpFlags) register(fs *flag.FlagSet) {
@@ -114,6 +118,14 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
+	for k, v := range o.env {
+		if os.Getenv(k) == "" {
+			if cmd.Env == nil {
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

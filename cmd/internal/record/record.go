@@ -145,14 +145,18 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 	if st.AllocMode != "" {
 		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s, one per %d bytes on average\n", st.AllocMode, allocRate(rf.AllocRate))
 	}
-	if st.PythonSamples > 0 || st.PythonCut > 0 {
+	// The agent prints its summary line and nothing else (with
+	// --verbose, the minute lines too): the Python processes of a host are
+	// no news to a daemon's log.
+	quietAgent := rf.agent && rf.otlp.every == 0
+	if (st.PythonSamples > 0 || st.PythonCut > 0) && !quietAgent {
 		atSample := ""
 		if st.PythonAtSample > 0 {
 			atSample = fmt.Sprintf(", %d of them read in BPF at the sample", st.PythonAtSample)
 		}
 		fmt.Fprintf(stderr, "rawstack record: %d samples with Python frames%s (%d Python chains cut short by a check)\n", st.PythonSamples, atSample, st.PythonCut)
 	}
-	if st.PythonWarning != "" {
+	if st.PythonWarning != "" && !quietAgent {
 		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)
 	}
 	if st.Suspensions > 0 {

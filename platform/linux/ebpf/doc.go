@@ -87,8 +87,11 @@
 //     ns for 8 frames (BenchmarkBPFRecord).
 //
 // So the window: complete chains for any code with CFI, no per-host table
-// pipeline, no BPF map memory beyond the ring (4 MiB) and a per-CPU
-// scratch buffer; the price is unwinding on the host. With System set, a
+// pipeline, no BPF map memory beyond the ring (4 MiB; with System and
+// on-CPU samples only, a quarter second of every CPU's largest records,
+// 256 KiB to 4 MiB) and a per-CPU scratch buffer; the price is unwinding
+// on the host, with tables that are slices of the module files mapped
+// read-only (only the pages lookups touch are resident). With System set, a
 // sample the reader reaches more than half a second late makes no new
 // tables (it is unwound with those made, frame pointers elsewhere);
 // samples more than two seconds late are dropped and reported

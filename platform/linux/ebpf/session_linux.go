@@ -182,6 +182,22 @@ func newSession(cfg platform.Config, h platform.Handler) *Session {
 // batch of samples would all get one moment's frames.
 const pyStale = 5 * time.Millisecond
 
+// hostRingBytes sizes the BPF ring buffer of a whole-host session for
+// on-CPU samples only: a quarter of a second of the largest records
+// (every frame, the whole stack copy) of every CPU at hz, as a power of
+// two between 256 KiB and bpfRingBytes. Its pages are all resident once
+// the ring has wrapped, twice counted in the RSS (the kernel maps the data
+// twice): a 20 Hz daemon on a small host needs far less than 4 MiB.
+func hostRingBytes(cpus, hz, stackBytes int) int {
+	per := bpfKernelOff + 8*2*127 + stackBytes
+	need := max(cpus, 1) * max(hz, 1) * per / 4
+	n := 256 << 10
+	for n < need && n < bpfRingBytes {
+		n *= 2
+	}
+	return n
+}
+
 // bpfReadInterval is how often an eBPF session reads its rings. Every
 // wakeup of a Go program costs a round of its scheduler and a millisecond
 // of sysmon polling; samples need no lower latency than this.
@@ -237,6 +253,8 @@ func (s *Session) attach() (err error) {
 		for spec.RingBytes&(spec.RingBytes-1) != 0 {
 			spec.RingBytes &= spec.RingBytes - 1
 		}
+	} else if s.System() && !s.Config().OffCPU && !s.Config().Alloc {
+		spec.RingBytes = hostRingBytes(len(procfs.OnlineCPUs()), s.Config().Frequency, spec.StackBytes)
 	}
 	// Samples are read in batches: every bpfReadInterval (100 ms),
 	// or when a quarter of the ring is used (a wakeup per sample cost the

@@ -126,6 +126,14 @@ func (j *Tracker) Started(pid uint32) {
 	}
 }
 
+// Tracked returns how many processes' files are watched.
+func (j *Tracker) Tracked() int {
+	if j == nil {
+		return 0
+	}
+	return len(j.procs)
+}
+
 // track starts watching process pid's perf map.
 func (j *Tracker) Track(pid uint32) {
 	if j == nil {
@@ -136,11 +144,19 @@ func (j *Tracker) Track(pid uint32) {
 	}
 	p := &jitProc{pid: pid, nspid: pid, seen: map[perfKey]struct{}{}, live: map[uint64]liveCode{}}
 	dir := procfs.Dir(int(pid))
-	if f, err := os.Open(dir + "/root"); err == nil {
-		p.rootF = f
-		p.root = "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	// A process in this recorder's mount namespace sees /tmp as it does,
+	// and one in its pid namespace calls itself pid: no root to hold open
+	// and no status to read for them (most of a host's; a whole-host
+	// session tracks every process it samples).
+	if !sameNamespace(dir, "mnt") {
+		if f, err := os.Open(dir + "/root"); err == nil {
+			p.rootF = f
+			p.root = "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+		}
 	}
-	p.nspid = innermostNSPid(dir, pid)
+	if !sameNamespace(dir, "pid") {
+		p.nspid = innermostNSPid(dir, pid)
+	}
 	p.start = procStartTime(int(pid))
 	p.perfMap.rel = "/tmp/perf-" + strconv.FormatUint(uint64(p.nspid), 10) + ".map"
 	j.procs[pid] = p
@@ -498,6 +514,28 @@ func innermostNSPid(dir string, pid uint32) uint32 {
 	}
 	return pid
 }
+
+// sameNamespace reports whether the process of /proc/PID dir is in this
+// process's namespace of kind ns ("mnt", "pid"); false when unsure.
+func sameNamespace(dir, ns string) bool {
+	self := selfNamespaces()[ns]
+	if self == "" {
+		return false
+	}
+	other, err := os.Readlink(dir + "/ns/" + ns)
+	return err == nil && other == self
+}
+
+// selfNamespaces reads this process's mount and pid namespaces once.
+var selfNamespaces = sync.OnceValue(func() map[string]string {
+	m := map[string]string{}
+	for _, ns := range []string{"mnt", "pid"} {
+		if l, err := os.Readlink("/proc/self/ns/" + ns); err == nil {
+			m[ns] = l
+		}
+	}
+	return m
+})
 
 // procStartTime returns when pid started (wall clock, to the clock tick),
 // or the zero time.

@@ -20,7 +20,9 @@ func ReadSmall(path string, max int) ([]byte, error) {
 	// Grow up to max as the file turns out to need: /proc/PID/maps is
 	// read with a 64 MiB cap, and clearing that much memory up front was
 	// most of a short recording's CPU.
-	buf := make([]byte, min(max, 16<<10))
+	// Most are small (a comm, a stat line, a command line): start small,
+	// as a whole-host recorder reads them for every process it samples.
+	buf := make([]byte, min(max, 512))
 	n := 0
 	for n < max {
 		if n == len(buf) {

@@ -247,3 +247,23 @@ func (s *Tracker) Advance(live []*Ring, i int) []*Ring {
 	live[i] = live[len(live)-1]
 	return live[:len(live)-1]
 }
+
+// StateSizes counts what a Tracker holds per process and per module
+// file. A whole-host session keeps them near the live set however many
+// processes it has seen (the regression test of the agent's memory).
+type StateSizes struct {
+	Procs       int // processes tracked
+	UnwindProcs int // processes' unwind views
+	UnwindFiles int // module files' unwind tables
+	JITProcs    int // processes whose perf maps are watched
+}
+
+// StateSizes returns the sizes of s's per-process and per-file state.
+// It must not run concurrently with Run.
+func (s *Tracker) StateSizes() StateSizes {
+	st := StateSizes{Procs: len(s.procs), JITProcs: s.jit.Tracked()}
+	if s.uw != nil {
+		st.UnwindProcs, st.UnwindFiles = len(s.uw.procs), len(s.uw.files)
+	}
+	return st
+}

@@ -63,6 +63,7 @@ type Tracker struct {
 	sample platform.Sample
 
 	procs     map[uint32]*procState
+	gone      map[uint32]bool    // sampled after their EXIT record (EnsureProcess)
 	throttled map[uint64]uint64  // event id → time throttling began
 	kernelMod *format.ModuleLoad // reported for every process when kernel frames are on
 	maxStack  int                // call chains this long were cut by the kernel
@@ -93,10 +94,24 @@ type Tracker struct {
 }
 
 type procState struct {
-	comm    string
-	attrs   []format.Label // resource attributes (package internal/procattr)
-	modules []liveModule
-	names   map[uint32]string // tid → name, for threads that inherit it
+	comm  string
+	ppid  uint32
+	attrs []format.Label // resource attributes (package internal/procattr)
+	// described is false, whole host, for a process that exec'd and was
+	// not sampled since: its attributes and command line are read from
+	// /proc at its first sample (describe), not at its exec. Most
+	// processes of a host that starts many are never sampled, and at the
+	// exec the kernel may not have written the new environment yet.
+	described bool
+	// reported is false, whole host, for a process started (forked)
+	// since the session began and not sampled yet: the Tracker follows its
+	// threads and modules, but tells the handler nothing about it until
+	// its first sample (report), and nothing at all if it is never
+	// sampled. A host that starts fifty processes a second sampled few of
+	// them, and their events were most of what the agent did.
+	reported bool
+	modules  []liveModule
+	names    map[uint32]string // tid → name, for threads that inherit it
 	// live counts the threads known to be running; leaderGone is set by
 	// the leader's EXIT. In an exit_group the leader's EXIT record can
 	// come before its siblings' (the leader waits as a zombie), and those
@@ -114,13 +129,18 @@ func (s *Tracker) threadName(t int64, pid, tid uint32, name string) {
 			ps.names = map[uint32]string{}
 		}
 		ps.names[tid] = name
+		if !ps.reported {
+			return
+		}
 	}
 	s.h.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: tid, Name: name})
 }
 
 type liveModule struct {
-	id, start, end uint64
-	ml             *format.ModuleLoad // as first reported, for forked children
+	id, start, end uint64 // id 0: not reported (procState.reported)
+	// ml is the module as reported, for forked children; in a process
+	// not reported, the parent's or the mmap's, with its pid and id.
+	ml *format.ModuleLoad
 }
 
 type idKey struct {
@@ -326,9 +346,13 @@ func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 	pid := uint32(ipid)
 	dir := procfs.Dir(ipid)
 	comm := procfs.Comm(dir)
-	attrs := procattr.Read(ipid)
-	s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: uint32(procfs.Ppid(ipid)), Name: comm, Cmdline: procfs.Cmdline(ipid), Attrs: attrs})
-	ps := &procState{comm: comm, attrs: attrs, live: len(tids)}
+	ps := &procState{comm: comm, ppid: uint32(procfs.Ppid(ipid)), live: len(tids), described: !s.system, reported: true}
+	if ps.described {
+		ps.attrs = procattr.Read(ipid)
+		s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: ps.ppid, Name: comm, Cmdline: procfs.Cmdline(ipid), Attrs: ps.attrs})
+	} else {
+		s.h.Process(&format.Process{Time: now, Pid: pid, Ppid: ps.ppid, Name: comm})
+	}
 	s.procs[pid] = ps
 	s.jit.Started(pid)
 	for _, tid := range tids {
@@ -366,20 +390,25 @@ func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint64, path string, bid []byte) {
 	ps := s.procs[pid]
 	if ps == nil {
-		ps = &procState{}
+		ps = &procState{described: !s.system, reported: !s.system}
 		s.procs[pid] = ps
 	}
 	kept := ps.modules[:0]
 	for _, m := range ps.modules {
 		if m.start < end && start < m.end {
-			s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: pid, ID: m.id})
+			if ps.reported {
+				s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: pid, ID: m.id})
+			}
 			continue
 		}
 		kept = append(kept, m)
 	}
 	ps.modules = kept
-	s.nextMod++
-	ml := format.ModuleLoad{Time: t, Pid: pid, ID: s.nextMod, Base: start, Size: end - start, FileOffset: off, Path: path}
+	ml := format.ModuleLoad{Time: t, Pid: pid, Base: start, Size: end - start, FileOffset: off, Path: path}
+	if ps.reported {
+		s.nextMod++
+		ml.ID = s.nextMod
+	}
 	switch {
 	case path == "[vdso]":
 		ml.Kind = format.ModuleVDSO
@@ -399,7 +428,9 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 		}
 	}
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
-	s.h.ModuleLoad(&ml)
+	if ps.reported {
+		s.h.ModuleLoad(&ml)
+	}
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(pid, path, start, off)
 	}
@@ -582,7 +613,9 @@ func (s *Tracker) dispatch(r *record) {
 			ps := s.procs[r.Pid]
 			if ps != nil {
 				for _, m := range ps.modules {
-					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+					if ps.reported {
+						s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+					}
 				}
 				ps.modules = ps.modules[:0]
 				ps.comm = name
@@ -594,34 +627,47 @@ func (s *Tracker) dispatch(r *record) {
 				s.py.Forget(r.Pid)
 				delete(s.pyAtSampleSince, r.Pid)
 			}
-			attrs := procattr.Read(int(r.Pid)) // a new executable, maybe a new environment
-			if ps != nil {
-				ps.attrs = attrs
+			if s.system && ps != nil {
+				// A new executable, maybe a new environment: read at
+				// the first sample (describe).
+				ps.attrs, ps.described = nil, false
+				if ps.reported {
+					s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: ps.ppid, Name: name})
+				}
+			} else {
+				attrs := procattr.Read(int(r.Pid))
+				if ps != nil {
+					ps.attrs = attrs
+				}
+				s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid)), Attrs: attrs})
 			}
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: uint32(procfs.Ppid(int(r.Pid))), Name: name, Cmdline: procfs.Cmdline(int(r.Pid)), Attrs: attrs})
 		}
 		s.threadName(t, r.Pid, r.Tid, name)
 	case recFork:
 		if r.Pid != r.Ppid {
 			// A new process: it starts with a copy of its parent's mappings.
 			parent := s.procs[r.Ppid]
-			ps := &procState{live: 1}
+			ps := &procState{live: 1, ppid: r.Ppid, described: true, reported: !s.system}
+			delete(s.gone, r.Pid)
 			comm := ""
 			if parent != nil {
 				comm = parent.comm
 				ps.attrs = parent.attrs // a fork keeps the executable, cgroup and environment
+				ps.described = parent.described
 			}
 			ps.comm = comm
 			s.procs[r.Pid] = ps
 			s.jit.Started(r.Pid)
-			s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm, Attrs: ps.attrs})
-			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+			if ps.reported {
+				s.h.Process(&format.Process{Time: t, Pid: r.Pid, Ppid: r.Ppid, Name: comm, Attrs: ps.attrs})
+				s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+			}
 			if parent != nil {
 				for _, m := range parent.modules {
 					s.copyModule(t, r.Ppid, r.Pid, m)
 				}
 			}
-			if s.kernelMod != nil {
+			if s.kernelMod != nil && ps.reported {
 				k := *s.kernelMod
 				s.nextMod++
 				k.Time, k.Pid, k.ID = t, r.Pid, s.nextMod
@@ -632,8 +678,11 @@ func (s *Tracker) dispatch(r *record) {
 		if s.forked != nil {
 			s.forked[r.Tid] = true
 		}
-		s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
-		if ps := s.procs[r.Pid]; ps != nil {
+		ps := s.procs[r.Pid]
+		if ps == nil || ps.reported {
+			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
+		}
+		if ps != nil {
 			ps.live++
 			name := ps.names[r.Ptid]
 			if name == "" {
@@ -644,8 +693,11 @@ func (s *Tracker) dispatch(r *record) {
 			}
 		}
 	case recExit:
-		s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
 		ps := s.procs[r.Pid]
+		reported := ps == nil || ps.reported
+		if reported {
+			s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+		}
 		if ps != nil {
 			delete(ps.names, r.Tid)
 			ps.live--
@@ -657,7 +709,9 @@ func (s *Tracker) dispatch(r *record) {
 			s.jit.Exit(r.Pid)
 			if ps != nil {
 				for _, m := range ps.modules {
-					s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+					if reported {
+						s.h.ModuleUnload(&format.ModuleUnload{Time: t, Pid: r.Pid, ID: m.id})
+					}
 				}
 				delete(s.procs, r.Pid)
 			}
@@ -668,7 +722,7 @@ func (s *Tracker) dispatch(r *record) {
 				s.py.Forget(r.Pid)
 				delete(s.pyAtSampleSince, r.Pid)
 			}
-			if int(r.Pid) != s.pid || s.cmd == nil {
+			if reported && (int(r.Pid) != s.pid || s.cmd == nil) {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
 		}
@@ -725,6 +779,9 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		sm.Flags |= format.SampleTruncated
 	}
 	sm.PCs = r.PCs
+	if ps := s.procs[r.Pid]; ps != nil && (!ps.reported || !ps.described) {
+		s.report(r.Pid, r.Tid, ps, int64(r.Time))
+	}
 	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
@@ -758,12 +815,63 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	return s.uw == nil || s.uw.sample(s, r, sm)
 }
 
-// copyModule reports, for a forked child, a module inherited from its parent.
+// report tells the handler, at the first sample of process pid (thread
+// tid, time t) since it started or exec'd (whole host), what it did not
+// yet: the process with its attributes and command line read from /proc
+// now (the environment of an exec is complete by then), and, if it was
+// not reported at all, its threads' names and its modules, as of t.
+func (s *Tracker) report(pid, tid uint32, ps *procState, t int64) {
+	cmdline := procfs.Cmdline(int(pid))
+	if !ps.described {
+		ps.described = true
+		ps.attrs = procattr.Read(int(pid))
+	}
+	s.h.Process(&format.Process{Time: t, Pid: pid, Ppid: ps.ppid, Name: ps.comm, Cmdline: cmdline, Attrs: ps.attrs})
+	if ps.reported {
+		return
+	}
+	ps.reported = true
+	s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: pid, Tid: tid})
+	if _, ok := ps.names[tid]; !ok && ps.comm != "" {
+		s.h.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: tid, Name: ps.comm})
+	}
+	for other, name := range ps.names {
+		if other != tid {
+			s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: pid, Tid: other})
+		}
+		s.h.ThreadName(&format.ThreadName{Time: t, Pid: pid, Tid: other, Name: name})
+	}
+	if s.kernelMod != nil {
+		k := *s.kernelMod
+		s.nextMod++
+		k.Time, k.Pid, k.ID = t, pid, s.nextMod
+		s.h.ModuleLoad(&k)
+	}
+	for i := range ps.modules {
+		m := &ps.modules[i]
+		ml := new(format.ModuleLoad)
+		*ml = *m.ml
+		s.nextMod++
+		ml.Time, ml.Pid, ml.ID = t, pid, s.nextMod
+		m.id, m.ml = ml.ID, ml
+		s.h.ModuleLoad(ml)
+	}
+}
+
+// copyModule reports, for a forked child, a module inherited from its
+// parent; a child not reported shares the parent's.
 func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
+	ps := s.procs[to]
+	if !ps.reported {
+		ps.modules = append(ps.modules, liveModule{start: m.start, end: m.end, ml: m.ml})
+		if s.py != nil && m.ml.Kind == format.ModuleELF {
+			s.pyLoaded(to, m.ml.Path, m.ml.Base, m.ml.FileOffset)
+		}
+		return
+	}
 	s.nextMod++
 	ml := *m.ml
 	ml.Time, ml.Pid, ml.ID = t, to, s.nextMod
-	ps := s.procs[to]
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: m.start, end: m.end, ml: &ml})
 	s.h.ModuleLoad(&ml)
 	if s.py != nil && ml.Kind == format.ModuleELF {
@@ -855,21 +963,30 @@ func (s *Tracker) WholeHost() {
 }
 
 // Known reports whether process pid has been reported.
-func (s *Tracker) Known(pid uint32) bool { return s.procs[pid] != nil }
+func (s *Tracker) Known(pid uint32) bool { return s.procs[pid] != nil || s.gone[pid] }
+
+// maxGone bounds the processes EnsureProcess remembers as gone.
+const maxGone = 1024
 
 // EnsureProcess reports process pid from /proc at time t if it was not
 // reported yet (it started before its FORK record was read, or in a pid
 // namespace race), so that its addresses have modules. A process gone
 // meanwhile is remembered, not looked for again.
 func (s *Tracker) EnsureProcess(pid uint32, t int64) {
-	if s.procs[pid] != nil || pid == 0 {
+	if s.procs[pid] != nil || pid == 0 || s.gone[pid] {
 		return
 	}
 	if tids, err := procfs.Tasks(int(pid)); err == nil {
 		s.reportProcess(int(pid), tids, t)
-	} else {
-		s.procs[pid] = &procState{}
+		return
 	}
+	// Gone (samples taken in do_exit come after the process's EXIT
+	// record): no EXIT will come to forget it, so it is kept aside, in a
+	// set that is emptied when full.
+	if s.gone == nil || len(s.gone) >= maxGone {
+		s.gone = map[uint32]bool{}
+	}
+	s.gone[pid] = true
 }
 
 // AddProcess records process pid as known, named comm, without reading
@@ -877,6 +994,6 @@ func (s *Tracker) EnsureProcess(pid uint32, t int64) {
 // run here.
 func (s *Tracker) AddProcess(pid uint32, comm string) {
 	if s.procs[pid] == nil {
-		s.procs[pid] = &procState{comm: comm}
+		s.procs[pid] = &procState{comm: comm, described: true, reported: true}
 	}
 }

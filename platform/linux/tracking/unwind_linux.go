@@ -9,8 +9,10 @@ import (
 	"math/bits"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
@@ -68,6 +70,14 @@ type Unwinder struct {
 	sweepAt int         // len(files) at which sweep runs next
 	vdso    *unwindFile // read from this process on first use
 
+	// u walks every process's stacks: its rule cache (24 KiB) is reset
+	// when a sample of another process than the last one's comes, instead
+	// of one walker per process (a host that starts fifty processes a
+	// second sampled each of them with a fresh one).
+	u       arch.Unwinder
+	last    *unwindProc
+	lastPid uint32
+
 	regs arch.Regs
 	mem  arch.StackCopy
 	pcs  []uint64
@@ -77,11 +87,11 @@ type Unwinder struct {
 // unwindProc is one process's view: the modules the unwinder knows, and
 // those whose tables are not loaded yet.
 type unwindProc struct {
-	n    int    // len of the procState's modules when built
-	sum  uint64 // sum of their ids: ids only grow, so (n, sum) changes with any load or unload
-	mods arch.Modules
-	u    *arch.Unwinder
-	lazy []lazyModule // sorted by start
+	n      int    // len of the procState's modules when built
+	sum    uint64 // sum of their ids: ids only grow, so (n, sum) changes with any load or unload
+	mods   arch.Modules
+	isCode func(addr uint64) bool // the walker's Code; nil when no mapping is known
+	lazy   []lazyModule           // sorted by start
 	// code is every executable mapping, tables or not (the unwinder's
 	// Code: a walk ends at a caller in none of them).
 	code arch.Modules
@@ -114,7 +124,24 @@ type unwindFile struct {
 	f     *elf.File // headers only; the file is closed
 	table *arch.Table
 	fp    bool // auto mode: the module keeps frame pointers
+	// mem is the file mapped read-only, which table's sections are
+	// slices of (arch.NewLazyTableELFMapped): only the pages lookups
+	// touch are resident, where a copy of every sampled binary's
+	// .eh_frame held hundreds of MiB on a busy host. release unmaps it.
+	mem []byte
 }
+
+// release unmaps f's file; f's table must not be used after.
+func (f *unwindFile) release() {
+	if f.mem != nil {
+		sys.Munmap(f.mem)
+		f.mem = nil
+	}
+}
+
+// maxMappedFile is the largest module file that openFile maps; larger
+// ones have their sections read.
+const maxMappedFile = 4 << 30
 
 // newUnwinder returns nil for frame-pointer mode.
 func newUnwinder(cfg platform.Config) *Unwinder {
@@ -157,7 +184,50 @@ func (uw *Unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
 // sample completes sm from a DWARF-mode record: the kernel frames of the
 // callchain, then the user frames unwound here, or (keepRaw) the raw
 // registers and stack. It returns false when the sample was dropped.
-func (uw *Unwinder) sample(s *Tracker, r *record, sm *platform.Sample) bool {
+//
+// Unwind tables read mapped files: a file truncated under its mapping
+// (a library copied over in place) faults on access. The walk runs with
+// debug.SetPanicOnFault, and such a fault drops the sample and the file's
+// table instead of the recorder.
+func (uw *Unwinder) sample(s *Tracker, r *record, sm *platform.Sample) (ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if e := recover(); e != nil {
+			ok = uw.fault(s, sm, e)
+		}
+	}()
+	return uw.walk(s, r, sm)
+}
+
+// fault handles a panic e of a walk: a fault in a mapped file drops that
+// file's table (its modules are walked by frame pointers from then on)
+// and the sample. Any other panic goes on.
+func (uw *Unwinder) fault(s *Tracker, sm *platform.Sample, e any) bool {
+	re, ok := e.(interface{ Addr() uintptr })
+	if !ok {
+		panic(e)
+	}
+	addr := re.Addr()
+	for key, f := range uw.files {
+		if len(f.mem) == 0 {
+			continue
+		}
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(f.mem)))
+		if addr < base || addr-base >= uintptr(len(f.mem)) {
+			continue
+		}
+		// Every process's view may hold the table: rebuild them all.
+		uw.files[key] = &unwindFile{}
+		clear(uw.procs)
+		uw.last, uw.u = nil, arch.Unwinder{}
+		f.release()
+		return uw.drop(s, sm)
+	}
+	panic(e)
+}
+
+// walk is sample's work.
+func (uw *Unwinder) walk(s *Tracker, r *record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
 	if uw.leaf {
 		return uw.repairLeaf(s, r, sm)
@@ -189,15 +259,19 @@ func (uw *Unwinder) sample(s *Tracker, r *record, sm *platform.Sample) bool {
 		return uw.drop(s, sm)
 	}
 	p := uw.proc(s, sm.Pid)
+	if uw.last != p {
+		uw.u = arch.Unwinder{Modules: &p.mods, Code: p.isCode}
+		uw.last, uw.lastPid = p, sm.Pid
+	}
 	pcs := append(uw.pcs[:0], kernel...)
 	nk := len(pcs)
 	for pass := 0; ; pass++ {
-		pcs = p.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
+		pcs = uw.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
 		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || lag > uw.lazyLag || !uw.loadFor(s, p, sm.Pid, pcs[nk:]) {
 			break
 		}
 	}
-	if p.u.Stop != arch.StopOutermost {
+	if uw.u.Stop != arch.StopOutermost {
 		// Cut short: the stack copy ended (a bigger StackSize helps), the
 		// frame limit, or no rule and no frame pointer.
 		sm.Flags |= format.SampleTruncated
@@ -237,7 +311,6 @@ func (uw *Unwinder) proc(s *Tracker, pid uint32) *unwindProc {
 		}
 	}
 	p = &unwindProc{n: n, sum: sum}
-	p.u = arch.NewUnwinder(&p.mods)
 	if ps != nil {
 		for _, m := range ps.modules {
 			p.code.Add(arch.Module{Start: m.start, End: m.end})
@@ -259,7 +332,7 @@ func (uw *Unwinder) proc(s *Tracker, pid uint32) *unwindProc {
 	}
 	sort.Slice(p.lazy, func(i, j int) bool { return p.lazy[i].start < p.lazy[j].start })
 	if p.code.Len() > 0 { // no mappings known: no way to tell code
-		p.u.Code = func(addr uint64) bool { return p.code.Find(addr) != nil }
+		p.isCode = func(addr uint64) bool { return p.code.Find(addr) != nil }
 	}
 	uw.procs[pid] = p
 	return p
@@ -325,15 +398,26 @@ func (uw *Unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		if fi, err := os.Stat(name); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		f, err := elf.Open(name)
+		osf, err := os.Open(name)
 		if err != nil {
 			continue
 		}
+		f, err := elf.NewFile(osf)
+		if err != nil {
+			osf.Close()
+			continue
+		}
 		uf := &unwindFile{f: f}
+		if fi, err := osf.Stat(); err == nil && fi.Size() > 0 && fi.Size() <= maxMappedFile {
+			uf.mem, _ = sys.MmapRead(int(osf.Fd()), 0, int(fi.Size()))
+		}
 		// A walk needs a few of the module's FDEs: parse those (and,
 		// for --unwind auto's test, a sample of them).
-		uf.table, _ = arch.NewLazyTableELF(f, path) // nil: frame pointers there
-		f.Close()
+		uf.table, _ = arch.NewLazyTableELFMapped(f, path, uf.mem) // nil: frame pointers there
+		osf.Close()
+		if uf.table == nil {
+			uf.release()
+		}
 		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
@@ -402,9 +486,25 @@ func (uw *Unwinder) sweep(s *Tracker) {
 			}
 		}
 	}
-	for k := range uw.files {
+	dropped := false
+	for k, f := range uw.files {
 		if !live[k] {
 			delete(uw.files, k)
+			if f.mem != nil {
+				dropped = true
+				f.release()
+			}
+		}
+	}
+	if dropped {
+		// Views of exited processes may still hold an unmapped table.
+		for pid := range uw.procs {
+			if s.procs[pid] == nil {
+				delete(uw.procs, pid)
+			}
+		}
+		if uw.last != nil && uw.procs[uw.lastPid] != uw.last {
+			uw.last, uw.u = nil, arch.Unwinder{}
 		}
 	}
 	uw.sweepAt = max(minSweep, 2*len(uw.files))

@@ -97,6 +97,17 @@ func (b *Builder) fileHash(m *symbolizer.Module) string {
 	if h, ok := b.hashes[m]; ok {
 		return h
 	}
+	// Every process that maps a library has its own Module: with a build
+	// id, one hash serves them all (a host that starts fifty processes a
+	// second opened libc twice for each).
+	idKey := ""
+	if len(m.BuildID) > 0 && m.Kind == format.ModuleELF {
+		idKey = string(m.BuildID)
+		if h, ok := b.idHashes[idKey]; ok {
+			b.setHash(m, h)
+			return h
+		}
+	}
 	h := ""
 	switch m.Kind {
 	case format.ModuleELF, format.ModuleUnknown, format.ModulePE:
@@ -115,11 +126,24 @@ func (b *Builder) fileHash(m *symbolizer.Module) string {
 			}
 		}
 	}
+	if idKey != "" && h != "" {
+		if b.idHashes == nil || len(b.idHashes) >= maxIDHashes {
+			b.idHashes = map[string]string{}
+		}
+		b.idHashes[idKey] = h
+	}
+	b.setHash(m, h)
+	return h
+}
+
+// maxIDHashes bounds the hashes kept by build id.
+const maxIDHashes = 4096
+
+func (b *Builder) setHash(m *symbolizer.Module, h string) {
 	if b.hashes == nil {
 		b.hashes = map[*symbolizer.Module]string{}
 	}
 	b.hashes[m] = h
-	return h
 }
 
 // sameBuild reports whether the file at p can be the recorded module: it

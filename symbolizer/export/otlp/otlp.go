@@ -59,7 +59,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"slices"
 	"sort"
 	"strings"
 
@@ -165,8 +164,11 @@ type Builder struct {
 	// threads and processes that ended: forgotten after the next Flush,
 	// which may still need their names, so a long stream with thread
 	// churn does not grow.
-	endedThreads []uint32
-	endedProcs   []uint32
+	// (sets: a thread that starts looks itself up in them, and a host's
+	// worth of threads end between two flushes)
+	endedThreads map[uint32]struct{}
+	endedProcs   map[uint32]struct{}
+	forgetPids   []uint32 // forget's scratch
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
 	// weighted: an on-CPU sample of the stream weighed other than 1, so
@@ -176,7 +178,9 @@ type Builder struct {
 	maxStack uint64 // the largest stack id defined
 	// htlhash of each module's file, "" when not available
 	hashes map[*symbolizer.Module]string
-	mem    memState // allocations and frees (memory.go)
+	// and by GNU build id, for the same file in other processes
+	idHashes map[string]string
+	mem      memState // allocations and frees (memory.go)
 }
 
 type pendingSample struct {
@@ -206,16 +210,22 @@ func (b *Builder) Event(ev *format.Event) {
 	switch ev.Kind {
 	case format.KindProcess:
 		b.procs[ev.Process.Pid] = ev.Process
-		b.endedProcs = slices.DeleteFunc(b.endedProcs, func(p uint32) bool { return p == ev.Process.Pid })
+		delete(b.endedProcs, ev.Process.Pid)
 	case format.KindClockSync:
 		b.clock, b.haveClock = ev.ClockSync, true
 	case format.KindThreadName:
 		b.threads[ev.ThreadName.Tid] = ev.ThreadName.Name
-		b.endedThreads = slices.DeleteFunc(b.endedThreads, func(t uint32) bool { return t == ev.ThreadName.Tid }) // a reused tid
+		delete(b.endedThreads, ev.ThreadName.Tid) // a reused tid
 	case format.KindThreadEnd:
-		b.endedThreads = append(b.endedThreads, ev.ThreadEnd.Tid)
+		if b.endedThreads == nil {
+			b.endedThreads = map[uint32]struct{}{}
+		}
+		b.endedThreads[ev.ThreadEnd.Tid] = struct{}{}
 	case format.KindProcessEnd:
-		b.endedProcs = append(b.endedProcs, ev.ProcessEnd.Pid)
+		if b.endedProcs == nil {
+			b.endedProcs = map[uint32]struct{}{}
+		}
+		b.endedProcs[ev.ProcessEnd.Pid] = struct{}{}
 	case format.KindModuleLoad:
 		b.db.Load(&ev.ModuleLoad)
 	case format.KindModuleUnload:
@@ -318,10 +328,12 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 
 // forget drops the names of threads and processes that ended.
 func (b *Builder) forget() {
-	for _, tid := range b.endedThreads {
+	for tid := range b.endedThreads {
 		delete(b.threads, tid)
 	}
-	for _, pid := range b.endedProcs {
+	b.forgetPids = b.forgetPids[:0]
+	for pid := range b.endedProcs {
+		b.forgetPids = append(b.forgetPids, pid)
 		delete(b.procs, pid)
 	}
 	// Stacks the writer no longer references (Options.MaxStacks).
@@ -334,10 +346,10 @@ func (b *Builder) forget() {
 	}
 	// Their modules too: a whole-host stream sees processes come and go
 	// for as long as it runs.
-	for _, m := range b.db.Forget(b.endedProcs) {
+	for _, m := range b.db.Forget(b.forgetPids) {
 		delete(b.hashes, m)
 	}
-	b.endedThreads, b.endedProcs = b.endedThreads[:0], b.endedProcs[:0]
+	b.endedThreads, b.endedProcs = nil, nil // maps keep their size when cleared
 }
 
 func (b *Builder) wall(t int64) uint64 {
