@@ -526,16 +526,25 @@ func sameNamespace(dir, ns string) bool {
 	return err == nil && other == self
 }
 
-// selfNamespaces reads this process's mount and pid namespaces once.
-var selfNamespaces = sync.OnceValue(func() map[string]string {
-	m := map[string]string{}
-	for _, ns := range []string{"mnt", "pid"} {
-		if l, err := os.Readlink("/proc/self/ns/" + ns); err == nil {
-			m[ns] = l
+// selfNamespaces reads this process's mount and pid namespaces once (a
+// sync.Once, not a package-level OnceValue, whose closures are init work
+// in every rawstack command: TestStartupInitCost).
+func selfNamespaces() map[string]string {
+	selfNSOnce.Do(func() {
+		selfNS = map[string]string{}
+		for _, ns := range []string{"mnt", "pid"} {
+			if l, err := os.Readlink("/proc/self/ns/" + ns); err == nil {
+				selfNS[ns] = l
+			}
 		}
-	}
-	return m
-})
+	})
+	return selfNS
+}
+
+var (
+	selfNSOnce sync.Once
+	selfNS     map[string]string
+)
 
 // procStartTime returns when pid started (wall clock, to the clock tick),
 // or the zero time.
