@@ -30,33 +30,7 @@ func TestSnapshotPython(t *testing.T) {
 	for _, v := range []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"} {
 		t.Run(v, func(t *testing.T) {
 			python := testbuild.Python(t, v)
-			cmd := exec.Command(python, spin)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			var main, sleeper []string
-			sc := bufio.NewScanner(out)
-			for sc.Scan() && sc.Text() != "ready" {
-				f := strings.Fields(sc.Text())
-				switch {
-				case len(f) > 1 && f[0] == "oracle":
-					main = main[:0]
-					for _, fr := range f[1:] {
-						main = append(main, fr[:strings.LastIndexByte(fr, ':')])
-					}
-				case len(f) > 1 && f[0] == "sleeper":
-					sleeper = f[1:]
-				}
-			}
-			go io.Copy(io.Discard, out)
-			if len(main) == 0 || len(sleeper) == 0 {
-				t.Fatalf("spin.py printed no traceback of itself")
-			}
+			cmd, main, sleeper := startSpin(t, python, spin)
 			time.Sleep(50 * time.Millisecond)
 			var stdout, stderr bytes.Buffer
 			if code := run([]string{"snapshot", "-p", strconv.Itoa(cmd.Process.Pid)}, &stdout, &stderr); code != 0 {
@@ -344,6 +318,40 @@ func readFile(path string) string {
 	return string(b)
 }
 
+// startSpin runs spin.py with python until it prints "ready" and returns
+// it with the tracebacks it printed of itself: the main thread's chain
+// (function names) and the sleeping thread's frames (name:line).
+func startSpin(t *testing.T, python, spin string) (cmd *exec.Cmd, main, sleeper []string) {
+	t.Helper()
+	cmd = exec.Command(python, spin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) > 1 && f[0] == "oracle":
+			main = main[:0]
+			for _, fr := range f[1:] {
+				main = append(main, fr[:strings.LastIndexByte(fr, ':')])
+			}
+		case len(f) > 1 && f[0] == "sleeper":
+			sleeper = f[1:]
+		}
+	}
+	go io.Copy(io.Discard, out)
+	if len(main) == 0 || len(sleeper) == 0 {
+		t.Fatalf("%s printed no traceback of itself", spin)
+	}
+	return cmd, main, sleeper
+}
+
 // TestSnapshotPythonCore: rawstack snapshot --core of a core of spin.py
 // (written by gdb's gcore while the program ran) prints the Python frames
 // the live process had: the main thread's chain, holding the GIL, and
@@ -354,30 +362,7 @@ func TestSnapshotPythonCore(t *testing.T) {
 	for _, v := range []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "debian3.11"} {
 		t.Run(v, func(t *testing.T) {
 			python := testbuild.Python(t, v)
-			cmd := exec.Command(python, spin)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			var main, sleeper []string
-			sc := bufio.NewScanner(out)
-			for sc.Scan() && sc.Text() != "ready" {
-				f := strings.Fields(sc.Text())
-				switch {
-				case len(f) > 1 && f[0] == "oracle":
-					main = main[:0]
-					for _, fr := range f[1:] {
-						main = append(main, fr[:strings.LastIndexByte(fr, ':')])
-					}
-				case len(f) > 1 && f[0] == "sleeper":
-					sleeper = f[1:]
-				}
-			}
-			go io.Copy(io.Discard, out)
+			cmd, main, sleeper := startSpin(t, python, spin)
 			// The thread that printed "ready" hands the GIL back to the
 			// spinning main thread as it ends.
 			time.Sleep(100 * time.Millisecond)

@@ -67,23 +67,11 @@ func isFuncSym(f *elf.File, value, size uint64, info byte, shndx elf.SectionInde
 // BuildSymIndex builds the index of the symbol table (else the dynamic
 // one) of the ELF file at path, recording buildID in it; nil, nil when
 // the file has no function symbols.
-func BuildSymIndex(path string, buildID []byte) (x *SymIndex, err error) {
+func BuildSymIndex(path string, buildID []byte) (*SymIndex, error) {
 	if len(buildID) > 64 {
 		return nil, fmt.Errorf("elfsrc: %s: build id of %d bytes", path, len(buildID))
 	}
-	m, err := mapfile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	err = mapfile.Guard(func() error {
-		x, err = buildSymIndex(m, buildID)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("elfsrc: %s: %w", path, err)
-	}
-	return x, nil
+	return mapped(path, func(m *mapfile.File) (*SymIndex, error) { return buildSymIndex(m, buildID) })
 }
 
 func buildSymIndex(m *mapfile.File, buildID []byte) (*SymIndex, error) {

@@ -126,20 +126,24 @@ func fileRawSymtab(f *elf.File, mapped []byte) (*rawSymtab, error) {
 //
 // The file is mapped, not read: of libc's 4 MB debug file only the symbol
 // and string tables are touched, in place.
-func SymtabNames(path string, addrs []uint64) (names map[uint64]string, err error) {
+func SymtabNames(path string, addrs []uint64) (map[uint64]string, error) {
+	return mapped(path, func(m *mapfile.File) (map[uint64]string, error) { return symtabNames(m, addrs) })
+}
+
+// mapped maps the file at path and runs fn on it, a fault on the mapping
+// (the file shrank) being an error that names the file.
+func mapped[T any](path string, fn func(*mapfile.File) (T, error)) (T, error) {
+	var v T
 	m, err := mapfile.Open(path)
 	if err != nil {
-		return nil, err
+		return v, err
 	}
 	defer m.Close()
-	err = mapfile.Guard(func() error {
-		names, err = symtabNames(m, addrs)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("elfsrc: %s: %w", path, err)
+	if err := mapfile.Guard(func() (err error) { v, err = fn(m); return err }); err != nil {
+		var zero T
+		return zero, fmt.Errorf("elfsrc: %s: %w", path, err)
 	}
-	return names, nil
+	return v, nil
 }
 
 func symtabNames(m *mapfile.File, addrs []uint64) (map[uint64]string, error) {
