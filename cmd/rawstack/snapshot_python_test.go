@@ -212,19 +212,7 @@ func TestSnapshotPythonGDB(t *testing.T) {
 			var cmd *exec.Cmd
 			if fixture == "spin.py" {
 				script, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
-				cmd = exec.Command(python, script)
-				out, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-				sc := bufio.NewScanner(out)
-				for sc.Scan() && sc.Text() != "ready" {
-				}
-				go io.Copy(io.Discard, out)
+				cmd, _, _ = startSpin(t, python, script)
 			} else {
 				cmd, _, _ = startGILWait(t, python)
 			}
