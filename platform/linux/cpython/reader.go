@@ -15,8 +15,14 @@ const (
 	MaxDepth     = 128
 	maxString    = 4096
 	maxLineTable = 1 << 16
-	// retryMiss is how long (ns) a thread that has no thread state stays
-	// known as such before the list is walked again for it.
+	// A thread that has no thread state stays known as such for a while
+	// before the lists are walked again for it: firstMiss (ns) after the
+	// first miss, twice as long after each further one, up to retryMiss.
+	// A thread met before its interpreter made its state (the main thread
+	// during start-up, a new thread before it binds its state) is found
+	// within about twice the time it took; a thread that never runs
+	// Python costs a walk every retryMiss once it has backed off.
+	firstMiss  = 1e6
 	retryMiss  = 200e6
 	maxThreads = 4096 // thread states walked at most, per search
 )
@@ -77,6 +83,7 @@ type proc struct {
 type tstate struct {
 	addr uint64 // 0: none found
 	at   int64  // when a miss was recorded
+	wait int64  // how long after at the lists are walked again (misses)
 	gil  uint64 // absolute address of the GIL of the thread's interpreter, 0 unknown
 }
 
@@ -143,11 +150,15 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 		frame, ok = r.current(pid, tid, l, ts)
 	}
 	if !ok {
-		if known && ts.addr == 0 && t-ts.at < retryMiss {
+		if known && ts.addr == 0 && t-ts.at < ts.wait {
 			return nil, nil
 		}
+		wait := int64(firstMiss)
+		if known && ts.addr == 0 {
+			wait = min(2*ts.wait, retryMiss)
+		}
 		ts = r.find(pid, tid, p, l)
-		ts.at = t
+		ts.at, ts.wait = t, wait
 		p.tstates[tid] = ts
 		if ts.addr == 0 {
 			return nil, nil
