@@ -155,12 +155,16 @@ type Config struct {
 
 // How Config.Alloc samples (Stats.AllocMode). A launched command gets
 // the allocation sampler preloaded (LD_PRELOAD): it samples in the
-// process and traps into the kernel for sampled allocations only. A
-// running process (Pid, System) cannot be preloaded: uprobes on its
-// allocator trap on every call.
+// process and, when samples copy the stack, writes its samples into a
+// ring it shares with the recorder (AllocPreloadRing: no entry into the
+// kernel at all); with frame pointers it traps into the kernel for
+// sampled allocations only (AllocPreload). A running process (Pid,
+// System) cannot be preloaded: uprobes on its allocator trap on every
+// call.
 const (
-	AllocPreload = "the preloaded sampler (LD_PRELOAD)"
-	AllocUprobes = "uprobes on every allocator call"
+	AllocPreloadRing = "the preloaded sampler (LD_PRELOAD), through a shared ring"
+	AllocPreload     = "the preloaded sampler (LD_PRELOAD)"
+	AllocUprobes     = "uprobes on every allocator call"
 )
 
 // DefaultAllocRate is Config.AllocRate's default: 512 KiB, the Go

@@ -25,13 +25,14 @@ import (
 // chain (main → churn) and keeps 128 MiB in another (main → keep),
 // recorded with Alloc at the default rate, gives those figures ±15% as
 // alloc_space of the first and inuse_space of the second. Launched, it
-// is sampled by the preloaded sampler.
+// is sampled by the preloaded sampler, through the ring it shares with
+// the recorder (the default unwinding copies the stack).
 func TestAllocNative(t *testing.T) {
 	needBPF(t)
 	bin := buildFixture(t, "allocs")
 	stream, st := recordAlloc(t, bin, false)
-	if st.AllocMode != platform.AllocPreload {
-		t.Errorf("a launched command sampled by %q, want %q", st.AllocMode, platform.AllocPreload)
+	if st.AllocMode != platform.AllocPreloadRing {
+		t.Errorf("a launched command sampled by %q, want %q", st.AllocMode, platform.AllocPreloadRing)
 	}
 	checkAllocFigures(t, symbolize(t, stream))
 }
@@ -62,7 +63,7 @@ func TestAllocAllocators(t *testing.T) {
 				})
 			}
 			for _, attach := range []bool{false, true} {
-				mode := platform.AllocPreload
+				mode := platform.AllocPreloadRing
 				if attach {
 					mode = platform.AllocUprobes
 				}
@@ -249,6 +250,9 @@ func TestAllocNativeFP(t *testing.T) {
 	}
 	if err := tr.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.AllocMode != platform.AllocPreload {
+		t.Errorf("sampled by %q with frame pointers, want %q (the markers: the BPF programs walk the frames)", st.AllocMode, platform.AllocPreload)
 	}
 	p := symbolize(t, out.Bytes())
 	var keep, all int64

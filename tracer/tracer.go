@@ -221,8 +221,9 @@ type Stats struct {
 	// (in BPF) rather than when the recorder drained it.
 	PythonAtSample uint64
 	// AllocMode says how Options.Alloc samples allocations ("" without
-	// it): platform.AllocPreload for a launched command, into which the
-	// sampler is preloaded; platform.AllocUprobes for a running process.
+	// it): platform.AllocPreloadRing for a launched command, into which
+	// the sampler is preloaded (platform.AllocPreload with UnwindFP);
+	// platform.AllocUprobes for a running process.
 	AllocMode string
 }
 

@@ -5,11 +5,14 @@
 // aligned_alloc, memalign, valloc and pvalloc, passes every call to the
 // allocator the program would have called (glibc's, jemalloc's,
 // tcmalloc's) and samples by bytes itself, per thread, with the Poisson
-// process the BPF programs use. Only a sampled allocation calls
-// [AllocSymbol]: the recorder puts its uprobe there, so that a call
-// that is not sampled costs a few nanoseconds and no trap into the
-// kernel (package platform/linux/ebpf). The free of a sampled block
-// does not trap either: it is queued with its time and thread, and the
+// process the BPF programs use, so that a call that is not sampled costs
+// a few nanoseconds. Given a shared ring ([Ring], named by [RingEnv]), a
+// sampled allocation and the free of a sampled block are written there
+// by the sampler itself and never enter the kernel. Without one (a
+// frame-pointer recording, a process that cannot open it), a sampled
+// allocation calls [AllocSymbol]: the recorder puts its uprobe there
+// (package platform/linux/ebpf). The free of a sampled block does not
+// trap then either: it is queued with its time and thread, and the
 // queue goes along with the next sampled allocation (ahead of it), or
 // through [FreeSymbol] when it is full, old or the program exits.
 //
@@ -68,12 +71,11 @@ const (
 // the command), and a file found there is used only if it holds Object.
 func Install(dir string) (string, error) {
 	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "rawstack-"+strconv.Itoa(os.Geteuid()))
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return "", fmt.Errorf("installing the allocation sampler: %w", err)
+		var err error
+		if dir, err = installDir(); err != nil {
+			return "", err
 		}
-	}
-	if err := private(dir); err != nil {
+	} else if err := private(dir); err != nil {
 		return "", fmt.Errorf("installing the allocation sampler: %w", err)
 	}
 	sum := sha256.Sum256(Object)
@@ -100,4 +102,18 @@ func Install(dir string) (string, error) {
 		return "", fmt.Errorf("installing the allocation sampler %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// installDir returns this user's directory of the system's temporary
+// one (rawstack-UID), made if need be, once it has checked that no other
+// user can write to it.
+func installDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), "rawstack-"+strconv.Itoa(os.Geteuid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("installing the allocation sampler: %w", err)
+	}
+	if err := private(dir); err != nil {
+		return "", fmt.Errorf("installing the allocation sampler: %w", err)
+	}
+	return dir, nil
 }

@@ -4,12 +4,15 @@ package allocshim
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
 )
@@ -116,5 +119,175 @@ func TestInstall(t *testing.T) {
 		t.Errorf("Install into a directory writable by all: no error")
 	} else {
 		t.Log(err)
+	}
+}
+
+// TestRing runs testdata/sampled.c under the sampler with a shared ring,
+// read while it runs as the recorder reads it: every sampled allocation
+// and free of the parent and of its forked child comes through the ring
+// (the program's markers see none), in time order; each allocation is a
+// record with the registers at rawstack_capture and the stack above
+// them (its return address in the sampler, next to it), followed by its
+// block; no free is of a block not reported; and, unbiased, the records
+// give the bytes each process allocated and kept ±15%.
+func TestRing(t *testing.T) {
+	bin := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   []string{"-O2", "-pthread", "-rdynamic", "-o", "{dir}/sampled", "{in0}", "-lm"},
+		Inputs: []string{"testdata/sampled.c"},
+		Out:    "sampled",
+	})
+	so, err := Install("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rate, stackBytes = 128 << 10, 8192
+	ring, err := CreateRing(t.TempDir(), 64<<20, stackBytes) // the whole run: nothing lost however slow this reader
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	var out bytes.Buffer
+	cmd := exec.Command(bin)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+so, RateEnv+"="+strconv.Itoa(rate), RingEnv+"="+ring.Path())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	type proc struct {
+		alloc, live float64
+		blocks      map[uint64]float64
+		n, bad      int
+	}
+	procs := map[uint32]*proc{}
+	var last uint64
+	var pending []byte // an allocation's record, until its block
+	le := binary.LittleEndian
+	read := func() {
+		for {
+			rec, ok, err := ring.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return
+			}
+			kind, pid, tid, tm, w := le.Uint32(rec), le.Uint32(rec[4:]), le.Uint32(rec[8:]), le.Uint64(rec[16:]), le.Uint64(rec[24:])
+			if tm < last {
+				t.Fatalf("record at %d after one at %d", tm, last)
+			}
+			last = tm
+			p := procs[pid]
+			if p == nil {
+				p = &proc{blocks: map[uint64]float64{}}
+				procs[pid] = p
+			}
+			switch {
+			case pending != nil && (kind != 5 || le.Uint32(pending[8:]) != tid || le.Uint64(pending[16:]) != tm || w == 0):
+				t.Fatalf("allocation of tid %d at %d followed by a record of kind %d, tid %d, time %d, block %#x", le.Uint32(pending[8:]), le.Uint64(pending[16:]), kind, tid, tm, w)
+			case kind == 4:
+				flags, stack := le.Uint16(rec[36:]), int(le.Uint32(rec[40:]))
+				if flags != 1 || stack%8 != 0 || stack < 8 || stack > stackBytes || len(rec) != 48+17*8+stack {
+					t.Fatalf("allocation record of %d bytes: flags %#x, %d stack bytes", len(rec), flags, stack)
+				}
+				ip, ret := le.Uint64(rec[48+8*8:]), le.Uint64(rec[48+17*8:])
+				if d := int64(ret - ip); d < -1<<16 || d > 1<<16 {
+					t.Fatalf("allocation at rawstack_capture %#x returns to %#x, not in the sampler", ip, ret)
+				}
+				pending = append(pending[:0], rec[:48]...)
+			case kind == 5 && pending != nil:
+				size := float64(le.Uint64(pending[24:]))
+				wt := size / -math.Expm1(-size/rate)
+				p.alloc += wt
+				p.live += wt
+				p.blocks[w] = wt
+				p.n++
+				pending = nil
+			case kind == 6 && len(rec) == 48:
+				if wt, ok := p.blocks[w]; ok {
+					p.live -= wt
+					delete(p.blocks, w)
+				} else {
+					p.bad++
+				}
+			default:
+				t.Fatalf("record of kind %d, %d bytes", kind, len(rec))
+			}
+			ring.Advance()
+		}
+	}
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", bin, err, out.String())
+			}
+			running = false
+		case <-time.After(time.Millisecond):
+		}
+		read()
+	}
+	if lr, ls := ring.Lost(); lr != 0 || ls != 0 {
+		t.Errorf("lost: %d records (ring), %d allocations (set)", lr, ls)
+	}
+	const wantAlloc, wantLive = 4 * (65536*4096*11/10 + 8192*8), 4 * (8192*4096 + 8192*8)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || len(procs) != 2 {
+		t.Fatalf("output %q and records of %d processes, want a parent and a child", out.String(), len(procs))
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) != 5 || f[4] != "0" {
+			t.Errorf("%q: the program's markers were called with the ring there", l)
+		}
+	}
+	for pid, p := range procs {
+		t.Logf("pid %d: %d samples, allocated %.1f MiB (want %.1f), kept %.1f MiB (want %.1f), frees of unreported blocks %d",
+			pid, p.n, p.alloc/(1<<20), float64(wantAlloc)/(1<<20), p.live/(1<<20), float64(wantLive)/(1<<20), p.bad)
+		if p.alloc < 0.85*wantAlloc || p.alloc > 1.15*wantAlloc || p.live < 0.85*wantLive || p.live > 1.15*wantLive {
+			t.Errorf("pid %d: allocated %.0f, kept %.0f bytes; want %d and %d ±15%%", pid, p.alloc, p.live, wantAlloc, wantLive)
+		}
+		if p.bad != 0 {
+			t.Errorf("pid %d: %d frees of blocks never reported", pid, p.bad)
+		}
+	}
+}
+
+// TestRingFile: the ring's file can be opened by this user only and is
+// gone after Close; one a killed recorder left behind is removed by the
+// next CreateRing, one of a recorder still running is not.
+func TestRingFile(t *testing.T) {
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "alloc-ring-"+strconv.Itoa(dead.Process.Pid)+"-1")
+	live := filepath.Join(dir, "alloc-ring-"+strconv.Itoa(os.Getppid())+"-1")
+	for _, p := range []string{stale, live} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := CreateRing(dir, 1<<16, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(r.Path()); err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != RingHeader+1<<16 {
+		t.Errorf("%s: %v, %v; want 0600 and %d bytes", r.Path(), err, fi, RingHeader+1<<16)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the ring of exited pid %d is still there (%v)", dead.Process.Pid, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the ring of running pid %d was removed: %v", os.Getppid(), err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(r.Path()); !os.IsNotExist(err) {
+		t.Errorf("%s still there after Close (%v)", r.Path(), err)
 	}
 }

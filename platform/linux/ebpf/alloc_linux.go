@@ -188,12 +188,17 @@ func (s *Session) preload(cmd *exec.Cmd) error {
 			if v := strings.TrimPrefix(kv, "LD_PRELOAD="); v != "" {
 				pre += ":" + v
 			}
-		case strings.HasPrefix(kv, allocshim.RateEnv+"="):
+		case strings.HasPrefix(kv, allocshim.RateEnv+"="), strings.HasPrefix(kv, allocshim.RingEnv+"="):
 		default:
 			out = append(out, kv)
 		}
 	}
-	cmd.Env = append(out, "LD_PRELOAD="+pre, fmt.Sprintf("%s=%d", allocshim.RateEnv, rate))
+	out = append(out, "LD_PRELOAD="+pre, fmt.Sprintf("%s=%d", allocshim.RateEnv, rate))
+	s.openShimRing()
+	if s.bpf.ring != nil {
+		out = append(out, allocshim.RingEnv+"="+s.bpf.ring.Path())
+	}
+	cmd.Env = out
 	s.bpf.shim = path
 	return nil
 }

@@ -149,7 +149,25 @@
 // RAWSTACK_ALLOC_RATE): it passes every allocator call to the next
 // allocator (glibc's, jemalloc's, tcmalloc's, an LD_PRELOADed one) and
 // draws per thread, with the Poisson process below, whether the call
-// holds the next sampled byte. Only a sampled allocation calls
+// holds the next sampled byte. When samples copy the stack (DWARF or
+// auto unwinding), the session also creates a shared ring
+// (allocshim.Ring, a file in the sampler's private directory named by
+// RAWSTACK_ALLOC_RING): a sampled allocation then never enters the
+// kernel. The sampler takes the registers at rawstack_capture's entry
+// and copies the stack above them, up to the thread's stack top and the
+// session's stack size, into the ring as the record shim_alloc would
+// have written, followed by its block's; each free of a sampled block
+// goes into the ring at once, before the block returns to the
+// allocator. The session reads that ring with the BPF ring buffer and
+// the perf rings, merged by time (the sampler stamps its records with
+// CLOCK_MONOTONIC under the ring's lock, so the ring is in time order),
+// every 20 ms; a full ring, or a lock held 50 ms by a stopped thread,
+// drops the record, counted lost (a dropped allocation is also
+// forgotten by the sampler, so that its free is not reported). The
+// markers below serve what the ring cannot: frame-pointer sessions
+// (the BPF programs walk the frames), a process that cannot open the
+// ring file (run as another user), a thread whose stack the sampler
+// does not know. Otherwise a sampled allocation calls
 // rawstack_alloc_sampled(block, size, frees, n), where shim_alloc copies
 // the stack into the ring and writes the block at once; the sampler
 // keeps its sampled blocks and queues their frees (block, time, thread)
@@ -183,8 +201,8 @@
 // [AllocatorError] naming it, and the host unwinds the stack as a CPU
 // sample's and reports the allocation, weighted by size/p and 1/p with
 // p = 1-exp(-size/AllocRate), to the handler's [platform.AllocHandler];
-// [Session.Stats] says which way (platform.AllocPreload or
-// platform.AllocUprobes).
+// [Session.Stats] says which way (platform.AllocPreloadRing,
+// platform.AllocPreload or platform.AllocUprobes).
 //
 // Costs: the recorder keeps nothing per live block (the sampler's set,
 // in the target, holds up to 2^21; the BPF map, not preallocated, up to
@@ -200,7 +218,10 @@
 // pointer (mm->start_stack; nothing above is a frame) and it reads the
 // registers from its context. The free of a sampled block costs a
 // queued record and no trap. The loop, sampled 45 000 times a second,
-// took 1.12x its unprofiled time (load 0.8-2.7). Uprobes are
+// took 1.12x its unprofiled time through the markers (load 0.8-2.7),
+// of which the trampoline's system call alone was about 0.06 (a
+// shim_alloc that returned at once still cost 1.087x); through the
+// shared ring, with no entry into the kernel, 1.05x (load 0.9-1.8). Uprobes are
 // perf events owned by the recorder's file descriptors, so a recorder
 // killed by SIGKILL leaves none behind.
 package ebpf

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rawstack/rawstack/platform/linux/allocshim"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
 
 	"github.com/rawstack/rawstack/format"
@@ -78,7 +79,18 @@ type bpfState struct {
 	// preloads; shimUsed says its markers are probed.
 	shim     string
 	shimUsed bool
-	h        platform.Handler
+	// ring is the shared ring the preloaded sampler writes its records
+	// into instead of trapping (nil: the markers alone); ringRec its
+	// next record, for merging, while ringPending.
+	ring        *allocshim.Ring
+	ringRec     []byte
+	ringPending bool
+	ringTime    uint64
+	ringUsed    bool   // a ring was given to the command
+	ringRecords uint64 // records read from it
+	ringLost    uint64 // its drops reported so far: ring full
+	ringLostSet uint64 // and the sampler's set full
+	h           platform.Handler
 }
 
 type offStack struct {
@@ -93,6 +105,10 @@ func (b *bpfState) close() {
 	if b.progs != nil {
 		b.progs.Close()
 		b.progs = nil
+	}
+	if b.ring != nil {
+		b.ring.Close()
+		b.ring = nil
 	}
 }
 
@@ -218,7 +234,10 @@ func (s *Session) Stats() platform.Stats {
 	st := s.Tracker.Stats()
 	if a := s.bpf.alloc; a != nil {
 		st.AllocMode = platform.AllocUprobes
-		if s.bpf.shimUsed {
+		switch {
+		case s.bpf.shimUsed && s.bpf.ringUsed:
+			st.AllocMode = platform.AllocPreloadRing
+		case s.bpf.shimUsed:
 			st.AllocMode = platform.AllocPreload
 		}
 	}
@@ -410,12 +429,29 @@ func (s *Session) ReadAll() {
 	if !b.pending {
 		b.next()
 	}
-	for len(live) > 0 || (b.pending && b.pendingTime < until) {
+	if b.ring != nil && !b.ringPending {
+		s.nextShim()
+	}
+	for {
+		bpfOK := b.pending && b.pendingTime < until
+		ringOK := b.ringPending && b.ringTime < until
+		if len(live) == 0 && !bpfOK && !ringOK {
+			break
+		}
 		best := tracking.Oldest(live)
-		if b.pending && b.pendingTime < until && (best < 0 || b.pendingTime <= live[best].PendingTime) {
+		if ringOK && (!bpfOK || b.ringTime < b.pendingTime) && (best < 0 || b.ringTime <= live[best].PendingTime) {
+			s.handleShim(b.ringRec)
+			b.ring.Advance()
+			s.nextShim()
+			continue
+		}
+		if bpfOK && (best < 0 || b.pendingTime <= live[best].PendingTime) {
 			s.handleBPF(b.rec)
 			b.next()
 			continue
+		}
+		if best < 0 {
+			break
 		}
 		s.handleSide(live[best].Pending)
 		live = s.Advance(live, best)
@@ -451,9 +487,21 @@ func (s *Session) BPFRingBytes() uint64 {
 	return s.bpf.ringBytes
 }
 
-// reportBPFLost reports the samples the BPF programs could not write.
+// reportBPFLost reports the samples the BPF programs, and the sampler
+// through the shared ring, could not write.
 func (s *Session) reportBPFLost() {
 	b := s.bpf
+	if b.ring != nil {
+		ring, set := b.ring.Lost()
+		if ring > b.ringLost {
+			s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.ringLost, Reason: format.LostRingOverflow})
+			b.ringLost = ring
+		}
+		if set > b.ringLostSet {
+			s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: set - b.ringLostSet, Reason: format.LostUnknown})
+			b.ringLostSet = set
+		}
+	}
 	ring, off, alloc := b.progs.Lost()
 	s.reportAllocLost(alloc)
 	if ring > b.lost {

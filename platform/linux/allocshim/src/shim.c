@@ -30,6 +30,22 @@
  * No libc allocation, no lock on the fast paths: the set is a
  * open-addressing table in mmap'd memory, written under a spin lock
  * (sampled allocations and frees only) and read under a sequence count.
+ *
+ * The shared ring. When the recorder gives a ring file
+ * (RAWSTACK_ALLOC_RING, a file it maps too; package allocshim's Ring
+ * documents the layout), a sampled allocation does not trap at all: the
+ * sampler writes the records the BPF programs would have written into
+ * the ring itself — the allocation's registers at the entry of
+ * rawstack_capture and the stack above them, then its block — and so
+ * does every free of a sampled block, at once, with its time. Any entry
+ * into the kernel costs a microsecond or more on a virtual machine with
+ * mitigations, which at a few tens of thousands of samples a second was
+ * most of the sampler's cost. The ring's writers (every thread of every
+ * process of the recording) take a spin lock in the ring; a holder that
+ * died is taken over, one that holds it too long costs the waiter its
+ * record, counted lost, rather than its progress. The markers stay for
+ * what the ring cannot take: a process that cannot open the file, a
+ * thread whose stack the sampler does not know.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -40,6 +56,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +91,56 @@ __asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
 MARKER(rawstack_alloc_sampled);
 MARKER(rawstack_free_sampled);
 
+/* rawstack_capture(regs, dst, max, top) stores the registers as they are
+ * at its first instruction (BPF's order: ax, bx, cx, dx, si, di, bp, sp,
+ * ip, r8-r15; ip is its own address, sp points at its return address)
+ * into regs[17], then copies the stack from that sp up to top, at most
+ * max bytes and a multiple of 8 (none when top is not above sp), to dst,
+ * and returns how many bytes it copied: the same registers and stack a
+ * uprobe on its entry would give, taken while its frame is still whole. */
+__asm__(".text\n"
+	".globl rawstack_capture\n"
+	".hidden rawstack_capture\n"
+	".type rawstack_capture, @function\n"
+	".p2align 4\n"
+	"rawstack_capture:\n"
+	".Lcapture:\n"
+	".cfi_startproc\n"
+	"mov %rax, 0(%rdi)\n"
+	"mov %rbx, 8(%rdi)\n"
+	"mov %rcx, 16(%rdi)\n"
+	"mov %rdx, 24(%rdi)\n"
+	"mov %rsi, 32(%rdi)\n"
+	"mov %rdi, 40(%rdi)\n"
+	"mov %rbp, 48(%rdi)\n"
+	"mov %rsp, 56(%rdi)\n"
+	"lea .Lcapture(%rip), %rax\n"
+	"mov %rax, 64(%rdi)\n"
+	"mov %r8, 72(%rdi)\n"
+	"mov %r9, 80(%rdi)\n"
+	"mov %r10, 88(%rdi)\n"
+	"mov %r11, 96(%rdi)\n"
+	"mov %r12, 104(%rdi)\n"
+	"mov %r13, 112(%rdi)\n"
+	"mov %r14, 120(%rdi)\n"
+	"mov %r15, 128(%rdi)\n"
+	"xor %eax, %eax\n"
+	"cmp %rsp, %rcx\n"
+	"jbe 1f\n"
+	"mov %rcx, %rax\n"
+	"sub %rsp, %rax\n"
+	"cmp %rdx, %rax\n"
+	"cmova %rdx, %rax\n"
+	"and $-8, %rax\n"
+	"mov %rax, %rcx\n"
+	"mov %rsi, %rdi\n"
+	"mov %rsp, %rsi\n"
+	"rep movsb\n"
+	"1:\n"
+	"ret\n"
+	".cfi_endproc\n"
+	".size rawstack_capture, . - rawstack_capture\n");
+
 /* A queued free of a sampled block; the BPF programs read these. */
 struct free_rec {
 	uint64_t block;
@@ -82,6 +153,7 @@ struct free_rec {
 
 EXPORT void rawstack_alloc_sampled(void *block, size_t size, const struct free_rec *frees, size_t n);
 EXPORT void rawstack_free_sampled(const struct free_rec *frees, size_t n);
+size_t rawstack_capture(uint64_t *regs, void *dst, size_t max, uintptr_t top);
 
 /* The next allocator. */
 static void *(*next_malloc)(size_t);
@@ -145,9 +217,12 @@ static void resolve(void)
 	resolving = 0;
 }
 
+static void ring_open(void);
+
 __attribute__((constructor)) static void init(void)
 {
 	resolve();
+	ring_open();
 }
 
 /* Per thread: the bytes left to the next sampled byte (0: not drawn
@@ -226,6 +301,258 @@ static size_t take(void)
 	memcpy(outbox, queue, n * sizeof(queue[0]));
 	queued = 0;
 	return n;
+}
+
+/* The shared ring (package allocshim's Ring): a header page, then
+ * RING_SIZE bytes of records, each an 8-byte prefix (its length, prefix
+ * included, and 1 for padding up to the end of the ring, 0 for a
+ * record) and the record itself, in the layout of the BPF programs'
+ * records (struct rs_hdr, then for an allocation its registers and
+ * stack). head and tail count bytes from the start; the writer under
+ * the lock advances head once a record is whole, the recorder tail once
+ * it has read one. */
+#define RING_MAGIC 0x52415352u /* "RSAR" */
+#define RING_VERSION 1
+#define RING_HDR 4096
+#define RING_MAX_STACK 16384
+#define RING_SPINS 1024u
+#define RING_WAIT_NS 50000000ull
+
+struct ring_hdr {
+	uint32_t magic, version;
+	uint64_t size;        /* bytes of records: a power of 2 */
+	uint32_t stack_bytes; /* stack copied per allocation, at most */
+	uint32_t flags;
+	uint8_t pad0[40];
+	uint32_t lock; /* the holder's thread id, 0 when free */
+	uint8_t pad1[60];
+	uint64_t head;
+	uint8_t pad2[56];
+	uint64_t tail;
+	uint8_t pad3[56];
+	uint64_t lost_ring; /* records dropped: ring full, lock held too long */
+	uint64_t lost_set;  /* allocations dropped: the set of sampled blocks was full */
+};
+
+/* rs_hdr of the BPF programs (platform/linux/ebpf/bpf/rawstack.bpf.c). */
+struct rs_hdr {
+	uint32_t kind, pid, tid, cpu;
+	uint64_t time, weight;
+	uint16_t nkernel, nuser, flags, pad;
+	uint32_t stack, pad2;
+};
+enum { RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
+#define RS_REGS 1
+#define NREGS 17
+
+static struct ring_hdr *ring;
+static uint8_t *ring_data;
+static uint64_t ring_size;
+static uint32_t ring_stack;
+static uint32_t my_pid;
+static uintptr_t main_top, main_lo; /* the main thread's stack */
+static TLS uintptr_t stack_top, stack_lo; /* this thread's, once known */
+static TLS int stack_known; /* 1 known, -1 unknown: the markers serve */
+static TLS int in_shim;     /* the sampler's own calls allocate: not sampled */
+extern void *__libc_stack_end;
+
+static uint32_t tid(void)
+{
+	if (!my_tid)
+		my_tid = (uint32_t)syscall(SYS_gettid);
+	return my_tid;
+}
+
+/* ring_open maps the ring file the recorder named, if any. */
+static void ring_open(void)
+{
+	const char *path = getenv("RAWSTACK_ALLOC_RING");
+	if (!path || !*path)
+		return;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct stat st;
+	void *m = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && st.st_size > RING_HDR)
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return;
+	struct ring_hdr *h = m;
+	uint64_t size = h->size;
+	if (h->magic != RING_MAGIC || h->version != RING_VERSION || size < 65536 || (size & (size - 1)) ||
+	    size != (uint64_t)st.st_size - RING_HDR || h->stack_bytes > RING_MAX_STACK) {
+		munmap(m, (size_t)st.st_size);
+		return;
+	}
+	ring_size = size;
+	ring_stack = h->stack_bytes & ~7u;
+	ring_data = (uint8_t *)m + RING_HDR;
+	my_pid = (uint32_t)getpid();
+	main_top = (uintptr_t)__libc_stack_end;
+	struct rlimit rl;
+	uintptr_t span = (uintptr_t)1 << 30;
+	if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < span)
+		span = (uintptr_t)rl.rlim_cur;
+	main_lo = main_top > span ? main_top - span : 0;
+	__atomic_store_n(&ring, h, __ATOMIC_RELEASE);
+}
+
+/* ring_lock takes the ring's lock: 1, or 0 when another thread has held
+ * it for RING_WAIT_NS (stopped by a debugger, say; counted lost). A
+ * waiter spins briefly, then yields the CPU, which a holder preempted
+ * on a busy machine needs back. A holder that died is taken over (its
+ * record was not committed: head moves only once a record is whole). */
+static int ring_lock(uint32_t me)
+{
+	uint64_t since = 0;
+	for (unsigned spins = 0;; spins++) {
+		uint32_t held = 0;
+		if (__atomic_compare_exchange_n(&ring->lock, &held, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return 1;
+		if (spins < RING_SPINS) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		uint64_t t = now_ns();
+		if (!since)
+			since = t;
+		if (t - since < RING_WAIT_NS) {
+			sched_yield();
+			continue;
+		}
+		int saved = errno; /* free must leave errno as it was */
+		int dead = held && kill((pid_t)held, 0) != 0 && errno == ESRCH;
+		errno = saved;
+		if (dead && __atomic_compare_exchange_n(&ring->lock, &held, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return 1;
+		__atomic_add_fetch(&ring->lost_ring, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+}
+
+static void ring_unlock(void)
+{
+	__atomic_store_n(&ring->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* ring_reserve returns where a record of up to n bytes (a multiple of
+ * 8) goes, the lock held, or NULL when the ring has no room (counted).
+ * *at gets the position of its prefix. */
+static uint8_t *ring_reserve(uint64_t n, uint64_t *at)
+{
+	uint64_t head = ring->head, tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+	uint64_t off = head & (ring_size - 1), need = n + 8, pad = 0;
+	if (off + need > ring_size)
+		pad = ring_size - off;
+	if (head - tail > ring_size || head + pad + need - tail > ring_size) {
+		__atomic_add_fetch(&ring->lost_ring, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	if (pad) {
+		uint32_t *p = (uint32_t *)(ring_data + off);
+		p[0] = (uint32_t)pad;
+		p[1] = 1;
+		head += pad;
+		off = 0;
+	}
+	*at = head;
+	return ring_data + off + 8;
+}
+
+/* ring_commit ends the record reserved at at, len bytes long. */
+static void ring_commit(uint64_t at, uint64_t len)
+{
+	uint32_t *p = (uint32_t *)(ring_data + (at & (ring_size - 1)));
+	p[0] = (uint32_t)(len + 8);
+	p[1] = 0;
+	__atomic_store_n(&ring->head, at + len + 8, __ATOMIC_RELEASE);
+}
+
+static void ring_small(uint32_t kind, uint32_t t, uint64_t time, uint64_t weight)
+{
+	uint64_t at;
+	struct rs_hdr *h = (struct rs_hdr *)ring_reserve(sizeof(struct rs_hdr), &at);
+	if (!h)
+		return;
+	*h = (struct rs_hdr){.kind = kind, .pid = my_pid, .tid = t, .time = time, .weight = weight};
+	ring_commit(at, sizeof(*h));
+}
+
+/* ring_free reports the free of sampled block k, in order with
+ * everything else the ring carries. */
+static void ring_free(uintptr_t k)
+{
+	uint32_t me = tid();
+	if (!ring_lock(me))
+		return;
+	ring_small(RS_FREE, me, now_ns(), k);
+	ring_unlock();
+}
+
+/* know_stack finds this thread's stack: the main thread's from where the
+ * process started, another's from its thread attributes (which
+ * allocate: in_shim keeps them out of the sampler). */
+static int know_stack(void)
+{
+	if (stack_known)
+		return stack_known > 0;
+	stack_known = -1;
+	if (tid() == my_pid) {
+		stack_lo = main_lo;
+		stack_top = main_top;
+	} else {
+		pthread_attr_t a;
+		void *lo;
+		size_t size;
+		if (pthread_getattr_np(pthread_self(), &a) != 0)
+			return 0;
+		int ok = pthread_attr_getstack(&a, &lo, &size) == 0;
+		pthread_attr_destroy(&a);
+		if (!ok)
+			return 0;
+		stack_lo = (uintptr_t)lo;
+		stack_top = (uintptr_t)lo + size;
+	}
+	if (stack_top > stack_lo)
+		stack_known = 1;
+	return stack_known > 0;
+}
+
+/* ring_alloc reports a sampled allocation of block p (NULL: the set was
+ * full) through the ring: its registers and stack as an RS_ALLOC record,
+ * then its block as RS_ALLOC_RET, both with the same time (the room for
+ * both is reserved at once, so that one never goes without the other).
+ * It returns 1, 2 when the ring had no room for them (counted lost), or
+ * 0 when the markers must serve instead (this thread's stack is not
+ * known, or the stack pointer is not in it). */
+static __attribute__((noinline)) int ring_alloc(void *p, size_t size)
+{
+	uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+	if (!know_stack() || sp <= stack_lo || sp >= stack_top)
+		return 0;
+	uint32_t me = tid();
+	if (!p) {
+		__atomic_add_fetch(&ring->lost_set, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	if (!ring_lock(me))
+		return 2;
+	uint64_t at;
+	uint8_t *rec = ring_reserve(sizeof(struct rs_hdr) + NREGS * 8 + ring_stack + sizeof(struct rs_hdr) + 8, &at);
+	if (rec) {
+		struct rs_hdr *h = (struct rs_hdr *)rec;
+		uint64_t *regs = (uint64_t *)(rec + sizeof(*h));
+		size_t n = rawstack_capture(regs, rec + sizeof(*h) + NREGS * 8, ring_stack, stack_top);
+		uint64_t t = now_ns();
+		*h = (struct rs_hdr){.kind = RS_ALLOC, .pid = my_pid, .tid = me, .cpu = (uint32_t)sched_getcpu(),
+				     .time = t, .weight = size, .flags = RS_REGS, .stack = (uint32_t)n};
+		ring_commit(at, sizeof(*h) + NREGS * 8 + n);
+		ring_small(RS_ALLOC_RET, me, t, (uint64_t)(uintptr_t)p);
+	}
+	ring_unlock();
+	return rec ? 1 : 2;
 }
 
 /* The set of sampled blocks not freed yet. Keys are block addresses; 0
@@ -375,8 +702,9 @@ static int lookup(uintptr_t k)
 	}
 }
 
-/* forget removes k if it is a sampled block, and says whether it was. */
-static int forget(uintptr_t k)
+/* forget removes k if it is a sampled block, and says whether it was;
+ * its free is reported unless quiet. */
+static int forget(uintptr_t k, int quiet)
 {
 	if (__builtin_expect(__atomic_load_n(&filter[hash(k, FILTER_BITS)], __ATOMIC_RELAXED) == 0, 1) || !lookup(k))
 		return 0;
@@ -392,15 +720,19 @@ static int forget(uintptr_t k)
 		if (*c < 255)
 			__atomic_store_n(c, *c - 1, __ATOMIC_RELAXED);
 		found = 1;
-		if (!my_tid)
-			my_tid = (uint32_t)syscall(SYS_gettid);
-		uint64_t t = now_ns();
-		queue[queued++] = (struct free_rec){.block = k, .time = t, .tid = my_tid};
-		if (queued == FREE_MAX || t - queue[0].time >= FREE_AGE_NS)
-			out = take();
+		if (!ring && !quiet) {
+			uint64_t t = now_ns();
+			queue[queued++] = (struct free_rec){.block = k, .time = t, .tid = tid()};
+			if (queued == FREE_MAX || t - queue[0].time >= FREE_AGE_NS)
+				out = take();
+		}
 	}
 	__atomic_add_fetch(&seq, 1, __ATOMIC_ACQ_REL);
 	spin_unlock();
+	/* Before the block goes back to the allocator: its free is in the
+	 * ring ahead of any sample of the address again. */
+	if (found && ring && !quiet)
+		ring_free(k);
 	if (out)
 		rawstack_free_sampled(outbox, out);
 	return found;
@@ -427,6 +759,7 @@ static void child_after_fork(void)
 	seq = 0;
 	queued = 0;
 	my_tid = 0;
+	my_pid = (uint32_t)getpid(); /* the ring, if any, is shared with the parent */
 	memset(filter, 0, sizeof(filter));
 	tab = NULL;
 }
@@ -434,17 +767,23 @@ static void child_after_fork(void)
 /* track reports a sampled block of size bytes. */
 static void track(void *p, size_t size)
 {
-	if (!p)
+	if (!p || in_shim)
 		return;
+	in_shim = 1;
 	size_t n = 0;
 	int ok = insert((uintptr_t)p, &n);
-	rawstack_alloc_sampled(ok ? p : NULL, size, outbox, n);
+	int r = ring ? ring_alloc(ok ? p : NULL, size) : 0;
+	if (r == 0)
+		rawstack_alloc_sampled(ok ? p : NULL, size, outbox, n);
+	else if (r == 2 && ok)
+		forget((uintptr_t)p, 1); /* lost: its free must not be reported either */
+	in_shim = 0;
 }
 
 static inline void untrack(void *p)
 {
 	if (p)
-		forget((uintptr_t)p);
+		forget((uintptr_t)p, 0);
 }
 
 /* The slow path of malloc: resolving the next allocator, or a sampled

@@ -1,0 +1,170 @@
+package allocshim
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The shared ring: the recorder creates a file of RingHeader bytes and a
+// power of two of record bytes, maps it, and names it to the command in
+// RingEnv. The sampler in every process of the command maps it too and,
+// instead of calling [AllocSymbol] (a trap into the kernel, where a BPF
+// program copies the stack), writes there itself what that program would
+// have written: the allocation's registers and stack as a BPF sample
+// record (kind 4), its block as a header-only record (kind 5), and every
+// free of a sampled block, at once, as another (kind 6), all in the
+// layout of platform/linux/ebpf's records. The markers stay for what the
+// ring cannot take (a process that cannot open the file, a thread whose
+// stack the sampler does not know).
+//
+// The header (little-endian):
+//
+//	0    magic "RSAR" (0x52415352), version (1), u32 each
+//	8    size: bytes of records, a power of two, u64
+//	16   stack_bytes: stack copied per allocation, at most, u32
+//	64   lock: the writing thread's id, 0 when free, u32
+//	128  head: bytes written (the writers'), u64
+//	192  tail: bytes read (the recorder's), u64
+//	256  lost_ring: records dropped (ring full, lock held too long), u64
+//	264  lost_set: allocations dropped (the sampler's set of sampled
+//	     blocks was full), u64
+//
+// The records start at RingHeader. Each has an 8-byte prefix: its length
+// (prefix included, a multiple of 8) and 0, or for padding up to the end
+// of the ring (when a record does not fit before it) the padding's length
+// and 1. A record never wraps. Writers take the lock, write a record,
+// then store head; the recorder reads up to head, then stores tail.
+const (
+	// RingEnv names the ring file to the sampler.
+	RingEnv = "RAWSTACK_ALLOC_RING"
+	// RingHeader is the size of the header page.
+	RingHeader = 4096
+
+	ringMagic   = 0x52415352
+	ringVersion = 1
+	offSize     = 8
+	offStack    = 16
+	offHead     = 128
+	offTail     = 192
+	offLostRing = 256
+	offLostSet  = 264
+	// MaxRingStack is the most stack bytes a ring record may carry, as
+	// the BPF programs' MAX_STACK.
+	MaxRingStack = 16384
+	minRingSize  = 1 << 16
+)
+
+// ErrRingCorrupt says a record prefix in the ring is not one the sampler
+// writes: its length is out of range or runs past what was written.
+var ErrRingCorrupt = errors.New("allocation ring: malformed record")
+
+// Ring is the recorder's side of the shared ring in mem (the whole file,
+// header included, mapped shared). It is used from one goroutine.
+type Ring struct {
+	mem  []byte
+	data []byte
+	size uint64
+	tail uint64
+	head uint64 // last head loaded
+	cur  uint64 // length of the record Next returned, prefix included
+	path string
+	done func() error
+}
+
+// NewRing initializes the ring header in mem (RingHeader bytes then a
+// power of two of record bytes, at least 64 KiB, zeroed) for allocations
+// that copy up to stackBytes of stack, and returns the recorder's side
+// of it. path is the file it maps, and done releases it (for Close).
+func NewRing(mem []byte, stackBytes int, path string, done func() error) (*Ring, error) {
+	if len(mem) <= RingHeader {
+		return nil, fmt.Errorf("allocation ring %s: %d bytes", path, len(mem))
+	}
+	size := uint64(len(mem) - RingHeader)
+	if size < minRingSize || size&(size-1) != 0 || size > 1<<31 {
+		return nil, fmt.Errorf("allocation ring %s: %d bytes of records, want a power of two from %d to 2 GiB", path, size, minRingSize)
+	}
+	if stackBytes < 0 || stackBytes > MaxRingStack {
+		return nil, fmt.Errorf("allocation ring %s: %d stack bytes, want at most %d", path, stackBytes, MaxRingStack)
+	}
+	le := binary.LittleEndian
+	le.PutUint64(mem[offSize:], size)
+	le.PutUint32(mem[offStack:], uint32(stackBytes))
+	le.PutUint32(mem[4:], ringVersion)
+	// The magic last: a sampler that maps the file early sees a whole
+	// header or none.
+	atomic.StoreUint32(u32(mem, 0), ringMagic)
+	return &Ring{mem: mem, data: mem[RingHeader:], size: size, path: path, done: done}, nil
+}
+
+func u32(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+func u64(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+
+// Path returns the file the ring is in (for RingEnv).
+func (r *Ring) Path() string { return r.path }
+
+// Next returns the next record written and not yet read, or false when
+// there is none. The record stays valid until [Ring.Advance]. A prefix
+// the sampler would not write makes Next skip everything written so far
+// and return ErrRingCorrupt (the ring's other records cannot be found).
+func (r *Ring) Next() ([]byte, bool, error) {
+	for {
+		if r.tail == r.head {
+			r.head = atomic.LoadUint64(u64(r.mem, offHead))
+			if r.tail == r.head {
+				return nil, false, nil
+			}
+		}
+		avail := r.head - r.tail
+		off := r.tail & (r.size - 1)
+		if avail > r.size || avail < 8 {
+			return nil, false, r.corrupt(off)
+		}
+		le := binary.LittleEndian
+		n, kind := uint64(le.Uint32(r.data[off:])), le.Uint32(r.data[off+4:])
+		if n < 8 || n%8 != 0 || n > avail || off+n > r.size || kind > 1 {
+			return nil, false, r.corrupt(off)
+		}
+		if kind == 1 {
+			r.tail += n
+			atomic.StoreUint64(u64(r.mem, offTail), r.tail)
+			continue
+		}
+		r.cur = n
+		return r.data[off+8 : off+n], true, nil
+	}
+}
+
+// corrupt skips what was written and says where the bad prefix was.
+func (r *Ring) corrupt(off uint64) error {
+	r.tail = r.head
+	atomic.StoreUint64(u64(r.mem, offTail), r.tail)
+	return fmt.Errorf("%w: %s at offset %d", ErrRingCorrupt, r.path, RingHeader+off)
+}
+
+// Advance consumes the record Next returned: the writers may reuse its
+// bytes.
+func (r *Ring) Advance() {
+	r.tail += r.cur
+	r.cur = 0
+	atomic.StoreUint64(u64(r.mem, offTail), r.tail)
+}
+
+// Lost returns the records the writers dropped (the ring full, or its
+// lock held too long by another) and the sampled allocations they
+// dropped because their set of sampled blocks was full.
+func (r *Ring) Lost() (ring, set uint64) {
+	return atomic.LoadUint64(u64(r.mem, offLostRing)), atomic.LoadUint64(u64(r.mem, offLostSet))
+}
+
+// Close releases the ring: its mapping and file.
+func (r *Ring) Close() error {
+	if r.done == nil {
+		return nil
+	}
+	err := r.done()
+	r.done, r.mem, r.data = nil, nil, nil
+	return err
+}

@@ -1,0 +1,84 @@
+//go:build unix
+
+package allocshim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// CreateRing creates a ring of bytes record bytes (a power of two) for
+// allocations that copy up to stackBytes of stack, in a file of dir
+// ("": Install's directory; no other user may write to it) that only
+// this user can open, and maps it. The
+// file is named after this process; rings left by recorders that no
+// longer run are removed first. Close unmaps and removes it.
+func CreateRing(dir string, bytes, stackBytes int) (*Ring, error) {
+	if dir == "" {
+		var err error
+		if dir, err = installDir(); err != nil {
+			return nil, err
+		}
+	} else if err := private(dir); err != nil {
+		return nil, fmt.Errorf("allocation ring: %w", err)
+	}
+	removeStaleRings(dir)
+	f, err := os.CreateTemp(dir, "alloc-ring-"+strconv.Itoa(os.Getpid())+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("allocation ring: %w", err)
+	}
+	path := f.Name()
+	defer f.Close()
+	size := RingHeader + bytes
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("allocation ring %s: %w", path, err)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("allocation ring %s: mmap: %w", path, err)
+	}
+	done := func() error {
+		err := syscall.Munmap(mem)
+		if rerr := os.Remove(path); err == nil {
+			err = rerr
+		}
+		return err
+	}
+	r, err := NewRing(mem, stackBytes, path, done)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	return r, nil
+}
+
+// removeStaleRings removes the ring files in dir whose recorder (the pid
+// in the name) no longer runs: a recorder that was killed leaves its
+// ring behind.
+func removeStaleRings(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "alloc-ring-")
+		if !ok {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
