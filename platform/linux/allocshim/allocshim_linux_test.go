@@ -34,13 +34,10 @@ func TestObjectCurrent(t *testing.T) {
 	}
 }
 
-// TestSampling runs testdata/sampled.c under the sampler, with the
-// markers defined by the program: what they report, unbiased as the
-// recorder does, gives the bytes allocated and kept ±15%, in four
-// threads and again in a forked child, and no free of a block that was
-// not reported.
-func TestSampling(t *testing.T) {
-	bin := testbuild.Build(t, testbuild.Cmd{
+// sampledProgram builds testdata/sampled.c and installs the sampler:
+// the program's and the sampler's paths.
+func sampledProgram(t *testing.T) (bin, so string) {
+	bin = testbuild.Build(t, testbuild.Cmd{
 		Tool:   "cc",
 		Args:   []string{"-O2", "-pthread", "-rdynamic", "-o", "{dir}/sampled", "{in0}", "-lm"},
 		Inputs: []string{"testdata/sampled.c"},
@@ -50,6 +47,16 @@ func TestSampling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bin, so
+}
+
+// TestSampling runs testdata/sampled.c under the sampler, with the
+// markers defined by the program: what they report, unbiased as the
+// recorder does, gives the bytes allocated and kept ±15%, in four
+// threads and again in a forked child, and no free of a block that was
+// not reported.
+func TestSampling(t *testing.T) {
+	bin, so := sampledProgram(t)
 	const rate = 64 << 10
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+so, RateEnv+"="+strconv.Itoa(rate))
@@ -131,16 +138,7 @@ func TestInstall(t *testing.T) {
 // block; no free is of a block not reported; and, unbiased, the records
 // give the bytes each process allocated and kept ±15%.
 func TestRing(t *testing.T) {
-	bin := testbuild.Build(t, testbuild.Cmd{
-		Tool:   "cc",
-		Args:   []string{"-O2", "-pthread", "-rdynamic", "-o", "{dir}/sampled", "{in0}", "-lm"},
-		Inputs: []string{"testdata/sampled.c"},
-		Out:    "sampled",
-	})
-	so, err := Install("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, so := sampledProgram(t)
 	const rate, stackBytes = 128 << 10, 8192
 	ring, err := CreateRing(t.TempDir(), 64<<20, stackBytes) // the whole run: nothing lost however slow this reader
 	if err != nil {

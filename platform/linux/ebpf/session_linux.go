@@ -493,25 +493,22 @@ func (s *Session) reportBPFLost() {
 	b := s.bpf
 	if b.ring != nil {
 		ring, set := b.ring.Lost()
-		if ring > b.ringLost {
-			s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.ringLost, Reason: format.LostRingOverflow})
-			b.ringLost = ring
-		}
-		if set > b.ringLostSet {
-			s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: set - b.ringLostSet, Reason: format.LostUnknown})
-			b.ringLostSet = set
-		}
+		s.reportNewLost(ring, &b.ringLost, format.LostRingOverflow)
+		s.reportNewLost(set, &b.ringLostSet, format.LostUnknown)
 	}
 	ring, off, alloc := b.progs.Lost()
 	s.reportAllocLost(alloc)
-	if ring > b.lost {
-		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: ring - b.lost, Reason: format.LostRingOverflow})
-		b.lost = ring
-	}
-	if off > b.lostOff {
-		// Threads off CPU whose start the map had no room for.
-		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: off - b.lostOff, Reason: format.LostUnknown})
-		b.lostOff = off
+	s.reportNewLost(ring, &b.lost, format.LostRingOverflow)
+	// Threads off CPU whose start the map had no room for.
+	s.reportNewLost(off, &b.lostOff, format.LostUnknown)
+}
+
+// reportNewLost reports the drops of a running count n beyond those
+// reported so far (*seen), and moves *seen up to n.
+func (s *Session) reportNewLost(n uint64, seen *uint64, reason format.LostReason) {
+	if n > *seen {
+		s.ReportLost(&format.Lost{Time: sys.Monotonic(), Count: n - *seen, Reason: reason})
+		*seen = n
 	}
 }
 
