@@ -161,7 +161,9 @@
 // allocator. The session reads that ring with the BPF ring buffer and
 // the perf rings, merged by time (the sampler stamps its records with
 // CLOCK_MONOTONIC under the ring's lock, so the ring is in time order),
-// every 20 ms; a full ring, or a lock held 50 ms by a stopped thread,
+// every 20 ms. The ring's pages are made when it is created, and each
+// process maps them all at its first sample (MADV_POPULATE_WRITE), not
+// a fault per page. A full ring, or a lock held 50 ms by a stopped thread,
 // drops the record, counted lost (a dropped allocation is also
 // forgotten by the sampler, so that its free is not reported). The
 // markers below serve what the ring cannot: frame-pointer sessions
@@ -221,7 +223,7 @@
 // took 1.12x its unprofiled time through the markers (load 0.8-2.7),
 // of which the trampoline's system call alone was about 0.06 (a
 // shim_alloc that returned at once still cost 1.087x); through the
-// shared ring, with no entry into the kernel, 1.05x (load 0.9-1.8). Uprobes are
+// shared ring, with no entry into the kernel, 1.05-1.06x (load 0.9-1.8). Uprobes are
 // perf events owned by the recorder's file descriptors, so a recorder
 // killed by SIGKILL leaves none behind.
 package ebpf

@@ -17,11 +17,12 @@ import (
 // layout, with no trap into the kernel. The ring is read with the BPF
 // ring buffer and the perf rings, merged by time.
 const (
-	// shimRingBytes holds about 150 ms of the alloc benchmark's busiest
+	// shimRingBytes holds about 70 ms of the alloc benchmark's busiest
 	// loop (45,000 sampled allocations a second, each a record of about
 	// 1.2 KiB and its block's, and their frees), read every
-	// shimReadInterval; only the pages written are ever touched.
-	shimRingBytes    = 8 << 20
+	// shimReadInterval. Its pages are made at once (they count in the
+	// recorder's RSS), so that the target's first samples do not fault.
+	shimRingBytes    = 4 << 20
 	shimReadInterval = 20 * time.Millisecond
 )
 

@@ -346,6 +346,7 @@ enum { RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
 #define NREGS 17
 
 static struct ring_hdr *ring;
+static int ring_mapped; /* this process has mapped the ring's pages */
 static uint8_t *ring_data;
 static uint64_t ring_size;
 static uint32_t ring_stack;
@@ -532,6 +533,16 @@ static __attribute__((noinline)) int ring_alloc(void *p, size_t size)
 	uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
 	if (!know_stack() || sp <= stack_lo || sp >= stack_top)
 		return 0;
+	if (!__atomic_load_n(&ring_mapped, __ATOMIC_RELAXED)) {
+		/* At this process's first sample, not at its start (most
+		 * processes of a command never sample): map every page of
+		 * the ring (the recorder made them) in one call rather than
+		 * taking a fault at each. */
+		int saved = errno;
+		madvise(ring_data, ring_size, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */);
+		errno = saved;
+		__atomic_store_n(&ring_mapped, 1, __ATOMIC_RELAXED);
+	}
 	uint32_t me = tid();
 	if (!p) {
 		__atomic_add_fetch(&ring->lost_set, 1, __ATOMIC_RELAXED);
@@ -760,6 +771,7 @@ static void child_after_fork(void)
 	queued = 0;
 	my_tid = 0;
 	my_pid = (uint32_t)getpid(); /* the ring, if any, is shared with the parent */
+	ring_mapped = 0;             /* but not its page tables */
 	memset(filter, 0, sizeof(filter));
 	tab = NULL;
 }

@@ -1,5 +1,3 @@
-//go:build unix
-
 package allocshim
 
 import (
@@ -39,7 +37,11 @@ func CreateRing(dir string, bytes, stackBytes int) (*Ring, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("allocation ring %s: %w", path, err)
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	// Populated: the pages exist before the sampler writes them, so
+	// that a process's first samples do not each take a fault that
+	// allocates and zeroes one (2,048 of them, 3 µs each, were a few
+	// percent of a 0.2 s program with an 8 MiB ring).
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		os.Remove(path)
 		return nil, fmt.Errorf("allocation ring %s: mmap: %w", path, err)
