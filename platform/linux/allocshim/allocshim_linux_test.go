@@ -129,22 +129,94 @@ func TestInstall(t *testing.T) {
 	}
 }
 
-// TestRing runs testdata/sampled.c under the sampler with a shared ring,
-// read while it runs as the recorder reads it: every sampled allocation
-// and free of the parent and of its forked child comes through the ring
-// (the program's markers see none), in time order; each allocation is a
-// record with the registers at rawstack_capture and the stack above
-// them (its return address in the sampler, next to it), followed by its
-// block; no free is of a block not reported; and, unbiased, the records
-// give the bytes each process allocated and kept ±15%.
-func TestRing(t *testing.T) {
+// ringProc is what a process's ring records say: bytes allocated and
+// kept (unbiased), its sampled blocks, allocations, and frees of blocks
+// the ring never reported.
+type ringProc struct {
+	alloc, live float64
+	blocks      map[uint64]float64
+	n, bad      int
+}
+
+// ringReader checks and sums a ring's records as the recorder reads them.
+type ringReader struct {
+	t          *testing.T
+	ring       *Ring
+	rate       float64
+	stackBytes int
+	procs      map[uint32]*ringProc
+	last       uint64
+	pending    []byte // an allocation's header, until its block
+}
+
+// read reads every record written so far.
+func (rr *ringReader) read() {
+	t, le := rr.t, binary.LittleEndian
+	for {
+		rec, ok, err := rr.ring.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return
+		}
+		kind, pid, tid, tm, w := le.Uint32(rec), le.Uint32(rec[4:]), le.Uint32(rec[8:]), le.Uint64(rec[16:]), le.Uint64(rec[24:])
+		if tm < rr.last {
+			t.Fatalf("record at %d after one at %d", tm, rr.last)
+		}
+		rr.last = tm
+		p := rr.procs[pid]
+		if p == nil {
+			p = &ringProc{blocks: map[uint64]float64{}}
+			rr.procs[pid] = p
+		}
+		pending := rr.pending
+		switch {
+		case pending != nil && (kind != 5 || le.Uint32(pending[8:]) != tid || le.Uint64(pending[16:]) != tm || w == 0):
+			t.Fatalf("allocation of tid %d at %d followed by a record of kind %d, tid %d, time %d, block %#x", le.Uint32(pending[8:]), le.Uint64(pending[16:]), kind, tid, tm, w)
+		case kind == 4:
+			flags, stack := le.Uint16(rec[36:]), int(le.Uint32(rec[40:]))
+			if flags != 1 || stack%8 != 0 || stack < 8 || stack > rr.stackBytes || len(rec) != 48+17*8+stack {
+				t.Fatalf("allocation record of %d bytes: flags %#x, %d stack bytes", len(rec), flags, stack)
+			}
+			ip, ret := le.Uint64(rec[48+8*8:]), le.Uint64(rec[48+17*8:])
+			if d := int64(ret - ip); d < -1<<16 || d > 1<<16 {
+				t.Fatalf("allocation at rawstack_capture %#x returns to %#x, not in the sampler", ip, ret)
+			}
+			rr.pending = append(pending[:0], rec[:48]...)
+		case kind == 5 && pending != nil:
+			size := float64(le.Uint64(pending[24:]))
+			wt := size / -math.Expm1(-size/rr.rate)
+			p.alloc += wt
+			p.live += wt
+			p.blocks[w] = wt
+			p.n++
+			rr.pending = nil
+		case kind == 6 && len(rec) == 48:
+			if wt, ok := p.blocks[w]; ok {
+				p.live -= wt
+				delete(p.blocks, w)
+			} else {
+				p.bad++
+			}
+		default:
+			t.Fatalf("record of kind %d, %d bytes", kind, len(rec))
+		}
+		rr.ring.Advance()
+	}
+}
+
+// runRing runs sampled.c with a ring of ringBytes, read every
+// millisecond while it runs unless noRead, and returns the program's
+// output lines (its markers' figures) and the ring's reader.
+func runRing(t *testing.T, ringBytes int, noRead bool) ([]string, *ringReader) {
 	bin, so := sampledProgram(t)
 	const rate, stackBytes = 128 << 10, 8192
-	ring, err := CreateRing(t.TempDir(), 64<<20, stackBytes) // the whole run: nothing lost however slow this reader
+	ring, err := CreateRing(t.TempDir(), ringBytes, stackBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ring.Close()
+	t.Cleanup(func() { ring.Close() })
 	var out bytes.Buffer
 	cmd := exec.Command(bin)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -154,69 +226,7 @@ func TestRing(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-
-	type proc struct {
-		alloc, live float64
-		blocks      map[uint64]float64
-		n, bad      int
-	}
-	procs := map[uint32]*proc{}
-	var last uint64
-	var pending []byte // an allocation's record, until its block
-	le := binary.LittleEndian
-	read := func() {
-		for {
-			rec, ok, err := ring.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				return
-			}
-			kind, pid, tid, tm, w := le.Uint32(rec), le.Uint32(rec[4:]), le.Uint32(rec[8:]), le.Uint64(rec[16:]), le.Uint64(rec[24:])
-			if tm < last {
-				t.Fatalf("record at %d after one at %d", tm, last)
-			}
-			last = tm
-			p := procs[pid]
-			if p == nil {
-				p = &proc{blocks: map[uint64]float64{}}
-				procs[pid] = p
-			}
-			switch {
-			case pending != nil && (kind != 5 || le.Uint32(pending[8:]) != tid || le.Uint64(pending[16:]) != tm || w == 0):
-				t.Fatalf("allocation of tid %d at %d followed by a record of kind %d, tid %d, time %d, block %#x", le.Uint32(pending[8:]), le.Uint64(pending[16:]), kind, tid, tm, w)
-			case kind == 4:
-				flags, stack := le.Uint16(rec[36:]), int(le.Uint32(rec[40:]))
-				if flags != 1 || stack%8 != 0 || stack < 8 || stack > stackBytes || len(rec) != 48+17*8+stack {
-					t.Fatalf("allocation record of %d bytes: flags %#x, %d stack bytes", len(rec), flags, stack)
-				}
-				ip, ret := le.Uint64(rec[48+8*8:]), le.Uint64(rec[48+17*8:])
-				if d := int64(ret - ip); d < -1<<16 || d > 1<<16 {
-					t.Fatalf("allocation at rawstack_capture %#x returns to %#x, not in the sampler", ip, ret)
-				}
-				pending = append(pending[:0], rec[:48]...)
-			case kind == 5 && pending != nil:
-				size := float64(le.Uint64(pending[24:]))
-				wt := size / -math.Expm1(-size/rate)
-				p.alloc += wt
-				p.live += wt
-				p.blocks[w] = wt
-				p.n++
-				pending = nil
-			case kind == 6 && len(rec) == 48:
-				if wt, ok := p.blocks[w]; ok {
-					p.live -= wt
-					delete(p.blocks, w)
-				} else {
-					p.bad++
-				}
-			default:
-				t.Fatalf("record of kind %d, %d bytes", kind, len(rec))
-			}
-			ring.Advance()
-		}
-	}
+	rr := &ringReader{t: t, ring: ring, rate: rate, stackBytes: stackBytes, procs: map[uint32]*ringProc{}}
 	for running := true; running; {
 		select {
 		case err := <-done:
@@ -226,30 +236,99 @@ func TestRing(t *testing.T) {
 			running = false
 		case <-time.After(time.Millisecond):
 		}
-		read()
+		if !running || !noRead {
+			rr.read()
+		}
 	}
-	if lr, ls := ring.Lost(); lr != 0 || ls != 0 {
-		t.Errorf("lost: %d records (ring), %d allocations (set)", lr, ls)
-	}
-	const wantAlloc, wantLive = 4 * (65536*4096*11/10 + 8192*8), 4 * (8192*4096 + 8192*8)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || len(procs) != 2 {
-		t.Fatalf("output %q and records of %d processes, want a parent and a child", out.String(), len(procs))
+	if len(lines) != 2 {
+		t.Fatalf("output %q, want a parent and a child line", out.String())
+	}
+	return lines, rr
+}
+
+// sampledWant is what each process of sampled.c allocates and keeps:
+// each of 4 threads 65536 blocks of 4 KiB, a fifth of them reallocated
+// from 2 KiB (counted as both), an eighth kept, and an array of 8192
+// pointers kept.
+const sampledAlloc, sampledLive = 4 * (65536*4096*11/10 + 8192*8), 4 * (8192*4096 + 8192*8)
+
+// TestRing runs testdata/sampled.c under the sampler with a shared ring,
+// read while it runs as the recorder reads it: every sampled allocation
+// and free of the parent and of its forked child comes through the ring
+// (the program's markers see none), in time order; each allocation is a
+// record with the registers at rawstack_capture and the stack above
+// them (its return address in the sampler, next to it), followed by its
+// block; no free is of a block not reported; and, unbiased, the records
+// give the bytes each process allocated and kept ±15%.
+func TestRing(t *testing.T) {
+	lines, rr := runRing(t, 64<<20, false) // the whole run: nothing spilled however slow this reader
+	if sp, ls := rr.ring.Counts(); sp != 0 || ls != 0 {
+		t.Errorf("%d records sent to the markers, %d allocations lost (set full)", sp, ls)
 	}
 	for _, l := range lines {
 		if f := strings.Fields(l); len(f) != 5 || f[4] != "0" {
 			t.Errorf("%q: the program's markers were called with the ring there", l)
 		}
 	}
-	for pid, p := range procs {
+	if len(rr.procs) != 2 {
+		t.Fatalf("records of %d processes, want a parent and a child", len(rr.procs))
+	}
+	for pid, p := range rr.procs {
 		t.Logf("pid %d: %d samples, allocated %.1f MiB (want %.1f), kept %.1f MiB (want %.1f), frees of unreported blocks %d",
-			pid, p.n, p.alloc/(1<<20), float64(wantAlloc)/(1<<20), p.live/(1<<20), float64(wantLive)/(1<<20), p.bad)
-		if p.alloc < 0.85*wantAlloc || p.alloc > 1.15*wantAlloc || p.live < 0.85*wantLive || p.live > 1.15*wantLive {
-			t.Errorf("pid %d: allocated %.0f, kept %.0f bytes; want %d and %d ±15%%", pid, p.alloc, p.live, wantAlloc, wantLive)
+			pid, p.n, p.alloc/(1<<20), float64(sampledAlloc)/(1<<20), p.live/(1<<20), float64(sampledLive)/(1<<20), p.bad)
+		if p.alloc < 0.85*sampledAlloc || p.alloc > 1.15*sampledAlloc || p.live < 0.85*sampledLive || p.live > 1.15*sampledLive {
+			t.Errorf("pid %d: allocated %.0f, kept %.0f bytes; want %d and %d ±15%%", pid, p.alloc, p.live, sampledAlloc, sampledLive)
 		}
 		if p.bad != 0 {
 			t.Errorf("pid %d: %d frees of blocks never reported", pid, p.bad)
 		}
+	}
+}
+
+// TestRingSpill: a ring nobody reads while the program runs (a recorder
+// starved of CPU) fills, and then every record goes to the markers
+// instead, none lost: what the ring holds and what the program's
+// markers saw add up to the bytes each process allocated ±15%, and the
+// markers saw no more frees of blocks they were not told of than the
+// ring holds allocations.
+func TestRingSpill(t *testing.T) {
+	lines, rr := runRing(t, 1<<16, true)
+	spilled, lostSet := rr.ring.Counts()
+	if spilled == 0 || lostSet != 0 {
+		t.Fatalf("%d records sent to the markers, %d lost (set full); want some and none", spilled, lostSet)
+	}
+	var ringN int
+	var ringAlloc float64
+	for _, p := range rr.procs {
+		ringN += p.n
+		ringAlloc += p.alloc
+	}
+	var markerN, bad int
+	var markerAlloc float64
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			t.Fatalf("line %q", l)
+		}
+		a, _ := strconv.ParseFloat(f[1], 64)
+		b, _ := strconv.Atoi(f[3])
+		n, _ := strconv.Atoi(f[4])
+		markerAlloc += a
+		markerN += n
+		bad += b
+	}
+	total := ringAlloc + markerAlloc
+	t.Logf("%d allocations in the ring (%.1f MiB), %d through the markers (%.1f MiB), %d records spilled; %.1f MiB allocated in all, want %.1f",
+		ringN, ringAlloc/(1<<20), markerN, markerAlloc/(1<<20), spilled, total/(1<<20), 2*float64(sampledAlloc)/(1<<20))
+	if ringN == 0 || markerN == 0 {
+		t.Errorf("%d allocations in the ring and %d through the markers: want both", ringN, markerN)
+	}
+	if total < 0.85*2*sampledAlloc || total > 1.15*2*sampledAlloc {
+		t.Errorf("%.0f bytes allocated in the ring and through the markers, want %d ±15%%", total, 2*sampledAlloc)
+	}
+	if bad > ringN {
+		t.Errorf("the markers saw %d frees of blocks they were not told of, more than the ring's %d allocations", bad, ringN)
 	}
 }
 

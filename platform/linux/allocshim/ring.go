@@ -28,7 +28,8 @@ import (
 //	64   lock: the writing thread's id, 0 when free, u32
 //	128  head: bytes written (the writers'), u64
 //	192  tail: bytes read (the recorder's), u64
-//	256  lost_ring: records dropped (ring full, lock held too long), u64
+//	256  spilled: records that went to the markers instead (the ring
+//	     full, its lock held too long), u64
 //	264  lost_set: allocations dropped (the sampler's set of sampled
 //	     blocks was full), u64
 //
@@ -49,7 +50,7 @@ const (
 	offStack    = 16
 	offHead     = 128
 	offTail     = 192
-	offLostRing = 256
+	offSpilled  = 256
 	offLostSet  = 264
 	// MaxRingStack is the most stack bytes a ring record may carry, as
 	// the BPF programs' MAX_STACK.
@@ -152,12 +153,21 @@ func (r *Ring) Advance() {
 	atomic.StoreUint64(u64(r.mem, offTail), r.tail)
 }
 
-// Lost returns the records the writers dropped (the ring full, or its
-// lock held too long by another) and the sampled allocations they
-// dropped because their set of sampled blocks was full.
-func (r *Ring) Lost() (ring, set uint64) {
-	return atomic.LoadUint64(u64(r.mem, offLostRing)), atomic.LoadUint64(u64(r.mem, offLostSet))
+// Counts returns how many records the writers sent to the markers
+// instead (the ring full, or its lock held too long by another) and how
+// many sampled allocations they dropped because their set of sampled
+// blocks was full.
+func (r *Ring) Counts() (spilled, lostSet uint64) {
+	return atomic.LoadUint64(u64(r.mem, offSpilled)), atomic.LoadUint64(u64(r.mem, offLostSet))
 }
+
+// Pending returns the bytes written and not yet read.
+func (r *Ring) Pending() uint64 {
+	return atomic.LoadUint64(u64(r.mem, offHead)) - r.tail
+}
+
+// Size returns the ring's bytes of records.
+func (r *Ring) Size() uint64 { return r.size }
 
 // Close releases the ring: its mapping and file.
 func (r *Ring) Close() error {

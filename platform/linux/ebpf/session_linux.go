@@ -88,8 +88,8 @@ type bpfState struct {
 	ringTime    uint64
 	ringUsed    bool   // a ring was given to the command
 	ringRecords uint64 // records read from it
-	ringLost    uint64 // its drops reported so far: ring full
-	ringLostSet uint64 // and the sampler's set full
+	ringSpilled uint64 // its records sent to the markers, once it is closed
+	ringLostSet uint64 // its drops reported so far: the sampler's set full
 	h           platform.Handler
 }
 
@@ -107,6 +107,7 @@ func (b *bpfState) close() {
 		b.progs = nil
 	}
 	if b.ring != nil {
+		b.ringSpilled, _ = b.ring.Counts()
 		b.ring.Close()
 		b.ring = nil
 	}
@@ -429,8 +430,11 @@ func (s *Session) ReadAll() {
 	if !b.pending {
 		b.next()
 	}
-	if b.ring != nil && !b.ringPending {
-		s.nextShim()
+	if b.ring != nil {
+		s.pollShim()
+		if !b.ringPending {
+			s.nextShim()
+		}
 	}
 	for {
 		bpfOK := b.pending && b.pendingTime < until
@@ -492,8 +496,7 @@ func (s *Session) BPFRingBytes() uint64 {
 func (s *Session) reportBPFLost() {
 	b := s.bpf
 	if b.ring != nil {
-		ring, set := b.ring.Lost()
-		s.reportNewLost(ring, &b.ringLost, format.LostRingOverflow)
+		_, set := b.ring.Counts()
 		s.reportNewLost(set, &b.ringLostSet, format.LostUnknown)
 	}
 	ring, off, alloc := b.progs.Lost()

@@ -24,7 +24,34 @@ const (
 	// recorder's RSS), so that the target's first samples do not fault.
 	shimRingBytes    = 4 << 20
 	shimReadInterval = 20 * time.Millisecond
+	// shimBusyInterval is how often the ring is read while it holds an
+	// eighth of its size at a read: a program whose threads outpace the
+	// recorder fills it in tens of milliseconds, and records that find
+	// it full go through the markers' trap.
+	shimBusyInterval = 2 * time.Millisecond
 )
+
+// pollShim sets how long the session waits before its next read from how
+// full the ring is now.
+func (s *Session) pollShim() {
+	r := s.bpf.ring
+	if r.Pending() >= r.Size()/8 {
+		s.PollInterval = shimBusyInterval
+	} else {
+		s.PollInterval = shimReadInterval
+	}
+}
+
+// ShimRingSpilled returns how many of the sampler's records went to the
+// markers because the shared ring was full or its lock held too long (0
+// without a ring).
+func (s *Session) ShimRingSpilled() uint64 {
+	if s.bpf.ring == nil {
+		return s.bpf.ringSpilled
+	}
+	n, _ := s.bpf.ring.Counts()
+	return n
+}
 
 // openShimRing creates the ring a launched command's sampler writes
 // into, when samples copy the stack (the sampler copies it as the BPF

@@ -51,7 +51,8 @@ type Tracker struct {
 	Rings  []*Ring
 	Polls  []sys.PollFd
 	// PollInterval, when set, is how long Run waits for a wakeup before
-	// it reads anyway (50 ms when 0).
+	// it reads anyway (50 ms when 0). Run reads it before each wait, so
+	// that the back end's read may change it.
 	PollInterval time.Duration
 	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
 	waiter   *sys.Waiter
@@ -533,12 +534,14 @@ func kernelModule() (format.ModuleLoad, bool) {
 // returns.
 func (s *Tracker) Run(ctx context.Context, readAll func()) error {
 	lastCheck := time.Now()
-	interval := s.PollInterval
-	if interval == 0 {
-		interval = 50 * time.Millisecond
-	}
 	defer s.closeWaiter()
 	for {
+		// Read at each wait: readAll may change it (how full a ring
+		// that wakes nobody is).
+		interval := s.PollInterval
+		if interval == 0 {
+			interval = 50 * time.Millisecond
+		}
 		if err := s.wait(interval); err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}

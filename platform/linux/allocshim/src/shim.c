@@ -42,10 +42,12 @@
  * mitigations, which at a few tens of thousands of samples a second was
  * most of the sampler's cost. The ring's writers (every thread of every
  * process of the recording) take a spin lock in the ring; a holder that
- * died is taken over, one that holds it too long costs the waiter its
- * record, counted lost, rather than its progress. The markers stay for
- * what the ring cannot take: a process that cannot open the file, a
- * thread whose stack the sampler does not know.
+ * died is taken over. The markers stay for what the ring cannot take: a
+ * process that cannot open the file, a thread whose stack the sampler
+ * does not know, and a record that finds the ring full (the recorder,
+ * starved of CPU by the program's threads, has not kept up: the trap
+ * then slows the program to the recorder's pace instead of losing the
+ * record) or its lock held too long (a holder stopped by a debugger).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -330,7 +332,7 @@ struct ring_hdr {
 	uint8_t pad2[56];
 	uint64_t tail;
 	uint8_t pad3[56];
-	uint64_t lost_ring; /* records dropped: ring full, lock held too long */
+	uint64_t spilled;   /* records that went to the markers: ring full, lock held too long */
 	uint64_t lost_set;  /* allocations dropped: the set of sampled blocks was full */
 };
 
@@ -401,7 +403,8 @@ static void ring_open(void)
 }
 
 /* ring_lock takes the ring's lock: 1, or 0 when another thread has held
- * it for RING_WAIT_NS (stopped by a debugger, say; counted lost). A
+ * it for RING_WAIT_NS (stopped by a debugger, say; the record then goes
+ * to the markers, counted as spilled). A
  * waiter spins briefly, then yields the CPU, which a holder preempted
  * on a busy machine needs back. A holder that died is taken over (its
  * record was not committed: head moves only once a record is whole). */
@@ -428,7 +431,7 @@ static int ring_lock(uint32_t me)
 		errno = saved;
 		if (dead && __atomic_compare_exchange_n(&ring->lock, &held, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return 1;
-		__atomic_add_fetch(&ring->lost_ring, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ring->spilled, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
 }
@@ -439,8 +442,11 @@ static void ring_unlock(void)
 }
 
 /* ring_reserve returns where a record of up to n bytes (a multiple of
- * 8) goes, the lock held, or NULL when the ring has no room (counted).
- * *at gets the position of its prefix. */
+ * 8) goes, the lock held, or NULL when the ring has no room: the
+ * recorder has not kept up (starved of CPU by the program's threads,
+ * say), and the record goes to the markers instead, counted as spilled,
+ * whose trap slows the program down to the recorder's pace instead of
+ * losing it. *at gets the position of its prefix. */
 static uint8_t *ring_reserve(uint64_t n, uint64_t *at)
 {
 	uint64_t head = ring->head, tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
@@ -448,7 +454,7 @@ static uint8_t *ring_reserve(uint64_t n, uint64_t *at)
 	if (off + need > ring_size)
 		pad = ring_size - off;
 	if (head - tail > ring_size || head + pad + need - tail > ring_size) {
-		__atomic_add_fetch(&ring->lost_ring, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ring->spilled, 1, __ATOMIC_RELAXED);
 		return NULL;
 	}
 	if (pad) {
@@ -482,14 +488,20 @@ static void ring_small(uint32_t kind, uint32_t t, uint64_t time, uint64_t weight
 }
 
 /* ring_free reports the free of sampled block k, in order with
- * everything else the ring carries. */
-static void ring_free(uintptr_t k)
+ * everything else the ring carries: 1, or 0 when the ring had no room. */
+static int ring_free(uintptr_t k)
 {
 	uint32_t me = tid();
 	if (!ring_lock(me))
-		return;
-	ring_small(RS_FREE, me, now_ns(), k);
+		return 0;
+	uint64_t at;
+	struct rs_hdr *h = (struct rs_hdr *)ring_reserve(sizeof(struct rs_hdr), &at);
+	if (h) {
+		*h = (struct rs_hdr){.kind = RS_FREE, .pid = my_pid, .tid = me, .time = now_ns(), .weight = k};
+		ring_commit(at, sizeof(*h));
+	}
 	ring_unlock();
+	return h != NULL;
 }
 
 /* know_stack finds this thread's stack: the main thread's from where the
@@ -525,9 +537,9 @@ static int know_stack(void)
  * full) through the ring: its registers and stack as an RS_ALLOC record,
  * then its block as RS_ALLOC_RET, both with the same time (the room for
  * both is reserved at once, so that one never goes without the other).
- * It returns 1, 2 when the ring had no room for them (counted lost), or
- * 0 when the markers must serve instead (this thread's stack is not
- * known, or the stack pointer is not in it). */
+ * It returns 1, or 0 when the markers must serve instead: this thread's
+ * stack is not known, the stack pointer is not in it, or the ring has
+ * no room. */
 static __attribute__((noinline)) int ring_alloc(void *p, size_t size)
 {
 	uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
@@ -549,7 +561,7 @@ static __attribute__((noinline)) int ring_alloc(void *p, size_t size)
 		return 1;
 	}
 	if (!ring_lock(me))
-		return 2;
+		return 0;
 	uint64_t at;
 	uint8_t *rec = ring_reserve(sizeof(struct rs_hdr) + NREGS * 8 + ring_stack + sizeof(struct rs_hdr) + 8, &at);
 	if (rec) {
@@ -563,7 +575,7 @@ static __attribute__((noinline)) int ring_alloc(void *p, size_t size)
 		ring_small(RS_ALLOC_RET, me, t, (uint64_t)(uintptr_t)p);
 	}
 	ring_unlock();
-	return rec ? 1 : 2;
+	return rec != NULL;
 }
 
 /* The set of sampled blocks not freed yet. Keys are block addresses; 0
@@ -713,9 +725,24 @@ static int lookup(uintptr_t k)
 	}
 }
 
-/* forget removes k if it is a sampled block, and says whether it was;
- * its free is reported unless quiet. */
-static int forget(uintptr_t k, int quiet)
+/* queue_free queues the free of sampled block k for the markers, and
+ * sends the queue when it is full or its oldest free is old. */
+static void queue_free(uintptr_t k)
+{
+	size_t out = 0;
+	spin_lock();
+	uint64_t t = now_ns();
+	queue[queued++] = (struct free_rec){.block = k, .time = t, .tid = tid()};
+	if (queued == FREE_MAX || t - queue[0].time >= FREE_AGE_NS)
+		out = take();
+	spin_unlock();
+	if (out)
+		rawstack_free_sampled(outbox, out);
+}
+
+/* forget removes k if it is a sampled block, reports its free, and says
+ * whether it was. */
+static int forget(uintptr_t k)
 {
 	if (__builtin_expect(__atomic_load_n(&filter[hash(k, FILTER_BITS)], __ATOMIC_RELAXED) == 0, 1) || !lookup(k))
 		return 0;
@@ -723,7 +750,6 @@ static int forget(uintptr_t k, int quiet)
 	spin_lock();
 	__atomic_add_fetch(&seq, 1, __ATOMIC_ACQ_REL);
 	uintptr_t *s = tab ? find(tab, k) : NULL;
-	size_t out = 0;
 	if (s) {
 		__atomic_store_n(s, TOMB, __ATOMIC_RELAXED);
 		tab->used--;
@@ -731,21 +757,14 @@ static int forget(uintptr_t k, int quiet)
 		if (*c < 255)
 			__atomic_store_n(c, *c - 1, __ATOMIC_RELAXED);
 		found = 1;
-		if (!ring && !quiet) {
-			uint64_t t = now_ns();
-			queue[queued++] = (struct free_rec){.block = k, .time = t, .tid = tid()};
-			if (queued == FREE_MAX || t - queue[0].time >= FREE_AGE_NS)
-				out = take();
-		}
 	}
 	__atomic_add_fetch(&seq, 1, __ATOMIC_ACQ_REL);
 	spin_unlock();
 	/* Before the block goes back to the allocator: its free is in the
-	 * ring ahead of any sample of the address again. */
-	if (found && ring && !quiet)
-		ring_free(k);
-	if (out)
-		rawstack_free_sampled(outbox, out);
+	 * ring, or queued for the markers, ahead of any sample of the
+	 * address again. */
+	if (found && !(ring && ring_free(k)))
+		queue_free(k);
 	return found;
 }
 
@@ -784,18 +803,17 @@ static void track(void *p, size_t size)
 	in_shim = 1;
 	size_t n = 0;
 	int ok = insert((uintptr_t)p, &n);
-	int r = ring ? ring_alloc(ok ? p : NULL, size) : 0;
-	if (r == 0)
+	if (!ring || !ring_alloc(ok ? p : NULL, size))
 		rawstack_alloc_sampled(ok ? p : NULL, size, outbox, n);
-	else if (r == 2 && ok)
-		forget((uintptr_t)p, 1); /* lost: its free must not be reported either */
+	else if (n)
+		rawstack_free_sampled(outbox, n); /* frees queued while the ring was full */
 	in_shim = 0;
 }
 
 static inline void untrack(void *p)
 {
 	if (p)
-		forget((uintptr_t)p, 0);
+		forget((uintptr_t)p);
 }
 
 /* The slow path of malloc: resolving the next allocator, or a sampled
