@@ -29,6 +29,7 @@ type allocState struct {
 	free    []*allocCall
 	lost    uint64 // BPF-side drops reported so far (live map or calls map full)
 	buf     platform.Alloc
+	freeBuf format.Free // the Free reported (a literal's address would escape: one allocation a free)
 	// frac carries the fractions of the allocations' counts from one
 	// sample to the next (error diffusion): rounding each 1/p, between
 	// 1 and 2 for large blocks, would bias the count by up to a third.
@@ -104,7 +105,9 @@ func unbias(size uint64, rate float64) (bytes uint64, objects float64) {
 // allocFree reports the free of a sampled block.
 func (s *Session) allocFree(h []byte) {
 	le := binary.LittleEndian
-	s.bpf.alloc.h.Free(&format.Free{Time: int64(le.Uint64(h[16:])), Pid: le.Uint32(h[4:]), Tid: le.Uint32(h[8:]), Addr: le.Uint64(h[24:])})
+	a := s.bpf.alloc
+	a.freeBuf = format.Free{Time: int64(le.Uint64(h[16:])), Pid: le.Uint32(h[4:]), Tid: le.Uint32(h[8:]), Addr: le.Uint64(h[24:])}
+	a.h.Free(&a.freeBuf)
 }
 
 // reportAllocLost reports sampled allocations the programs dropped.
