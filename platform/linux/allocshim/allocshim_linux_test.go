@@ -368,3 +368,48 @@ func TestRingFile(t *testing.T) {
 		t.Errorf("%s still there after Close (%v)", r.Path(), err)
 	}
 }
+
+// TestRingOtherPidNamespace: a process in another pid namespace than
+// the ring's recorder (here sampled.c run by unshare --pid --fork) would
+// write pids the recorder cannot place; it leaves the ring alone and
+// reports through the markers, which in the program add up to what it
+// allocated.
+func TestRingOtherPidNamespace(t *testing.T) {
+	testbuild.Need(t, "unshare", "runs the program in a new pid namespace (util-linux)")
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "unshare --pid needs root")
+	}
+	bin, so := sampledProgram(t)
+	ring, err := CreateRing(t.TempDir(), 64<<20, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	const rate = 128 << 10
+	cmd := exec.Command("unshare", "--pid", "--fork", bin)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+so, RateEnv+"="+strconv.Itoa(rate), RingEnv+"="+ring.Path())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unshare --pid --fork %s: %v\n%s", bin, err, out)
+	}
+	rr := &ringReader{t: t, ring: ring, rate: rate, stackBytes: 8192, procs: map[uint32]*ringProc{}}
+	rr.read()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("output %q, want a parent and a child line", out)
+	}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			t.Fatalf("line %q", l)
+		}
+		alloc, _ := strconv.ParseFloat(f[1], 64)
+		t.Logf("%s: %s samples through the markers, %.1f MiB allocated (want %.1f)", f[0], f[4], alloc/(1<<20), float64(sampledAlloc)/(1<<20))
+		if alloc < 0.85*sampledAlloc || alloc > 1.15*sampledAlloc {
+			t.Errorf("%s: the markers saw %.0f bytes allocated, want %d ±15%% (the rest went into the ring?)", f[0], alloc, sampledAlloc)
+		}
+	}
+	for pid, p := range rr.procs {
+		t.Logf("ring: pid %d, %d allocations (unshare itself)", pid, p.n)
+	}
+}

@@ -25,6 +25,9 @@ import (
 //	0    magic "RSAR" (0x52415352), version (1), u32 each
 //	8    size: bytes of records, a power of two, u64
 //	16   stack_bytes: stack copied per allocation, at most, u32
+//	24   pidns: the inode of the recorder's pid namespace, u64 (0:
+//	     unknown); a process in another writes no records (its pids
+//	     are not the recorder's) and takes the markers
 //	64   lock: the writing thread's id, 0 when free, u32
 //	128  head: bytes written (the writers'), u64
 //	192  tail: bytes read (the recorder's), u64
@@ -48,6 +51,7 @@ const (
 	ringVersion = 1
 	offSize     = 8
 	offStack    = 16
+	offPidNS    = 24
 	offHead     = 128
 	offTail     = 192
 	offSpilled  = 256
@@ -77,9 +81,10 @@ type Ring struct {
 
 // NewRing initializes the ring header in mem (RingHeader bytes then a
 // power of two of record bytes, at least 64 KiB, zeroed) for allocations
-// that copy up to stackBytes of stack, and returns the recorder's side
+// that copy up to stackBytes of stack, written by processes of pid
+// namespace pidNS (its inode; 0: any), and returns the recorder's side
 // of it. path is the file it maps, and done releases it (for Close).
-func NewRing(mem []byte, stackBytes int, path string, done func() error) (*Ring, error) {
+func NewRing(mem []byte, stackBytes int, pidNS uint64, path string, done func() error) (*Ring, error) {
 	if len(mem) <= RingHeader {
 		return nil, fmt.Errorf("allocation ring %s: %d bytes", path, len(mem))
 	}
@@ -93,6 +98,7 @@ func NewRing(mem []byte, stackBytes int, path string, done func() error) (*Ring,
 	le := binary.LittleEndian
 	le.PutUint64(mem[offSize:], size)
 	le.PutUint32(mem[offStack:], uint32(stackBytes))
+	le.PutUint64(mem[offPidNS:], pidNS)
 	le.PutUint32(mem[4:], ringVersion)
 	// The magic last: a sampler that maps the file early sees a whole
 	// header or none.

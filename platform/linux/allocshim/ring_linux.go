@@ -53,7 +53,7 @@ func CreateRing(dir string, bytes, stackBytes int) (*Ring, error) {
 		}
 		return err
 	}
-	r, err := NewRing(mem, stackBytes, path, done)
+	r, err := NewRing(mem, stackBytes, pidNamespace(), path, done)
 	if err != nil {
 		done()
 		return nil, err
@@ -83,4 +83,19 @@ func removeStaleRings(dir string) {
 			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
+}
+
+// pidNamespace returns the inode of this process's pid namespace
+// (/proc/self/ns/pid reads "pid:[4026531836]"), 0 if it cannot be read.
+func pidNamespace() uint64 {
+	l, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return 0
+	}
+	l = strings.TrimSuffix(strings.TrimPrefix(l, "pid:["), "]")
+	v, err := strconv.ParseUint(l, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }

@@ -10,7 +10,7 @@ import (
 // and whose head is head, as a sampler might have left it.
 func ringOf(t testing.TB, data []byte, head uint64) *Ring {
 	mem := make([]byte, RingHeader+minRingSize)
-	r, err := NewRing(mem, 8192, "fuzz.ring", nil)
+	r, err := NewRing(mem, 8192, 0, "fuzz.ring", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

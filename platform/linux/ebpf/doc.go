@@ -166,7 +166,8 @@
 // them all at its first sample (MADV_POPULATE_WRITE), not a fault per
 // page. The markers below serve what the ring cannot: frame-pointer
 // sessions (the BPF programs walk the frames), a process that cannot
-// open the ring file (run as another user), a thread whose stack the
+// open the ring file (run as another user) or runs in another pid
+// namespace (its pids are not the recorder's), a thread whose stack the
 // sampler does not know, and a record that finds the ring full or its
 // lock held 50 ms (by a stopped thread). A full ring means the recorder
 // has not kept up, starved of CPU by the program's threads: the trap

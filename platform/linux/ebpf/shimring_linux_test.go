@@ -61,7 +61,7 @@ func TestShimRingAllocs(t *testing.T) {
 	s := replayBPF(h, platform.UnwindDWARF, 7)
 	s.bpf.alloc = &allocState{h: h, rate: 512 << 10, pending: map[uint32]*allocCall{}}
 	mem := make([]byte, allocshim.RingHeader+1<<16)
-	r, err := allocshim.NewRing(mem, 8192, "test.ring", nil)
+	r, err := allocshim.NewRing(mem, 8192, 0, "test.ring", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -325,7 +325,8 @@ struct ring_hdr {
 	uint64_t size;        /* bytes of records: a power of 2 */
 	uint32_t stack_bytes; /* stack copied per allocation, at most */
 	uint32_t flags;
-	uint8_t pad0[40];
+	uint64_t pidns; /* the recorder's pid namespace (its inode), 0 unknown */
+	uint8_t pad0[32];
 	uint32_t lock; /* the holder's thread id, 0 when free */
 	uint8_t pad1[60];
 	uint64_t head;
@@ -366,6 +367,33 @@ static uint32_t tid(void)
 	return my_tid;
 }
 
+/* pidns returns the inode of this process's pid namespace, 0 if it
+ * cannot be read. */
+static uint64_t pidns(void)
+{
+	char b[64];
+	int saved = errno;
+	ssize_t n = readlink("/proc/self/ns/pid", b, sizeof(b) - 1);
+	errno = saved;
+	if (n <= 0)
+		return 0;
+	b[n] = 0;
+	uint64_t v = 0;
+	for (char *c = b; *c; c++)
+		if (*c >= '0' && *c <= '9')
+			v = v * 10 + (uint64_t)(*c - '0');
+	return v;
+}
+
+/* ring_ours says whether this process writes pids the recorder knows:
+ * it is in the recorder's pid namespace. A process in another (unshare
+ * -p, a container the command starts) would write its own namespace's
+ * pids; it takes the markers, where the BPF programs see the real ones. */
+static int ring_ours(struct ring_hdr *h)
+{
+	return h->pidns == 0 || h->pidns == pidns();
+}
+
 /* ring_open maps the ring file the recorder named, if any. */
 static void ring_open(void)
 {
@@ -386,6 +414,10 @@ static void ring_open(void)
 	uint64_t size = h->size;
 	if (h->magic != RING_MAGIC || h->version != RING_VERSION || size < 65536 || (size & (size - 1)) ||
 	    size != (uint64_t)st.st_size - RING_HDR || h->stack_bytes > RING_MAX_STACK) {
+		munmap(m, (size_t)st.st_size);
+		return;
+	}
+	if (!ring_ours(h)) {
 		munmap(m, (size_t)st.st_size);
 		return;
 	}
@@ -791,6 +823,8 @@ static void child_after_fork(void)
 	my_tid = 0;
 	my_pid = (uint32_t)getpid(); /* the ring, if any, is shared with the parent */
 	ring_mapped = 0;             /* but not its page tables */
+	if (ring && !ring_ours(ring))
+		ring = NULL; /* forked into a new pid namespace (unshare -p) */
 	memset(filter, 0, sizeof(filter));
 	tab = NULL;
 }
