@@ -50,6 +50,37 @@ func sampledProgram(t *testing.T) (bin, so string) {
 	return bin, so
 }
 
+// markerLine is a line of sampled.c's output: what its own markers were
+// told, unbiased, for one process.
+type markerLine struct {
+	who         string
+	alloc, live float64 // bytes allocated and kept
+	bad, n      int     // frees of blocks not reported, allocations
+}
+
+// markerLines parses sampled.c's output: a parent and a child line.
+func markerLines(t *testing.T, out []byte) []markerLine {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("output %q, want a parent and a child line", out)
+	}
+	var ms []markerLine
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			t.Fatalf("line %q", l)
+		}
+		m := markerLine{who: f[0]}
+		m.alloc, _ = strconv.ParseFloat(f[1], 64)
+		m.live, _ = strconv.ParseFloat(f[2], 64)
+		m.bad, _ = strconv.Atoi(f[3])
+		m.n, _ = strconv.Atoi(f[4])
+		ms = append(ms, m)
+	}
+	return ms
+}
+
 // TestSampling runs testdata/sampled.c under the sampler, with the
 // markers defined by the program: what they report, unbiased as the
 // recorder does, gives the bytes allocated and kept ±15%, in four
@@ -64,35 +95,19 @@ func TestSampling(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", bin, err, out)
 	}
-	// Each of 4 threads: 65536 blocks of 4 KiB, a fifth of them
-	// reallocated from 2 KiB (counted as both), an eighth kept, and an
-	// array of 8192 pointers kept.
-	const wantAlloc, wantLive = 4 * (65536*4096*11/10 + 8192*8), 4 * (8192*4096 + 8192*8)
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("output: %q, want a parent and a child line", out)
-	}
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) != 5 {
-			t.Fatalf("line %q", l)
-		}
-		alloc, _ := strconv.ParseFloat(f[1], 64)
-		live, _ := strconv.ParseFloat(f[2], 64)
-		bad, _ := strconv.Atoi(f[3])
-		n, _ := strconv.Atoi(f[4])
+	for _, m := range markerLines(t, out) {
 		t.Logf("%s: %d samples, allocated %.1f MiB (want %.1f), kept %.1f MiB (want %.1f), frees of unreported blocks %d",
-			f[0], n, alloc/(1<<20), float64(wantAlloc)/(1<<20), live/(1<<20), float64(wantLive)/(1<<20), bad)
+			m.who, m.n, m.alloc/(1<<20), float64(sampledAlloc)/(1<<20), m.live/(1<<20), float64(sampledLive)/(1<<20), m.bad)
 		for _, c := range []struct {
 			what      string
 			got, want float64
-		}{{"allocated", alloc, wantAlloc}, {"kept", live, wantLive}} {
+		}{{"allocated", m.alloc, sampledAlloc}, {"kept", m.live, sampledLive}} {
 			if c.got < 0.85*c.want || c.got > 1.15*c.want {
-				t.Errorf("%s: %s %.0f bytes, want %.0f ±15%%", f[0], c.what, c.got, c.want)
+				t.Errorf("%s: %s %.0f bytes, want %.0f ±15%%", m.who, c.what, c.got, c.want)
 			}
 		}
-		if bad != 0 {
-			t.Errorf("%s: %d frees reported of blocks never reported allocated", f[0], bad)
+		if m.bad != 0 {
+			t.Errorf("%s: %d frees reported of blocks never reported allocated", m.who, m.bad)
 		}
 	}
 }
@@ -207,9 +222,9 @@ func (rr *ringReader) read() {
 }
 
 // runRing runs sampled.c with a ring of ringBytes, read every
-// millisecond while it runs unless noRead, and returns the program's
-// output lines (its markers' figures) and the ring's reader.
-func runRing(t *testing.T, ringBytes int, noRead bool) ([]string, *ringReader) {
+// millisecond while it runs unless noRead, and returns what the
+// program's markers were told and the ring's reader.
+func runRing(t *testing.T, ringBytes int, noRead bool) ([]markerLine, *ringReader) {
 	bin, so := sampledProgram(t)
 	const rate, stackBytes = 128 << 10, 8192
 	ring, err := CreateRing(t.TempDir(), ringBytes, stackBytes)
@@ -240,11 +255,7 @@ func runRing(t *testing.T, ringBytes int, noRead bool) ([]string, *ringReader) {
 			rr.read()
 		}
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("output %q, want a parent and a child line", out.String())
-	}
-	return lines, rr
+	return markerLines(t, out.Bytes()), rr
 }
 
 // sampledWant is what each process of sampled.c allocates and keeps:
@@ -266,9 +277,9 @@ func TestRing(t *testing.T) {
 	if sp, ls := rr.ring.Counts(); sp != 0 || ls != 0 {
 		t.Errorf("%d records sent to the markers, %d allocations lost (set full)", sp, ls)
 	}
-	for _, l := range lines {
-		if f := strings.Fields(l); len(f) != 5 || f[4] != "0" {
-			t.Errorf("%q: the program's markers were called with the ring there", l)
+	for _, m := range lines {
+		if m.n != 0 {
+			t.Errorf("%s: the program's markers were told of %d allocations with the ring there", m.who, m.n)
 		}
 	}
 	if len(rr.procs) != 2 {
@@ -306,17 +317,10 @@ func TestRingSpill(t *testing.T) {
 	}
 	var markerN, bad int
 	var markerAlloc float64
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) != 5 {
-			t.Fatalf("line %q", l)
-		}
-		a, _ := strconv.ParseFloat(f[1], 64)
-		b, _ := strconv.Atoi(f[3])
-		n, _ := strconv.Atoi(f[4])
-		markerAlloc += a
-		markerN += n
-		bad += b
+	for _, m := range lines {
+		markerAlloc += m.alloc
+		markerN += m.n
+		bad += m.bad
 	}
 	total := ringAlloc + markerAlloc
 	t.Logf("%d allocations in the ring (%.1f MiB), %d through the markers (%.1f MiB), %d records spilled; %.1f MiB allocated in all, want %.1f",
@@ -394,19 +398,10 @@ func TestRingOtherPidNamespace(t *testing.T) {
 	}
 	rr := &ringReader{t: t, ring: ring, rate: rate, stackBytes: 8192, procs: map[uint32]*ringProc{}}
 	rr.read()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("output %q, want a parent and a child line", out)
-	}
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) != 5 {
-			t.Fatalf("line %q", l)
-		}
-		alloc, _ := strconv.ParseFloat(f[1], 64)
-		t.Logf("%s: %s samples through the markers, %.1f MiB allocated (want %.1f)", f[0], f[4], alloc/(1<<20), float64(sampledAlloc)/(1<<20))
-		if alloc < 0.85*sampledAlloc || alloc > 1.15*sampledAlloc {
-			t.Errorf("%s: the markers saw %.0f bytes allocated, want %d ±15%% (the rest went into the ring?)", f[0], alloc, sampledAlloc)
+	for _, m := range markerLines(t, out) {
+		t.Logf("%s: %d samples through the markers, %.1f MiB allocated (want %.1f)", m.who, m.n, m.alloc/(1<<20), float64(sampledAlloc)/(1<<20))
+		if m.alloc < 0.85*sampledAlloc || m.alloc > 1.15*sampledAlloc {
+			t.Errorf("%s: the markers saw %.0f bytes allocated, want %d ±15%% (the rest went into the ring?)", m.who, m.alloc, sampledAlloc)
 		}
 	}
 	for pid, p := range rr.procs {
