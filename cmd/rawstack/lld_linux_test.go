@@ -76,30 +76,10 @@ func TestRecordDWARFLLD(t *testing.T) {
 			if code := run(args, &stdout, &stderr); code != 0 {
 				t.Fatalf("%q exited %d: %s", args, code, stderr.String())
 			}
-			folded := filepath.Join(dir, "t.folded")
-			stderr.Reset()
-			if code := run([]string{"convert", out, "--to", "folded", "--no-debuginfod", "-o", folded}, &stdout, &stderr); code != 0 {
-				t.Fatalf("convert exited %d: %s", code, stderr.String())
-			}
-			b, err := os.ReadFile(folded)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var all, chain int
-			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-				sp := strings.LastIndexByte(line, ' ')
-				n, err := strconv.Atoi(line[sp+1:])
-				if err != nil {
-					t.Fatalf("folded line %q", line)
-				}
-				all += n
-				if strings.Contains(line[:sp], ";main;lib_a;lib_b;lib_c") {
-					chain += n
-				}
-			}
-			t.Logf("%d of %d samples hold main;lib_a;lib_b;lib_c", chain, all)
-			if all < 100 || float64(chain) < 0.95*float64(all) {
-				t.Errorf("%d of %d samples hold main;lib_a;lib_b;lib_c, want ≥ 95%%:\n%s", chain, all, b)
+			share, all := foldedShare(t, out, ";main;lib_a;lib_b;lib_c")
+			t.Logf("%.1f%% of %d samples hold main;lib_a;lib_b;lib_c", 100*share, all)
+			if all < 100 || share < 0.95 {
+				t.Errorf("%.1f%% of %d samples hold main;lib_a;lib_b;lib_c, want ≥ 95%%", 100*share, all)
 			}
 		})
 	}

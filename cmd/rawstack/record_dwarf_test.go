@@ -2,11 +2,8 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
@@ -35,30 +32,10 @@ func TestRecordDWARF(t *testing.T) {
 		if code := run(args, &stdout, &stderr); code != 0 {
 			t.Fatalf("%q exited %d: %s", args, code, stderr.String())
 		}
-		folded := filepath.Join(dir, "t.folded")
-		stderr.Reset()
-		if code := run([]string{"convert", out, "--to", "folded", "--no-debuginfod", "-o", folded}, &stdout, &stderr); code != 0 {
-			t.Fatalf("convert exited %d: %s", code, stderr.String())
-		}
-		b, err := os.ReadFile(folded)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var all, chain int
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			sp := strings.LastIndexByte(line, ' ')
-			n, err := strconv.Atoi(line[sp+1:])
-			if err != nil {
-				t.Fatalf("folded line %q", line)
-			}
-			all += n
-			if strings.Contains(line[:sp], ";main;a;b;c;d;e;leaf") {
-				chain += n
-			}
-		}
-		t.Logf("%q: %d of %d samples hold main;a;b;c;d;e;leaf", extra, chain, all)
-		if all < 100 || float64(chain) < 0.95*float64(all) {
-			t.Errorf("%q: %d of %d samples hold main;a;b;c;d;e;leaf, want ≥ 95%%", extra, chain, all)
+		share, all := foldedShare(t, out, ";main;a;b;c;d;e;leaf")
+		t.Logf("%q: %.1f%% of %d samples hold main;a;b;c;d;e;leaf", extra, 100*share, all)
+		if all < 100 || share < 0.95 {
+			t.Errorf("%q: %.1f%% of %d samples hold main;a;b;c;d;e;leaf, want ≥ 95%%", extra, 100*share, all)
 		}
 	}
 }
