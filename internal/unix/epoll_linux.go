@@ -86,3 +86,15 @@ func (w *Waiter) Wait(timeout time.Duration) error {
 
 // Close releases the epoll instance (not the watched descriptors).
 func (w *Waiter) Close() error { return w.f.Close() }
+
+// NewWake returns an eventfd (non-blocking, close-on-exec) for Wake: in
+// a Waiter's set or a poll(2) list, it makes the wait return at once.
+func NewWake() (int, error) {
+	return unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+}
+
+// Wake makes fd, an eventfd of NewWake, readable until it is read.
+func Wake(fd int) {
+	one := [8]byte{1}
+	unix.Write(fd, one[:])
+}

@@ -35,6 +35,11 @@ const (
 	// twice what is live before collecting, which for a daemon whose
 	// budget is 64 MiB for both processes is most of it.
 	agentGCPercent = 50
+	// agentFlush is how long the agent's events wait before they go to
+	// its OTLP companion (tracer.Options.FlushInterval; record's is 200
+	// ms): every write wakes both processes, and a batch leaves every
+	// 10 s anyway.
+	agentFlush = time.Second
 )
 
 // agentFlag says whether record's flag name is one agent takes too; the

@@ -169,8 +169,12 @@ func flagOf(field string) string {
 // Options returns the tracer options the flags give (without streams or
 // a command).
 func (f *Flags) Options(be platform.Backend, mode platform.UnwindMode) tracer.Options {
-	return tracer.Options{Frequency: f.Hz, Pid: f.Pid, NoKernel: f.NoKernel,
+	o := tracer.Options{Frequency: f.Hz, Pid: f.Pid, NoKernel: f.NoKernel,
 		Unwind: mode, StackSize: f.StackSize, KeepRaw: f.KeepRaw, NoJIT: f.NoJIT, JITCodeBytes: f.JITCode,
 		Backend: be, System: f.System, OffCPU: f.OffCPU, Goroutines: f.Goroutines,
 		Alloc: f.Alloc, AllocRate: f.AllocRate, NoPython: f.NoPython}
+	if f.agent {
+		o.FlushInterval = agentFlush
+	}
+	return o
 }

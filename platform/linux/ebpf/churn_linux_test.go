@@ -64,7 +64,7 @@ func TestWholeHostChurnState(t *testing.T) {
 	st := s.Stats()
 	sz := s.StateSizes()
 	live := liveProcesses(t)
-	t.Logf("%d processes run, %d samples; afterwards %d processes alive, state %+v", ran, st.Samples, live, sz)
+	t.Logf("%d processes run, %d samples; afterwards %d processes alive, state %+v; stats %+v", ran, st.Samples, live, sz, st)
 	if ran < n*9/10 {
 		t.Fatalf("only %d of %d processes ran", ran, n)
 	}

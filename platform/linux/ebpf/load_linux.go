@@ -118,6 +118,7 @@ func load(spec bpfSpec) (*programs, error) {
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
 		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate), "python": b2u(spec.Python),
+		"wake_new": b2u(spec.WakeNew),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)
@@ -125,6 +126,10 @@ func load(spec bpfSpec) (*programs, error) {
 	}
 	if !spec.OffCPU {
 		delete(cs.Programs, "on_switch")
+	}
+	if !spec.WakeNew {
+		cs.Maps["seen"].MaxEntries = 1
+		delete(cs.Programs, "on_exec")
 	}
 	p := &programs{spec: spec}
 	p.coll, err = ebpf.NewCollection(cs)
@@ -138,7 +143,11 @@ func load(spec bpfSpec) (*programs, error) {
 		return nil, err
 	}
 	// Fork tracking first, so that no child of a target escapes.
-	for _, name := range []string{"on_fork", "on_exit"} {
+	names := []string{"on_fork", "on_exit"}
+	if spec.WakeNew {
+		names = append(names, "on_exec")
+	}
+	for _, name := range names {
 		if err := p.attach(name); err != nil {
 			p.Close()
 			return nil, err

@@ -13,7 +13,9 @@ type bpfSpec struct {
 	// wait in the ring buffer (0: on the first record after each read);
 	// the reader then reads on a timer too.
 	WakeupBytes int
-	OffCPU      bool // load the sched_switch program
+	// WakeNew: the first sample of each process wakes the reader too.
+	WakeNew bool
+	OffCPU  bool // load the sched_switch program
 	// AllocRate, when not 0, loads the allocator programs, sampling one
 	// allocated byte in AllocRate on average.
 	AllocRate int

@@ -58,6 +58,12 @@ type Tracker struct {
 	waiter   *sys.Waiter
 	nWaited  int  // polls added to waiter
 	noWaiter bool // no epoll: poll(2)
+	// wake, an eventfd in Polls, ends Run's wait when its context is
+	// done or the launched command has been reaped, whatever
+	// PollInterval says (wakeFD makes it, Close closes it; -1: none).
+	wakeMu   sync.Mutex
+	wake     int
+	wakeMade bool
 
 	rec    record
 	Live   []*Ring // a ReadAll's working set
@@ -192,6 +198,7 @@ func (s *Tracker) Launch(cmd *exec.Cmd, attach, closeSession func() error) error
 		s.exitErr = cmd.Wait()
 		s.exitAt = sys.Monotonic()
 		close(s.waited)
+		s.signalWake()
 	}()
 	return nil
 }
@@ -535,6 +542,10 @@ func kernelModule() (format.ModuleLoad, bool) {
 func (s *Tracker) Run(ctx context.Context, readAll func()) error {
 	lastCheck := time.Now()
 	defer s.closeWaiter()
+	if wake := s.wakeFD(); wake >= 0 {
+		s.Polls = append(s.Polls, sys.PollFd{Fd: int32(wake), Events: sys.POLLIN})
+		defer context.AfterFunc(ctx, s.signalWake)()
+	}
 	for {
 		// Read at each wait: readAll may change it (how full a ring
 		// that wakes nobody is).
@@ -569,6 +580,33 @@ func (s *Tracker) Run(ctx context.Context, readAll func()) error {
 				return nil
 			}
 		}
+	}
+}
+
+// wakeFD returns the eventfd that ends Run's wait early, made on first
+// use; -1 when it cannot be made (the wait then ends on its timeout) or
+// the Tracker is closed.
+func (s *Tracker) wakeFD() int {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	if !s.wakeMade {
+		s.wakeMade = true
+		fd, err := sys.NewWake()
+		if err != nil {
+			fd = -1
+		}
+		s.wake = fd
+	}
+	return s.wake
+}
+
+// signalWake ends Run's current or next wait. Safe from any goroutine,
+// before or after Close.
+func (s *Tracker) signalWake() {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	if s.wakeMade && s.wake >= 0 {
+		sys.Wake(s.wake)
 	}
 }
 
@@ -709,6 +747,10 @@ func (s *Tracker) dispatch(r *record) {
 			}
 		}
 		if ps != nil && ps.leaderGone && ps.live <= 0 || ps == nil && r.Pid == r.Tid {
+			// Samples taken in do_exit come after this record, while the
+			// process may still be a zombie in /proc: EnsureProcess must
+			// not report it again (state no EXIT would remove).
+			s.markGone(r.Pid)
 			s.jit.Exit(r.Pid)
 			if ps != nil {
 				for _, m := range ps.modules {
@@ -899,6 +941,12 @@ func (s *Tracker) Close() error {
 		}
 		s.FDs, s.Rings, s.Polls = nil, nil, nil
 		s.jit.Close()
+		s.wakeMu.Lock()
+		if s.wakeMade && s.wake >= 0 {
+			sys.Close(s.wake)
+		}
+		s.wakeMade, s.wake = true, -1
+		s.wakeMu.Unlock()
 	})
 	return nil
 }
@@ -984,8 +1032,14 @@ func (s *Tracker) EnsureProcess(pid uint32, t int64) {
 		return
 	}
 	// Gone (samples taken in do_exit come after the process's EXIT
-	// record): no EXIT will come to forget it, so it is kept aside, in a
-	// set that is emptied when full.
+	// record): no EXIT will come to forget it.
+	s.markGone(pid)
+}
+
+// markGone remembers that pid has exited, in a set that is emptied when
+// full (its entries matter for the moments after an exit) and that a
+// FORK of the pid's next process leaves.
+func (s *Tracker) markGone(pid uint32) {
 	if s.gone == nil || len(s.gone) >= maxGone {
 		s.gone = map[uint32]bool{}
 	}

@@ -71,6 +71,11 @@ const volatile __u64 wakeup_bytes = 0;
 const volatile __u64 alloc_rate = 0;
 /* Read CPython threads' Python frames at the sample (py_procs). */
 const volatile __u32 python = 0;
+/* Wake the reader at the first sample of a process it has not been woken
+ * for (seen), whatever wakeup_bytes says: a whole-host recorder reads the
+ * ring about once a second, and reads a new process's attributes from
+ * /proc at its first sample, which must come before the process exits. */
+const volatile __u32 wake_new = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -205,6 +210,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_thread);
 } py_threads SEC(".maps");
+
+/* Processes whose first sample woke the reader (wake_new). An entry goes
+ * when its process exits; one evicted costs one more wakeup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} seen SEC(".maps");
 
 /* Bytes left until the next sampled byte, per CPU (0: draw one). */
 struct {
@@ -504,7 +518,16 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 		off += py_read(s, h, off);
 	if (off > SCRATCH)
 		off = SCRATCH;
-	if (bpf_ringbuf_output(&events, s->buf, off, wakeup(off)) != 0)
+	__u64 flags = wakeup(off);
+	if (wake_new && kind == RS_CPU) {
+		__u32 tgid = id >> 32;
+		if (!bpf_map_lookup_elem(&seen, &tgid)) {
+			__u8 one = 1;
+			bpf_map_update_elem(&seen, &tgid, &one, BPF_ANY);
+			flags = BPF_RB_FORCE_WAKEUP;
+		}
+	}
+	if (bpf_ringbuf_output(&events, s->buf, off, flags) != 0)
 		count_lost(LOST_RING);
 	return 0;
 }
@@ -890,6 +913,19 @@ int BPF_PROG(on_exit, struct task_struct *task)
 	bpf_map_delete_elem(&offstart, &tid);
 	if (tid == tgid && !all_procs)
 		bpf_map_delete_elem(&targets, &tgid);
+	if (tid == tgid && wake_new)
+		bpf_map_delete_elem(&seen, &tgid);
+	return 0;
+}
+
+/* An exec makes the process a new program, whose attributes the reader
+ * reads again: its next sample wakes the reader as a first one does
+ * (wake_new; attached only then). */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, __s32 old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = p->tgid;
+	bpf_map_delete_elem(&seen, &tgid);
 	return 0;
 }
 
