@@ -67,6 +67,7 @@ type bpfState struct {
 	pendingTime uint64 // its time for merging
 	lost        uint64 // BPF-side drops reported so far: ring buffer full
 	lostOff     uint64 // and off-CPU start map full
+	lostAt      int64  // when ReadAll last read the counts (Monotonic)
 	ringBytes   uint64 // BPF ring buffer bytes read (records without their 8-byte headers)
 
 	// Off CPU: the unwound stack of each thread that left the CPU,
@@ -230,7 +231,13 @@ const hostReadInterval = time.Second
 
 // Run reads the rings and reports events until ctx is done or the target
 // is gone, then reads what is left and returns.
-func (s *Session) Run(ctx context.Context) error { return s.Tracker.Run(ctx, s.ReadAll) }
+func (s *Session) Run(ctx context.Context) error {
+	err := s.Tracker.Run(ctx, s.ReadAll)
+	if s.bpf.progs != nil {
+		s.reportBPFLost()
+	}
+	return err
+}
 
 // Close stops sampling and releases the programs, events and rings.
 func (s *Session) Close() error {
@@ -473,10 +480,18 @@ func (s *Session) ReadAll() {
 		live = s.Advance(live, best)
 	}
 	s.Live = live
-	// Once per read (reads come in batches, at most every few tens of
-	// milliseconds), so that the last read of a session reports them too.
-	s.reportBPFLost()
+	// A map lookup per CPU: every lostReadInterval at most (a whole-host
+	// session reads at each new process's first sample); Run reports
+	// them once more at the end.
+	if now := sys.Monotonic(); now-b.lostAt >= int64(lostReadInterval) {
+		b.lostAt = now
+		s.reportBPFLost()
+	}
 }
+
+// lostReadInterval is how often ReadAll reads the BPF programs' drop
+// counters.
+const lostReadInterval = time.Second
 
 // next reads the BPF ring's next record into b.rec.
 func (b *bpfState) next() {

@@ -704,6 +704,7 @@ func (s *Tracker) dispatch(r *record) {
 				s.h.ThreadStart(&format.ThreadStart{Time: t, Pid: r.Pid, Tid: r.Tid})
 			}
 			if parent != nil {
+				ps.modules = make([]liveModule, 0, len(parent.modules))
 				for _, m := range parent.modules {
 					s.copyModule(t, r.Ppid, r.Pid, m)
 				}
