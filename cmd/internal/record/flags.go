@@ -175,6 +175,9 @@ func (f *Flags) Options(be platform.Backend, mode platform.UnwindMode) tracer.Op
 		Alloc: f.Alloc, AllocRate: f.AllocRate, NoPython: f.NoPython}
 	if f.agent {
 		o.FlushInterval = agentFlush
+		if iv := f.otlp.interval; iv > 0 && iv < agentFlush {
+			o.FlushInterval = iv
+		}
 	}
 	return o
 }

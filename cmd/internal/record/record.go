@@ -181,8 +181,14 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 // wait runs until the recording ends: the tracer is done (the command
 // exited, the duration ended), or interrupts stopped it.
 func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, sinkGone <-chan struct{}, cancel func(), p *progress, start time.Time) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	// The progress line's ticker, when there is a line: a daemon's
+	// (the agent's) every wakeup costs CPU time.
+	var tickC <-chan time.Time
+	if !p.off {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		tickC = tick.C
+	}
 	defer p.clear()
 	interrupted := 0
 	var killTimer <-chan time.Time
@@ -193,7 +199,7 @@ func wait(t *tracer.Tracer, cmd *exec.Cmd, sigs <-chan os.Signal, sinkGone <-cha
 		case <-sinkGone:
 			sinkGone = nil
 			cancel()
-		case <-tick.C:
+		case <-tickC:
 			p.update(t, time.Since(start))
 		case <-sigs:
 			interrupted++
