@@ -30,7 +30,9 @@ import (
 // minute (7 s with -short); its peak RSS (the sum of the tree's peaks);
 // and its RSS growth after the first minute: the resident set at the end
 // minus the one then, which stays near zero when nothing grows with the
-// processes seen.
+// processes seen. Beside each agent cell runs the floor: a Go program that
+// only wakes once a second (benchmarks/testdata/wakefloor), what any Go
+// daemon pays before it does anything.
 func init() {
 	register(&scenario{name: "agent", order: 220, run: runAgentScenario})
 }
@@ -53,6 +55,15 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	rawstack, err := buildCompanions(cfg, "rawstack-ebpf", "rawstack-otlp")
 	if err != nil {
 		return nil, err
+	}
+	// The floor (benchmarks/testdata/wakefloor): a Go program that only
+	// wakes once a second, run beside each agent cell with one P, as the
+	// agent's two processes run.
+	floor := filepath.Join(cfg.work, "wakefloor")
+	b := exec.Command("go", "build", "-o", floor, "github.com/rawstack/rawstack/benchmarks/testdata/wakefloor")
+	b.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := b.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build wakefloor: %v\n%s", err, out)
 	}
 	perf, perfErr := exec.LookPath("perf")
 	d, early := 10*time.Minute, time.Minute
@@ -107,10 +118,24 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	var rows []row
 	start := time.Now()
 	for _, hz := range hzs {
-		// rawstack-ebpf, as the service unit runs it (deploy/).
+		// rawstack-ebpf, as the service unit runs it (deploy/), and the
+		// floor beside it.
+		var fl agentRun
+		var flErr error
+		flDone := make(chan struct{})
+		go func() {
+			defer close(flDone)
+			c := exec.Command(floor)
+			c.Env = append(os.Environ(), "GOMAXPROCS=1")
+			fl, flErr = runFor(c, d, early, syscall.SIGTERM)
+		}()
 		agent, err := runFor(exec.Command(filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "agent", "--otlp-endpoint", ep.addr, "-F", hz), d, early, syscall.SIGTERM)
+		<-flDone
 		if err != nil {
 			return nil, fmt.Errorf("agent -F %s: %w", hz, err)
+		}
+		if flErr != nil {
+			return nil, fmt.Errorf("wakefloor: %w", flErr)
 		}
 		var pr agentRun
 		peer := ""
@@ -149,6 +174,10 @@ func runAgentScenario(cfg *config) ([]row, error) {
 			metric("peak RSS (MiB)", agent.peakMiB, pr.peakMiB, "target: <= 64 MiB"),
 			metric(fmt.Sprintf("RSS growth after %v (MiB)", early), agent.late-agent.earlyMiB, pr.late-pr.earlyMiB, "target: ~0 (flat)"),
 			row{Scenario: "agent", Metric: "samples at " + hz + " Hz", Rawstack: agent.samples, Peer: peer, PeerVal: pr.samples, Better: "higher"},
+			row{Scenario: "agent", Metric: "floor: CPU (ms per minute, start-up and exit included) of a Go process that only wakes once a second, beside the " + hz + " Hz agent",
+				Rawstack: fl.cpuMs / fl.minutes, Better: "lower", Note: "benchmarks/testdata/wakefloor, GOMAXPROCS=1; the agent is two Go processes"},
+			row{Scenario: "agent", Metric: fmt.Sprintf("floor: CPU after %v (ms per minute), the same process", early),
+				Rawstack: fl.steadyMs / steady, Better: "lower", Note: "perf's CPU after its first minute is below it"},
 		)
 	}
 	min := time.Since(start).Minutes()
