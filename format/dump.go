@@ -94,6 +94,9 @@ func DumpEvent(ev *Event) string {
 		if e.Python != 0 {
 			s += fmt.Sprintf(" python=%d", e.Python)
 		}
+		if e.Chain != 0 {
+			s += fmt.Sprintf(" chain=%d", e.Chain)
+		}
 		return s
 	case KindSpanBegin:
 		e := ev.SpanBegin

@@ -372,6 +372,11 @@ type RawStack struct {
 	// Python is the interned PyStack of the thread's Python frames, 0 for
 	// none (SPEC.md §6.11, appended with PyStack).
 	Python uint64
+	// Chain is an interned Stack holding the frame-pointer walk of the
+	// user stack made at the sample (the kernel's user callchain), 0 for
+	// none: an unwinder goes on with it where the stack copy ends
+	// (SPEC.md §6.11, appended after Python).
+	Chain uint64
 }
 
 // SpanBegin opens span ID on thread Tid. Name is an interned String id.

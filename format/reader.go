@@ -472,9 +472,12 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		s.Regs = regs
 		s.StackAddr = d.uv()
 		s.Data = d.bytes()
-		s.Python = 0
+		s.Python, s.Chain = 0, 0
 		if len(d.b) > 0 { // appended with PyStack, optional
 			s.Python = d.uv()
+		}
+		if len(d.b) > 0 { // appended with the frame-pointer chain, optional
+			s.Chain = d.uv()
 		}
 	case KindSpanBegin:
 		s := &ev.SpanBegin

@@ -505,8 +505,11 @@ func (w *Writer) WriteRawStack(e *RawStack) error {
 	}
 	w.uv(e.StackAddr)
 	w.bytesField(e.Data)
-	if e.Python != 0 { // optional: absent means 0
+	if e.Python != 0 || e.Chain != 0 { // optional: absent means 0
 		w.uv(e.Python)
+	}
+	if e.Chain != 0 {
+		w.uv(e.Chain)
 	}
 	return w.end(lp)
 }
