@@ -282,6 +282,11 @@ type Sample struct {
 	Regs      []uint64
 	StackAddr uint64
 	Stack     []byte
+	// Chain, with Stack, is the frame-pointer walk of the user stack the
+	// kernel made at the sample (its user callchain, leaf first), or nil:
+	// the offline unwinder goes on with it where the copy ends
+	// (arch.Unwinder.Chain), as across a Go stack switch.
+	Chain []uint64
 	// Goroutine is the Go goroutine id the thread ran (Config.Goroutines;
 	// 0: unknown or not Go); LabelSet its pprof labels' set id (0: none),
 	// numbered by the back end from 1; NewLabels, set on the first sample

@@ -88,9 +88,13 @@ func (h *handler) Sample(s *platform.Sample) {
 		py = t.python.intern(t.w, s.NewPyCodes, s.Python, s.PyGIL)
 	}
 	if s.Stack != nil {
+		var chain uint64
+		if len(s.Chain) > 0 {
+			chain = t.internStack(s.Chain)
+		}
 		t.inChunk++
 		t.w.WriteRawStack(&format.RawStack{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Flags: s.Flags,
-			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs), Python: py})
+			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs), Python: py, Chain: chain})
 		t.mu.Unlock()
 		return
 	}

@@ -599,6 +599,7 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	}
 	r.PCs = pcs
 	r.Kernel = nk > 0
+	r.UserAt = nk
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
 	if flags&bpfFlagRegs != 0 && r.NUserRegs == bpfNRegs {
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64

@@ -818,6 +818,7 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		sm.Weight = uint64(time.Second) / uint64(s.cfg.Frequency)
 	}
 	sm.Flags = flags
+	sm.Chain = nil
 	if r.Kernel {
 		sm.Flags |= format.SampleKernel
 	}
