@@ -39,6 +39,9 @@ import (
 // (sigtramp, on the gsignal stack): the kernel's signal frame lies above
 // it as above glibc's __restore_rt, which its CFI says and Go's does not.
 
+// Go reports whether t is a Go binary's, with the Go part described above.
+func (t *Table) Go() bool { return t != nil && t.gort != nil }
+
 // goRuntime is a Go binary's part of a table, in link-time addresses.
 type goRuntime struct {
 	text     [2]uint64   // Go's code: the pclntab's functions

@@ -422,7 +422,7 @@ func (uw *Unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		if uf.table == nil {
 			uf.release()
 		}
-		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
+		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) && !uf.table.Go() {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
 		return uf
