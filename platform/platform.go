@@ -298,6 +298,12 @@ type Sample struct {
 	// PyGIL says whether the thread held its interpreter's GIL when its
 	// Python frames were read.
 	PyGIL format.PyGIL
+	// JIT holds the frames a JIT runtime's reader (V8) named in the
+	// thread's native stack, leaf first (none with Config.NoJIT);
+	// NewJITFuncs the functions they refer to that no earlier sample
+	// did, with ids numbered by the back end from 1.
+	JIT         []format.JITFrame
+	NewJITFuncs []format.JITFunc
 }
 
 // Handler receives a back end's events, in order, from one goroutine.
