@@ -359,6 +359,14 @@ type Stats struct {
 	// recorder drained it.
 	PythonAtSample uint64
 
+	// JITSamples counts the samples given frames named from a JIT
+	// runtime's own metadata (V8), JITCut the frames such a reader left
+	// anonymous because a check failed (memory that moved, a type or
+	// layout that did not match); JITWarning names the runtimes found
+	// but not read (an unknown version), "" if none.
+	JITSamples, JITCut uint64
+	JITWarning         string
+
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.
 	AllocMode string
