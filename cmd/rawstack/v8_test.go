@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform/linux"
 )
 
 // The V8 tests record node with no flag and name its JavaScript frames
@@ -216,23 +218,35 @@ func TestJITNodeNoFlag(t *testing.T) {
 	needPerfEvents(t)
 	node := needNode(t, "the V8 test records node")
 	dir := jitAppDir(t, "shop.js")
-	trace, _ := jitRecord(t, dir, nil, node, "shop.js", shopRounds)
-	st := shopShares(t, trace, dir)
-	t.Log(st)
-	checkShop(t, st)
 	theirs, theirLines, n := cpuProfShares(t, node, dir)
-	t.Logf("--cpu-prof: %v of %d samples in shop.js, by line %v; rawstack by line %v", theirs, n, theirLines, st.lines)
-	for _, fn := range []string{"mix", "total", "handle", "(anonymous)"} {
-		ours := float64(st.leaf[fn]) / float64(st.inScript)
-		if tol := shareTolerance(ours, int(st.inScript), theirs[fn], n); math.Abs(ours-theirs[fn]) > tol {
-			t.Errorf("%s: %.3f of rawstack's samples in shop.js, %.3f of --cpu-prof's (tolerance %.3f)", fn, ours, theirs[fn], tol)
-		}
-	}
-	for line := 1; line <= 24; line++ {
-		ours := float64(st.lines[line]) / float64(st.inScript)
-		if tol := shareTolerance(ours, int(st.inScript), theirLines[line], n); math.Abs(ours-theirLines[line]) > tol {
-			t.Errorf("shop.js:%d: %.3f of rawstack's samples in shop.js, %.3f of --cpu-prof's (tolerance %.3f)", line, ours, theirLines[line], tol)
-		}
+	t.Logf("--cpu-prof: %v of %d samples in shop.js, by line %v", theirs, n, theirLines)
+	for _, mode := range []string{"auto", "dwarf", "keep-raw", "ebpf"} {
+		t.Run(mode, func(t *testing.T) {
+			flags := []string{"--unwind", mode}
+			switch mode {
+			case "keep-raw": // RawStack events, unwound at convert time
+				flags = []string{"--unwind", "dwarf", "--keep-raw"}
+			case "ebpf":
+				testbuild.Feature(t, linux.ProbeBPF())
+				flags = []string{"--backend", "ebpf"}
+			}
+			trace, _ := jitRecord(t, dir, flags, node, "shop.js", shopRounds)
+			st := shopShares(t, trace, dir)
+			t.Logf("%v; by line %v", st, st.lines)
+			checkShop(t, st)
+			for _, fn := range []string{"mix", "total", "handle", "(anonymous)"} {
+				ours := float64(st.leaf[fn]) / float64(st.inScript)
+				if tol := shareTolerance(ours, int(st.inScript), theirs[fn], n); math.Abs(ours-theirs[fn]) > tol {
+					t.Errorf("%s: %.3f of rawstack's samples in shop.js, %.3f of --cpu-prof's (tolerance %.3f)", fn, ours, theirs[fn], tol)
+				}
+			}
+			for line := 1; line <= 24; line++ {
+				ours := float64(st.lines[line]) / float64(st.inScript)
+				if tol := shareTolerance(ours, int(st.inScript), theirLines[line], n); math.Abs(ours-theirLines[line]) > tol {
+					t.Errorf("shop.js:%d: %.3f of rawstack's samples in shop.js, %.3f of --cpu-prof's (tolerance %.3f)", line, ours, theirLines[line], tol)
+				}
+			}
+		})
 	}
 }
 
