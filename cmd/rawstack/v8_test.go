@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
@@ -374,4 +377,78 @@ func mapFunction(name string) string {
 		fn = "(anonymous)"
 	}
 	return fn + " " + file
+}
+
+// TestSnapshotNode snapshots node blocked three JavaScript calls deep (in
+// Atomics.wait, under libc's futex wait, which keeps no frame pointer):
+// the main thread's JavaScript frames must be those V8's own Error.stack
+// printed at the same line, function for function, line for line.
+func TestSnapshotNode(t *testing.T) {
+	node := needNode(t, "the V8 snapshot test runs node")
+	dir := jitAppDir(t, "wait.js")
+	cmd := exec.Command(node, "wait.js")
+	cmd.Dir = dir
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// V8's stack: "    at c (/dir/wait.js:5:37)", "    at node:internal/main/run_main_module:28:49".
+	var want []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "Error" {
+			continue
+		}
+		at, ok := strings.CutPrefix(line, "at ")
+		if !ok {
+			break
+		}
+		if i := strings.LastIndexByte(at, '('); i >= 0 {
+			at = strings.TrimSuffix(at[i+1:], ")")
+		}
+		at = at[:strings.LastIndexByte(at, ':')] // drop the column
+		want = append(want, at)
+		if strings.Contains(at, "run_main_module") {
+			break
+		}
+	}
+	if len(want) < 5 {
+		t.Fatalf("node printed no stack: %v", want)
+	}
+	time.Sleep(100 * time.Millisecond) // from printing into Atomics.wait
+	var stdout, stderr strings.Builder
+	if code := run([]string{"snapshot", "-p", strconv.Itoa(cmd.Process.Pid)}, &stdout, &stderr); code != 0 {
+		t.Fatalf("snapshot: %s", stderr.String())
+	}
+	// The main thread's frames: "#7  0x00000000018cfd1c c (/dir/wait.js:5)".
+	var got, names []string
+	main := false
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.HasPrefix(line, "TID ") {
+			main = line == "TID "+strconv.Itoa(cmd.Process.Pid)+":"
+			continue
+		}
+		f := strings.Fields(line)
+		if !main || len(f) < 4 || !strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[len(f)-1], "(") {
+			continue
+		}
+		loc := strings.TrimSuffix(strings.TrimPrefix(f[len(f)-1], "("), ")")
+		if !strings.Contains(loc, "wait.js:") && !strings.HasPrefix(loc, "node:") {
+			continue
+		}
+		got = append(got, loc)
+		names = append(names, f[2])
+	}
+	t.Logf("Error.stack: %v\nsnapshot: %v %v", want, got, names)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("snapshot's JavaScript frames %v, V8's Error.stack %v\n%s", got, want, stdout.String())
+	}
+	if len(names) < 4 || strings.Join(names[:4], " ") != "c b a (anonymous)" {
+		t.Errorf("snapshot names the script's frames %v, want c b a (anonymous)", names)
+	}
 }

@@ -873,10 +873,13 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		s.pyCut.Store(s.py.Cut())
 	}
 	sm.JIT, sm.NewJITFuncs = nil, nil
-	if sm.Flags&format.SampleOffCPU == 0 {
-		sm.JIT, sm.NewJITFuncs = s.js.frames(r)
+	if s.uw != nil && !s.uw.sample(s, r, sm) {
+		return false
 	}
-	return s.uw == nil || s.uw.sample(s, r, sm)
+	if sm.Flags&format.SampleOffCPU == 0 {
+		sm.JIT, sm.NewJITFuncs = s.js.frames(r, sm)
+	}
+	return true
 }
 
 // report tells the handler, at the first sample of process pid (thread

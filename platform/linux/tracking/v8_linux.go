@@ -51,8 +51,10 @@ func (j *jsFrames) forget(pid uint32) {
 	}
 }
 
-// frames returns the JavaScript frames of sample r.
-func (j *jsFrames) frames(r *record) ([]format.JITFrame, []format.JITFunc) {
+// frames returns the JavaScript frames of sample r, whose native stack
+// sm holds once unwound (with --keep-raw it is not: the frame pointers
+// are followed from the registers).
+func (j *jsFrames) frames(r *record, sm *platform.Sample) ([]format.JITFrame, []format.JITFunc) {
 	if j.v8 == nil || !j.v8.Attached(r.Pid) || r.UserABI == 0 || len(r.UserRegs) == 0 {
 		return nil, nil
 	}
@@ -60,7 +62,11 @@ func (j *jsFrames) frames(r *record) ([]format.JITFrame, []format.JITFunc) {
 		return nil, nil
 	}
 	sp := j.regs.SP()
-	fs, fresh := j.v8.Frames(r.Pid, v8.Regs{PC: j.regs.PC(), SP: sp, FP: j.regs.FP()}, v8.Stack{Addr: sp, Data: r.UserStack})
+	pcs := sm.PCs
+	if sm.Stack != nil {
+		pcs = nil
+	}
+	fs, fresh := j.v8.Frames(r.Pid, v8.Regs{PC: j.regs.PC(), SP: sp, FP: j.regs.FP()}, v8.Stack{Addr: sp, Data: r.UserStack}, pcs)
 	if len(fs) > 0 {
 		j.s.jsSamples.Add(1)
 	}

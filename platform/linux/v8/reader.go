@@ -166,18 +166,110 @@ func (r *Reader) Forget(pid uint32) { delete(r.procs, pid) }
 // Frames returns the JavaScript frames of a thread of pid whose registers
 // were regs and whose stack is st, leaf first, and the functions met for
 // the first time (ids numbered from 1 across the Reader). Both are valid
-// until the next call. It follows the frame pointers (V8's frames all keep
-// them) and names each frame V8 ran: an interpreted frame from its
-// function and bytecode offset slots, compiled code (Sparkplug, Maglev,
-// TurboFan) from the code object its pc is in, with the functions
+// until the next call. It names each frame V8 ran: an interpreted frame
+// from its function and bytecode offset slots, compiled code (Sparkplug,
+// Maglev, TurboFan) from the code object its pc is in, with the functions
 // inlined there expanded. Native frames get none. A frame that fails a
 // check gets none, and the reason is counted.
-func (r *Reader) Frames(pid uint32, regs Regs, st Stack) ([]format.JITFrame, []format.JITFunc) {
+//
+// pcs, when not empty, is the thread's native stack as the session
+// unwound it (leaf first; kernel frames are skipped): each frame's frame
+// pointer is then the one its callee saved below the return address (V8's
+// frames and builtins all keep frame pointers), found in the stack, so a
+// leaf in code without frame pointers (libc's futex wait) does not hide
+// the JavaScript under it. Without pcs the frame pointer chain is followed
+// from regs.
+func (r *Reader) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]format.JITFrame, []format.JITFunc) {
 	p := r.procs[pid]
 	r.frames, r.fresh = r.frames[:0], r.fresh[:0]
 	if p == nil {
 		return nil, nil
 	}
+	if len(pcs) > 0 {
+		r.byPCs(p, pid, regs, st, pcs)
+	} else {
+		r.byFP(p, pid, regs, st)
+	}
+	if len(r.frames) > 0 {
+		r.Stats.Stacks++
+		r.Stats.Frames += uint64(len(r.frames))
+	}
+	return r.frames, r.fresh
+}
+
+// kernelStart is where x86-64 kernel addresses begin: a native stack's
+// kernel frames are not the thread's.
+const kernelStart = 0xffff800000000000
+
+// byPCs names the frames of the native stack pcs.
+func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) {
+	pos := regs.SP
+	leaf := true
+	var w [8]byte
+	for i, pc := range pcs {
+		if pc >= kernelStart {
+			continue
+		}
+		if i >= MaxDepth {
+			r.Stats.Cut[CutDepth]++
+			return
+		}
+		if leaf {
+			leaf = false
+			if pc == regs.PC {
+				r.frame(p, pid, pc, regs.FP, true, st)
+				continue
+			}
+		}
+		at, ok := r.find(pid, st, pos, pc)
+		if !ok {
+			r.Stats.Cut[CutStack]++
+			return
+		}
+		pos = at + 8
+		if !r.stack(pid, st, at-8, w[:]) {
+			r.Stats.Cut[CutStack]++
+			return
+		}
+		r.frame(p, pid, pc, le64(w[:], 0), false, st)
+	}
+}
+
+// find returns the address, at or above from, of the first stack word
+// holding ret: where the call that returns to ret saved its return
+// address.
+func (r *Reader) find(pid uint32, st Stack, from, ret uint64) (uint64, bool) {
+	from = (from + 7) &^ 7
+	end := from + maxFrameSize
+	for at := from; at < end; {
+		var blk []byte
+		if at >= st.Addr && at < st.Addr+uint64(len(st.Data)) {
+			blk = st.Data[at-st.Addr:]
+			blk = blk[:len(blk)&^7]
+		} else if st.Live {
+			n := scanBlock - at%scanBlock // stay within the page
+			blk = r.scan[:n]
+			if !r.read(pid, at, blk) {
+				return 0, false
+			}
+		} else {
+			return 0, false
+		}
+		if len(blk) == 0 {
+			return 0, false
+		}
+		for off := 0; off+8 <= len(blk); off += 8 {
+			if le64(blk, uint64(off)) == ret {
+				return at + uint64(off), true
+			}
+		}
+		at += uint64(len(blk))
+	}
+	return 0, false
+}
+
+// byFP follows the frame pointer chain from regs.
+func (r *Reader) byFP(p *proc, pid uint32, regs Regs, st Stack) {
 	pc, fp := regs.PC, regs.FP
 	var w [16]byte
 	for depth := 0; ; depth++ {
@@ -195,11 +287,6 @@ func (r *Reader) Frames(pid uint32, regs Regs, st Stack) ([]format.JITFrame, []f
 		}
 		pc, fp = ret, next
 	}
-	if len(r.frames) > 0 {
-		r.Stats.Stacks++
-		r.Stats.Frames += uint64(len(r.frames))
-	}
-	return r.frames, r.fresh
 }
 
 // stack reads the stack at addr into b: from the copy, or from the

@@ -80,8 +80,8 @@ func (s *Sampling) Attached(pid uint32) bool { return s.r.Attached(pid) }
 
 // Frames returns the JavaScript frames of a sample of pid (see
 // [Reader.Frames]).
-func (s *Sampling) Frames(pid uint32, regs Regs, st Stack) ([]format.JITFrame, []format.JITFunc) {
-	return s.r.Frames(pid, regs, st)
+func (s *Sampling) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]format.JITFrame, []format.JITFunc) {
+	return s.r.Frames(pid, regs, st, pcs)
 }
 
 // Forget drops what is known of process pid.
