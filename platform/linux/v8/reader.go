@@ -73,6 +73,7 @@ type Reader struct {
 	fresh  []format.JITFunc
 	lines  []frameLine
 	buf    [512]byte
+	tmp    [16]byte // one word or two, read and used at once
 	scan   [scanBlock]byte
 	key    []byte
 }
@@ -205,7 +206,7 @@ const kernelStart = 0xffff800000000000
 func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) {
 	pos := regs.SP
 	leaf := true
-	var w [8]byte
+	w := r.tmp[:8]
 	for i, pc := range pcs {
 		if pc >= kernelStart {
 			continue
@@ -227,11 +228,11 @@ func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) {
 			return
 		}
 		pos = at + 8
-		if !r.stack(pid, st, at-8, w[:]) {
+		if !r.stack(pid, st, at-8, w) {
 			r.Stats.Cut[CutStack]++
 			return
 		}
-		r.frame(p, pid, pc, le64(w[:], 0), false, st)
+		r.frame(p, pid, pc, le64(w, 0), false, st)
 	}
 }
 
@@ -271,17 +272,17 @@ func (r *Reader) find(pid uint32, st Stack, from, ret uint64) (uint64, bool) {
 // byFP follows the frame pointer chain from regs.
 func (r *Reader) byFP(p *proc, pid uint32, regs Regs, st Stack) {
 	pc, fp := regs.PC, regs.FP
-	var w [16]byte
+	w := r.tmp[:16]
 	for depth := 0; ; depth++ {
 		if depth == MaxDepth {
 			r.Stats.Cut[CutDepth]++
 			break
 		}
 		r.frame(p, pid, pc, fp, depth == 0, st)
-		if fp == 0 || !r.stack(pid, st, fp, w[:]) {
+		if fp == 0 || !r.stack(pid, st, fp, w) {
 			break
 		}
-		next, ret := le64(w[:], 0), le64(w[:], 8)
+		next, ret := le64(w, 0), le64(w, 8)
 		if next <= fp || next-fp > maxFrameSize || ret == 0 {
 			break
 		}
@@ -390,12 +391,12 @@ func (r *Reader) interpreted(p *proc, pid uint32, pc, fp uint64, st Stack) {
 // function reads the SharedFunctionInfo of the JSFunction fn (tagged),
 // and its function_data.
 func (r *Reader) function(p *proc, pid uint32, fn uint64) (*sfiInfo, uint64) {
-	var w [8]byte
-	if !r.read(pid, fn-heapObjectTag+p.l.jsfShared, w[:]) {
+	w := r.tmp[:8]
+	if !r.read(pid, fn-heapObjectTag+p.l.jsfShared, w) {
 		r.Stats.Cut[CutRead]++
 		return nil, 0
 	}
-	return r.sfi(p, pid, le64(w[:], 0))
+	return r.sfi(p, pid, le64(w, 0))
 }
 
 // sfi returns the SharedFunctionInfo at ptr (tagged), read or taken from
@@ -470,11 +471,11 @@ func (r *Reader) functionName(p *proc, pid uint32, nos uint64) string {
 		return "(anonymous)"
 	}
 	base := nos - heapObjectTag + l.mapOff + 8 // the ScopeInfo's first slot
-	var w [8]byte
-	if !r.read(pid, base+8*l.scopeNContext, w[:]) || !isSMI(le64(w[:], 0)) {
+	w := r.tmp[:8]
+	if !r.read(pid, base+8*l.scopeNContext, w) || !isSMI(le64(w, 0)) {
 		return "(anonymous)"
 	}
-	n := smi(le64(w[:], 0))
+	n := smi(le64(w, 0))
 	idx := l.scopeFirstVars + 2*uint64(n)
 	if n >= 75 { // kScopeInfoMaxInlinedLocalNamesSize: the names are in one hash table
 		idx = l.scopeFirstVars + 1 + uint64(n)
@@ -539,11 +540,11 @@ func (r *Reader) bytecode(p *proc, pid uint32, ptr uint64) *bcInfo {
 // byteArray reads a ByteArray's bytes.
 func (r *Reader) byteArray(p *proc, pid uint32, ptr uint64) ([]byte, bool) {
 	l := p.l
-	var w [8]byte
-	if !r.read(pid, ptr-heapObjectTag+l.arrayLength, w[:]) || !isSMI(le64(w[:], 0)) {
+	w := r.tmp[:8]
+	if !r.read(pid, ptr-heapObjectTag+l.arrayLength, w) || !isSMI(le64(w, 0)) {
 		return nil, false
 	}
-	n := uint64(smi(le64(w[:], 0)))
+	n := uint64(smi(le64(w, 0)))
 	if n > maxTable {
 		return nil, false
 	}
@@ -558,11 +559,11 @@ func (r *Reader) byteArray(p *proc, pid uint32, ptr uint64) ([]byte, bool) {
 // WeakFixedArray: the same layout).
 func (r *Reader) fixedArray(p *proc, pid uint32, ptr uint64, max uint64) ([]uint64, bool) {
 	l := p.l
-	var w [8]byte
-	if !r.read(pid, ptr-heapObjectTag+l.arrayLength, w[:]) || !isSMI(le64(w[:], 0)) {
+	w := r.tmp[:8]
+	if !r.read(pid, ptr-heapObjectTag+l.arrayLength, w) || !isSMI(le64(w, 0)) {
 		return nil, false
 	}
-	n := min(uint64(smi(le64(w[:], 0))), max)
+	n := min(uint64(smi(le64(w, 0))), max)
 	b := make([]byte, 8*n)
 	if n > 0 && !r.read(pid, ptr-heapObjectTag+l.arrayData, b) {
 		return nil, false
@@ -577,11 +578,11 @@ func (r *Reader) fixedArray(p *proc, pid uint32, ptr uint64, max uint64) ([]uint
 // typeOf returns the instance type of the heap object at ptr (tagged), 0
 // when it cannot be read.
 func (r *Reader) typeOf(p *proc, pid uint32, ptr uint64) uint16 {
-	var w [8]byte
-	if !isHeap(ptr) || !r.read(pid, ptr-heapObjectTag+p.l.mapOff, w[:]) {
+	w := r.tmp[:8]
+	if !isHeap(ptr) || !r.read(pid, ptr-heapObjectTag+p.l.mapOff, w) {
 		return 0
 	}
-	return r.typeOfMap(p, pid, le64(w[:], 0))
+	return r.typeOfMap(p, pid, le64(w, 0))
 }
 
 // typeOfMap returns the instance type a Map (tagged) gives its objects.
@@ -594,11 +595,11 @@ func (r *Reader) typeOfMap(p *proc, pid uint32, m uint64) uint16 {
 	if t, ok := p.types[m]; ok {
 		return t
 	}
-	var w [2]byte
-	if !r.read(pid, m-heapObjectTag+p.l.instanceType, w[:]) {
+	w := r.tmp[:2]
+	if !r.read(pid, m-heapObjectTag+p.l.instanceType, w) {
 		return 0
 	}
-	t := binary.LittleEndian.Uint16(w[:])
+	t := binary.LittleEndian.Uint16(w)
 	if len(p.types) < 4096 {
 		p.types[m] = t
 	}
@@ -611,8 +612,8 @@ func (r *Reader) codeAt(p *proc, pid uint32, pc uint64) *codeInfo {
 	i := sort.Search(len(p.codes), func(i int) bool { return p.codes[i].end > pc })
 	if i < len(p.codes) && p.codes[i].start <= pc {
 		ci := p.codes[i]
-		var h [16]byte
-		if r.read(pid, ci.is, h[:]) && le64(h[:], p.l.mapOff) == p.isMap && le64(h[:], p.l.isCode) == ci.code {
+		h := r.tmp[:16]
+		if r.read(pid, ci.is, h) && le64(h, p.l.mapOff) == p.isMap && le64(h, p.l.isCode) == ci.code {
 			return ci
 		}
 		p.codes = append(p.codes[:i], p.codes[i+1:]...) // freed or moved
@@ -676,11 +677,11 @@ func (r *Reader) findCode(p *proc, pid uint32, pc uint64) *codeInfo {
 // map is isMap) and checks that it runs pc.
 func (r *Reader) readCode(p *proc, pid uint32, is, isMap, pc uint64) *codeInfo {
 	l := p.l
-	var h [8]byte
-	if !r.read(pid, is+l.isCode, h[:]) {
+	h := r.tmp[:8]
+	if !r.read(pid, is+l.isCode, h) {
 		return nil
 	}
-	code := le64(h[:], 0)
+	code := le64(h, 0)
 	if !isHeap(code) {
 		return nil
 	}

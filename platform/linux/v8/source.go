@@ -152,7 +152,7 @@ func (r *Reader) str16(p *proc, pid uint32, ptr uint64, t uint16, limit int, dep
 		return nil, false
 	}
 	obj := ptr - heapObjectTag
-	var w [8]byte
+	w := r.tmp[:8]
 	if !r.read(pid, obj+l.strLength, w[:4]) {
 		return nil, false
 	}
@@ -181,20 +181,20 @@ func (r *Reader) str16(p *proc, pid uint32, ptr uint64, t uint16, limit int, dep
 		return u, true
 	}
 	ptrAt := func(off uint64) (uint64, uint16, bool) {
-		if !r.read(pid, obj+off, w[:]) {
+		if !r.read(pid, obj+off, w) {
 			return 0, 0, false
 		}
-		v := le64(w[:], 0)
+		v := le64(w, 0)
 		return v, r.typeOf(p, pid, v), isHeap(v)
 	}
 	switch t & l.strReprMask {
 	case l.strSeq:
 		return chars(obj + l.seqChars)
 	case l.strExternal:
-		if t&uncachedExternal != 0 || !r.read(pid, obj+l.externalResource+8, w[:]) {
+		if t&uncachedExternal != 0 || !r.read(pid, obj+l.externalResource+8, w) {
 			return nil, false
 		}
-		return chars(le64(w[:], 0))
+		return chars(le64(w, 0))
 	case l.strCons:
 		a, ta, ok1 := ptrAt(l.consFirst)
 		b, tb, ok2 := ptrAt(l.consSecond)
@@ -218,10 +218,10 @@ func (r *Reader) str16(p *proc, pid uint32, ptr uint64, t uint16, limit int, dep
 		return r.str16(p, pid, a, ta, limit, depth+1)
 	case l.strSliced:
 		a, ta, ok := ptrAt(l.slicedParent)
-		if !ok || !r.read(pid, obj+l.slicedOff, w[:]) || !isSMI(le64(w[:], 0)) {
+		if !ok || !r.read(pid, obj+l.slicedOff, w) || !isSMI(le64(w, 0)) {
 			return nil, false
 		}
-		off := int(smi(le64(w[:], 0)))
+		off := int(smi(le64(w, 0)))
 		parent, ok := r.str16(p, pid, a, ta, maxSource, depth+1)
 		if !ok || off < 0 || off+n > len(parent) {
 			return nil, false
