@@ -41,20 +41,7 @@ type jsFrame struct {
 // leaf first, with its count.
 func pprofFrames(t *testing.T, trace string) ([][]jsFrame, []int64) {
 	t.Helper()
-	pp := filepath.Join(t.TempDir(), "p.pb.gz")
-	var stdout, stderr strings.Builder
-	if code := run([]string{"convert", trace, "--to", "pprof", "-o", pp, "--no-debuginfod"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("convert: %s", stderr.String())
-	}
-	f, err := os.Open(pp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	prof, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prof := tracePprof(t, trace)
 	var stacks [][]jsFrame
 	var counts []int64
 	for _, s := range prof.Sample {
@@ -76,6 +63,26 @@ func pprofFrames(t *testing.T, trace string) ([][]jsFrame, []int64) {
 		counts = append(counts, s.Value[0])
 	}
 	return stacks, counts
+}
+
+// tracePprof converts trace to pprof and parses it.
+func tracePprof(t *testing.T, trace string) *profile.Profile {
+	t.Helper()
+	pp := filepath.Join(t.TempDir(), "p.pb.gz")
+	var stdout, stderr strings.Builder
+	if code := run([]string{"convert", trace, "--to", "pprof", "-o", pp, "--no-debuginfod"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("convert: %s", stderr.String())
+	}
+	f, err := os.Open(pp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	prof, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prof
 }
 
 // shopStats are the figures of a recording of shop.js.

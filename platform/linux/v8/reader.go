@@ -21,6 +21,7 @@ const (
 	maxFrameSize   = 1 << 20 // between two frame pointers
 	maxCodes       = 1 << 14 // code objects remembered per process
 	scanBlock      = 4096
+	retryMiss      = 64
 	inliningSize   = 16 // an InliningPosition: SourcePosition (8), inlined_function_id (4), padding
 	lineUnknown    = 0
 	heapObjectTag  = 1
@@ -70,6 +71,7 @@ type Reader struct {
 	Stats Stats
 
 	frames []format.JITFrame
+	alt    []format.JITFrame
 	fresh  []format.JITFunc
 	lines  []frameLine
 	buf    [512]byte
@@ -84,7 +86,7 @@ type proc struct {
 	anon  func(pc uint64) bool
 	isMap uint64 // the InstructionStream map (tagged), once found
 	codes []*codeInfo
-	miss  map[uint64]bool // pcs whose InstructionStream was looked for in vain
+	miss  map[uint64]uint32 // pcs whose InstructionStream was looked for in vain: lookups skipped since
 	types map[uint64]uint16
 	sfis  map[uint64]*sfiInfo
 	srcs  map[uint64]*scriptInfo
@@ -146,7 +148,7 @@ func NewReader(read func(pid uint32, addr uint64, buf []byte) bool) *Reader {
 // whether an address lies in its anonymous executable memory (where V8
 // puts the code it compiles).
 func (r *Reader) Attach(pid uint32, l *Layout, anon func(pc uint64) bool) {
-	r.procs[pid] = &proc{l: l, anon: anon, miss: map[uint64]bool{}, types: map[uint64]uint16{},
+	r.procs[pid] = &proc{l: l, anon: anon, miss: map[uint64]uint32{}, types: map[uint64]uint16{},
 		sfis: map[uint64]*sfiInfo{}, srcs: map[uint64]*scriptInfo{}, bcs: map[uint64]*bcInfo{}}
 }
 
@@ -186,10 +188,17 @@ func (r *Reader) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]format
 	if p == nil {
 		return nil, nil
 	}
-	if len(pcs) > 0 {
-		r.byPCs(p, pid, regs, st, pcs)
-	} else {
+	if len(pcs) == 0 {
 		r.byFP(p, pid, regs, st)
+	} else if !r.byPCs(p, pid, regs, st, pcs) {
+		// A return address beyond the stack copy (a short eBPF window):
+		// the frame pointer chain from the registers may name more.
+		r.alt = append(r.alt[:0], r.frames...)
+		r.frames = r.frames[:0]
+		r.byFP(p, pid, regs, st)
+		if len(r.frames) < len(r.alt) {
+			r.frames = append(r.frames[:0], r.alt...)
+		}
 	}
 	if len(r.frames) > 0 {
 		r.Stats.Stacks++
@@ -202,8 +211,9 @@ func (r *Reader) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]format
 // kernel frames are not the thread's.
 const kernelStart = 0xffff800000000000
 
-// byPCs names the frames of the native stack pcs.
-func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) {
+// byPCs names the frames of the native stack pcs; false when it could not
+// follow them to the end.
+func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) bool {
 	pos := regs.SP
 	leaf := true
 	w := r.tmp[:8]
@@ -213,7 +223,7 @@ func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) {
 		}
 		if i >= MaxDepth {
 			r.Stats.Cut[CutDepth]++
-			return
+			return true
 		}
 		if leaf {
 			leaf = false
@@ -223,17 +233,14 @@ func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) {
 			}
 		}
 		at, ok := r.find(pid, st, pos, pc)
-		if !ok {
+		if !ok || !r.stack(pid, st, at-8, w) {
 			r.Stats.Cut[CutStack]++
-			return
+			return false
 		}
 		pos = at + 8
-		if !r.stack(pid, st, at-8, w) {
-			r.Stats.Cut[CutStack]++
-			return
-		}
 		r.frame(p, pid, pc, le64(w, 0), false, st)
 	}
+	return true
 }
 
 // find returns the address, at or above from, of the first stack word
@@ -618,7 +625,12 @@ func (r *Reader) codeAt(p *proc, pid uint32, pc uint64) *codeInfo {
 		}
 		p.codes = append(p.codes[:i], p.codes[i+1:]...) // freed or moved
 	}
-	if p.miss[pc] {
+	// A pc looked for in vain is looked for again after retryMiss
+	// samples: code V8 was still writing (or moving) when first met
+	// is found then, and anonymous code that is not V8's costs a scan
+	// per retryMiss samples.
+	if n, ok := p.miss[pc]; ok && n < retryMiss {
+		p.miss[pc] = n + 1
 		return nil
 	}
 	ci := r.findCode(p, pid, pc)
@@ -626,9 +638,10 @@ func (r *Reader) codeAt(p *proc, pid uint32, pc uint64) *codeInfo {
 		if len(p.miss) >= maxCodes {
 			clear(p.miss)
 		}
-		p.miss[pc] = true
+		p.miss[pc] = 0
 		return nil
 	}
+	delete(p.miss, pc)
 	if len(p.codes) >= maxCodes {
 		p.codes = p.codes[:0]
 	}

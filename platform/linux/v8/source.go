@@ -96,7 +96,9 @@ func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 	s.tried = true
 	l := p.l
 	if isHeap(s.lineEndsPtr) && r.typeOf(p, pid, s.lineEndsPtr) == l.typeFixedArray {
-		if a, ok := r.fixedArray(p, pid, s.lineEndsPtr, maxLineEnds); ok {
+		// An empty array is no count (V8 has not counted them yet): a
+		// script has at least one line end.
+		if a, ok := r.fixedArray(p, pid, s.lineEndsPtr, maxLineEnds); ok && len(a) > 0 {
 			ends := make([]uint32, 0, len(a))
 			for _, v := range a {
 				if !isSMI(v) || smi(v) < 0 {
@@ -109,7 +111,9 @@ func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 		}
 	}
 	t := r.typeOf(p, pid, s.source)
-	if !isHeap(s.source) || t >= l.firstNonString {
+	if !isHeap(s.source) || t >= l.firstNonString || t&l.strReprMask == l.strExternal {
+		// An external source's data pointer is the embedder's, and
+		// was seen to give other bytes: its lines stay unknown.
 		return nil
 	}
 	src, ok := r.str16(p, pid, s.source, t, maxSource, 0)
