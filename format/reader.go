@@ -79,12 +79,13 @@ type Reader struct {
 	lastStack uint64
 	lastCPU1  uint32
 
-	ev       Event
-	pcs      []uint64
-	regs     []uint64
-	lines    []JITLine
-	pyFrames []PyFrame
-	stats    ReaderStats
+	ev        Event
+	pcs       []uint64
+	regs      []uint64
+	lines     []JITLine
+	pyFrames  []PyFrame
+	jitFrames []JITFrame
+	stats     ReaderStats
 }
 
 // Open opens the stream in the named file. Close the Reader when done.
@@ -513,6 +514,8 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		r.decodePyCode(&d, &ev.PyCode)
 	case KindPyStack:
 		r.decodePyStack(&d, &ev.PyStack)
+	case KindJITFunc:
+		r.decodeJITFunc(&d, &ev.JITFunc)
 	case KindJITCode:
 		r.decodeJITCode(&d, &ev.JITCode)
 	case KindJITUnload:

@@ -678,7 +678,9 @@ func (w *Writer) WriteEvent(e *Event) error {
 	case KindPyCode:
 		return w.WritePyCode(&e.PyCode)
 	case KindPyStack:
-		return w.WritePyStack(e.PyStack.ID, e.PyStack.Frames, e.PyStack.GIL)
+		return w.WriteFrames(e.PyStack.ID, e.PyStack.Frames, e.PyStack.GIL, e.PyStack.JIT)
+	case KindJITFunc:
+		return w.WriteJITFunc(&e.JITFunc)
 	case KindUnknown:
 		return w.writeRaw(e.Code, e.Unknown)
 	}

@@ -84,8 +84,8 @@ func (h *handler) Sample(s *platform.Sample) {
 	t := (*Tracer)(h)
 	t.mu.Lock()
 	var py uint64
-	if len(s.Python) > 0 || len(s.NewPyCodes) > 0 || s.PyGIL != format.PyGILNone {
-		py = t.python.intern(t.w, s.NewPyCodes, s.Python, s.PyGIL)
+	if len(s.Python) > 0 || len(s.NewPyCodes) > 0 || s.PyGIL != format.PyGILNone || len(s.JIT) > 0 || len(s.NewJITFuncs) > 0 {
+		py = t.python.intern(t.w, s.NewPyCodes, s.Python, s.PyGIL, s.NewJITFuncs, s.JIT)
 	}
 	if s.Stack != nil {
 		var chain uint64

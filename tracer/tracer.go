@@ -220,6 +220,11 @@ type Stats struct {
 	// PythonAtSample counts those of PythonSamples read at the sample
 	// (in BPF) rather than when the recorder drained it.
 	PythonAtSample uint64
+	// JITSamples counts the samples given frames named from a JIT
+	// runtime's own metadata (V8), JITCut the frames left anonymous by
+	// a check; JITWarning names the runtimes found but not read.
+	JITSamples, JITCut uint64
+	JITWarning         string
 	// AllocMode says how Options.Alloc samples allocations ("" without
 	// it): platform.AllocPreloadRing for a launched command, into which
 	// the sampler is preloaded (platform.AllocPreload with UnwindFP);
@@ -514,6 +519,9 @@ func (t *Tracer) Stats() Stats {
 		PythonCut:      bs.PythonCut,
 		PythonWarning:  bs.PythonWarning,
 		PythonAtSample: bs.PythonAtSample,
+		JITSamples:     bs.JITSamples,
+		JITCut:         bs.JITCut,
+		JITWarning:     bs.JITWarning,
 		AllocMode:      bs.AllocMode,
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
+	v8 "github.com/rawstack/rawstack/platform/linux/v8"
 )
 
 // leafWindow is the stack --unwind auto copies with each sample of a
@@ -40,7 +41,7 @@ func (uw *Unwinder) ChooseAuto(pid int) {
 	}
 	if fp {
 		uw.leaf = true
-		if !uw.sizeSet {
+		if !uw.sizeSet && !v8.MaybeV8(real) { // V8's frames are read from the copy (v8_linux.go)
 			uw.size = leafWindow
 		}
 	} else if uf.table != nil {

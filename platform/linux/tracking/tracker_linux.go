@@ -88,6 +88,7 @@ type Tracker struct {
 	jit       *jit.Tracker
 	gos       *goruntime.Sampling // Config.Goroutines
 	py        *cpython.Sampling   // nil with Config.NoPython
+	js        jsFrames            // V8's frames (v8_linux.go)
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
@@ -98,6 +99,9 @@ type Tracker struct {
 	pyAtSample atomic.Uint64
 	pyCut      atomic.Uint64
 	pyWarning  atomic.Pointer[string]
+	jsSamples  atomic.Uint64
+	jsCut      atomic.Uint64
+	jsWarning  atomic.Pointer[string]
 }
 
 type procState struct {
@@ -234,6 +238,7 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	if !cfg.NoPython {
 		s.py = cpython.NewSampling()
 	}
+	s.js.init(s, cfg)
 	if s.gos != nil {
 		mask := s.gos.Mask
 		if s.uw != nil {
@@ -275,6 +280,10 @@ func (s *Tracker) Stats() platform.Stats {
 		PythonSamples: s.pySamples.Load(), PythonCut: s.pyCut.Load(), PythonAtSample: s.pyAtSample.Load()}
 	if w := s.pyWarning.Load(); w != nil {
 		st.PythonWarning = *w
+	}
+	st.JITSamples, st.JITCut = s.jsSamples.Load(), s.jsCut.Load()
+	if w := s.jsWarning.Load(); w != nil {
+		st.JITWarning = *w
 	}
 	return st
 }
@@ -441,6 +450,9 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	}
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(pid, path, start, off)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.js.loaded(pid, path, start, end)
 	}
 }
 
@@ -668,6 +680,7 @@ func (s *Tracker) dispatch(r *record) {
 				s.py.Forget(r.Pid)
 				delete(s.pyAtSampleSince, r.Pid)
 			}
+			s.js.forget(r.Pid)
 			if s.system && ps != nil {
 				// A new executable, maybe a new environment: read at
 				// the first sample (describe).
@@ -768,6 +781,7 @@ func (s *Tracker) dispatch(r *record) {
 				s.py.Forget(r.Pid)
 				delete(s.pyAtSampleSince, r.Pid)
 			}
+			s.js.forget(r.Pid)
 			if reported && (int(r.Pid) != s.pid || s.cmd == nil) {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
@@ -859,7 +873,14 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		}
 		s.pyCut.Store(s.py.Cut())
 	}
-	return s.uw == nil || s.uw.sample(s, r, sm)
+	sm.JIT, sm.NewJITFuncs = nil, nil
+	if s.uw != nil && !s.uw.sample(s, r, sm) {
+		return false
+	}
+	if sm.Flags&format.SampleOffCPU == 0 {
+		sm.JIT, sm.NewJITFuncs = s.js.frames(r, sm)
+	}
+	return true
 }
 
 // report tells the handler, at the first sample of process pid (thread
@@ -914,6 +935,9 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 		if s.py != nil && m.ml.Kind == format.ModuleELF {
 			s.pyLoaded(to, m.ml.Path, m.ml.Base, m.ml.FileOffset)
 		}
+		if m.ml.Kind == format.ModuleELF {
+			s.js.loaded(to, m.ml.Path, m.start, m.end)
+		}
 		return
 	}
 	s.nextMod++
@@ -923,6 +947,9 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 	s.h.ModuleLoad(&ml)
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(to, ml.Path, ml.Base, ml.FileOffset)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.js.loaded(to, ml.Path, m.start, m.end)
 	}
 }
 
