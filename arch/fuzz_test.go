@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 )
@@ -149,5 +150,53 @@ func FuzzEHFrameHdr(f *testing.F) {
 		if data[2] != peOmit && data[3] == peDatarel|peSdata4 && h.FDECount > uint64(len(data))/8 {
 			t.Fatalf("count %d accepted for %d bytes", h.FDECount, len(data))
 		}
+	})
+}
+
+// FuzzUnwindChain unwinds arbitrary stack bytes with an arbitrary
+// frame-pointer chain (Unwinder.Chain, the kernel's walk of the same
+// sample): the walk never takes more than MaxFrames, ends with a reason,
+// and takes from the chain only a run of its entries (the part above a
+// frame record it reached through the copy, never an entry from before
+// it).
+func FuzzUnwindChain(f *testing.F) {
+	tab, regs, stack, _ := synthStack(f, 16, 64)
+	chain := make([]byte, 8*4)
+	binary.LittleEndian.PutUint64(chain, regs.PC())
+	f.Add(stack.Data, regs.PC(), regs.SP()-stack.Addr, uint64(0x1234), chain)
+	f.Add([]byte{8: 0x20, 9: 0x00, 10: 0x40}, uint64(0x600020), uint64(0), uint64(0x7fff00000000), chain)
+	ms := &Modules{}
+	ms.Add(Module{Start: 0x400000, End: 0x500000, Table: tab})
+	u := NewUnwinder(ms)
+	u.MaxFrames = 256
+	var pcs []uint64
+	f.Fuzz(func(t *testing.T, data []byte, pc, spOff, fp uint64, chainBytes []byte) {
+		const base = 0x7fff00000000
+		var r Regs
+		r.Arch = AMD64
+		r.Set(AMD64RIP, pc)
+		r.Set(AMD64RSP, base+spOff%0x10000)
+		r.Set(AMD64RBP, fp)
+		u.Chain = u.Chain[:0]
+		for i := 0; i+8 <= len(chainBytes) && i < 8*300; i += 8 {
+			u.Chain = append(u.Chain, binary.LittleEndian.Uint64(chainBytes[i:]))
+		}
+		pcs = u.Unwind(&r, &StackCopy{Addr: base, Data: data}, pcs[:0])
+		if len(pcs) > u.MaxFrames || u.Stop == StopNone {
+			t.Fatalf("%d frames, stop %v", len(pcs), u.Stop)
+		}
+		if u.Stop != StopChain {
+			return
+		}
+		// The spliced tail is a run of the chain: find where it starts.
+		for k := 1; k <= len(pcs); k++ {
+			tail := pcs[len(pcs)-k:]
+			for i := 1; i+len(tail) <= len(u.Chain); i++ {
+				if equalPCs(tail, u.Chain[i:i+len(tail)]) {
+					return
+				}
+			}
+		}
+		t.Fatalf("stop %v but no run of the chain %#x ends the walk %#x", u.Stop, u.Chain, pcs)
 	})
 }

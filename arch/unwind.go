@@ -538,6 +538,7 @@ func (u *Unwinder) splice(pcs []uint64, fp0, fp uint64, maxFrames int) []uint64 
 	f := fp0
 	for i := 0; i+1 < len(u.Chain) && f != 0; i++ {
 		if f == fp {
+			n := len(pcs)
 			for _, pc := range u.Chain[i+1:] {
 				if len(pcs) >= maxFrames {
 					u.Stop = StopMaxFrames
@@ -548,7 +549,9 @@ func (u *Unwinder) splice(pcs []uint64, fp0, fp uint64, maxFrames int) []uint64 
 				}
 				pcs = append(pcs, pc)
 			}
-			u.Stop = StopChain
+			if len(pcs) > n {
+				u.Stop = StopChain
+			}
 			return pcs
 		}
 		next, ok1 := u.read64(f)
