@@ -72,6 +72,7 @@ func main() {
 	clients := flag.Int("clients", 4, "client goroutines")
 	traceOut := flag.String("trace", "", "the tracer's trace file (default: discarded)")
 	rtrace := flag.String("rtrace", "", "write a runtime/trace of the measured interval to this file")
+	cpuprof := flag.String("cpuprofile", "", "also write a runtime/pprof CPU profile of the measured interval (for looking at a profiler's cost)")
 	stats := flag.Bool("stats", false, "print the process's CPU time and context switches over the measured interval to stderr")
 	flag.Parse()
 
@@ -160,6 +161,15 @@ func main() {
 		defer f.Close()
 		trace.Start(f)
 	}
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+	}
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	measuring.Store(true)
@@ -170,6 +180,9 @@ func main() {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	if *rtrace != "" {
 		trace.Stop()
+	}
+	if *cpuprof != "" {
+		pprof.StopCPUProfile()
 	}
 	close(done)
 	wg.Wait()
