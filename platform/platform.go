@@ -158,12 +158,17 @@ type Config struct {
 // process and, when samples copy the stack, writes its samples into a
 // ring it shares with the recorder (AllocPreloadRing: no entry into the
 // kernel at all); with frame pointers it traps into the kernel for
-// sampled allocations only (AllocPreload). A running process (Pid,
-// System) cannot be preloaded: uprobes on its allocator trap on every
-// call.
+// sampled allocations only (AllocPreload). A running process (Pid) gets
+// the same sampler by injection (AllocInjectRing, AllocInject: ptrace, a
+// remote dlopen, its modules' allocator slots redirected). Where that
+// cannot be (a statically linked allocator, ptrace refused;
+// Stats.AllocFallback says why) and for the whole host (System),
+// uprobes on the allocator trap on every call.
 const (
 	AllocPreloadRing = "the preloaded sampler (LD_PRELOAD), through a shared ring"
 	AllocPreload     = "the preloaded sampler (LD_PRELOAD)"
+	AllocInjectRing  = "the injected sampler (ptrace, dlopen), through a shared ring"
+	AllocInject      = "the injected sampler (ptrace, dlopen)"
 	AllocUprobes     = "uprobes on every allocator call"
 )
 
@@ -356,4 +361,7 @@ type Stats struct {
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.
 	AllocMode string
+	// AllocFallback says why a running process was not given the
+	// injected sampler, when AllocMode is AllocUprobes for it ("" else).
+	AllocFallback string
 }

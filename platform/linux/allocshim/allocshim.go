@@ -23,6 +23,7 @@ package allocshim
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	_ "embed"
 	"encoding/hex"
 	"errors"
@@ -31,6 +32,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+
+	"github.com/rawstack/rawstack/internal/elfnote"
 )
 
 //go:generate sh src/build.sh
@@ -116,4 +120,33 @@ func installDir() (string, error) {
 		return "", fmt.Errorf("installing the allocation sampler: %w", err)
 	}
 	return dir, nil
+}
+
+var (
+	buildIDOnce sync.Once
+	buildID     []byte
+)
+
+// BuildID returns the GNU build id of Object: a module with it in a
+// process is the sampler, whose frames the recorder cuts from the
+// stacks of sampled allocations.
+func BuildID() []byte {
+	buildIDOnce.Do(func() {
+		f, err := elf.NewFile(bytes.NewReader(Object))
+		if err != nil {
+			return
+		}
+		for _, s := range f.Sections {
+			if s.Type != elf.SHT_NOTE {
+				continue
+			}
+			if b, err := s.Data(); err == nil {
+				if id := elfnote.GNUBuildID(b, f.ByteOrder, s.Addralign); id != nil {
+					buildID = id
+					return
+				}
+			}
+		}
+	})
+	return buildID
 }

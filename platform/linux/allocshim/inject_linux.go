@@ -110,6 +110,8 @@ type Injection struct {
 	// (else it looks for them once a second).
 	Slots          int
 	Ringed, Hooked bool
+	// Restored is how many slots the detach put back.
+	Restored int
 	// Elapsed is how long the target's stopped thread was held.
 	Elapsed time.Duration
 }
@@ -254,6 +256,7 @@ func (in *Injection) Detach() error {
 			if int32(rc) < 0 {
 				return &InjectError{Pid: in.Pid, Reason: fmt.Sprintf("rawstack_detach returned %d", int32(rc))}
 			}
+			in.Restored = int(int32(rc))
 			return nil
 		}
 		time.Sleep(time.Millisecond)

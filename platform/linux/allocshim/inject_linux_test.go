@@ -3,13 +3,8 @@
 package allocshim
 
 import (
-	"bufio"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,19 +12,10 @@ import (
 	sys "github.com/rawstack/rawstack/internal/unix"
 )
 
-// service is testdata/allocrate.c running, driven through its standard
-// input.
-type service struct {
-	t   *testing.T
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-// startService builds testdata/allocrate.c (with extra cc args) and
-// starts it with threads spinning threads under the command prefix
-// (unshare ..., or none).
-func startService(t *testing.T, name string, threads int, prefix []string, ccArgs ...string) *service {
+// startRate builds testdata/allocrate.c (with extra cc args) and starts
+// it with threads spinning threads under the command prefix (unshare
+// ..., or none).
+func startRate(t *testing.T, name string, threads int, prefix []string, ccArgs ...string) *testbuild.Service {
 	t.Helper()
 	bin := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "cc",
@@ -37,76 +23,7 @@ func startService(t *testing.T, name string, threads int, prefix []string, ccArg
 		Inputs: []string{"testdata/allocrate.c"},
 		Out:    name,
 	})
-	args := append(append([]string{}, prefix...), bin, strconv.Itoa(threads))
-	s := &service{t: t, cmd: exec.Command(args[0], args[1:]...)}
-	s.cmd.Stderr = os.Stderr
-	var err error
-	if s.in, err = s.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := s.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.out = bufio.NewReader(stdout)
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	})
-	s.expect("ready")
-	return s
-}
-
-// Pid is the service's process (under unshare's prefix, its child).
-func (s *service) Pid() int {
-	if s.cmd.Args[0] != "unshare" {
-		return s.cmd.Process.Pid
-	}
-	for i := 0; i < 100; i++ {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", s.cmd.Process.Pid, s.cmd.Process.Pid))
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			pid, _ := strconv.Atoi(f[0])
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	s.t.Fatal("unshare has no child")
-	return 0
-}
-
-// do sends a command and returns the answer's line.
-func (s *service) do(cmd string) string {
-	s.t.Helper()
-	if _, err := io.WriteString(s.in, cmd+"\n"); err != nil {
-		s.t.Fatalf("%s: %v", cmd, err)
-	}
-	line, err := s.out.ReadString('\n')
-	if err != nil {
-		s.t.Fatalf("%s: %v (the service died?)", cmd, err)
-	}
-	return strings.TrimSpace(line)
-}
-
-func (s *service) expect(want string) {
-	s.t.Helper()
-	line, err := s.out.ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != want {
-		s.t.Fatalf("service said %q, %v; want %q", line, err, want)
-	}
-}
-
-// rate returns the service's rounds per CPU second over ms.
-func (s *service) rate(ms int) float64 {
-	s.t.Helper()
-	line := s.do("rate " + strconv.Itoa(ms))
-	v, err := strconv.ParseFloat(strings.TrimPrefix(line, "rate "), 64)
-	if err != nil {
-		s.t.Fatalf("rate: %q", line)
-	}
-	return v
+	return testbuild.StartService(t, "ready", append(append([]string{}, prefix...), bin, strconv.Itoa(threads))...)
 }
 
 // TestInject injects the sampler into allocrate.c while its threads
@@ -119,7 +36,7 @@ func TestInject(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testbuild.Skip(t, "injecting through ptrace into another process needs root (or CAP_SYS_PTRACE)")
 	}
-	s := startService(t, "allocrate", 2, nil)
+	s := startRate(t, "allocrate", 2, nil)
 	const rate = 512 << 10
 	pid := s.Pid()
 	dir, err := DirFor(pid)
@@ -145,7 +62,7 @@ func TestInject(t *testing.T) {
 	// read reads the ring while cmd runs in the service.
 	read := func(rr *ringReader, cmd string) string {
 		done := make(chan string, 1)
-		go func() { done <- s.do(cmd) }()
+		go func() { done <- s.Do(cmd) }()
 		for {
 			rr.ring.Stamp(sys.Monotonic())
 			rr.read()
@@ -157,7 +74,9 @@ func TestInject(t *testing.T) {
 			}
 		}
 	}
+	base := s.Do("rate 400")
 	in, rr := attach()
+	t.Logf("attached: %s", read(rr, "rate 400"))
 	if got := read(rr, "go"); got != "done" {
 		t.Fatalf("go: %q", got)
 	}
@@ -184,6 +103,10 @@ func TestInject(t *testing.T) {
 	if err := in.Detach(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("detached: %d slots restored; %s before, %s after", in.Restored, base, s.Do("rate 400"))
+	if in.Restored != in.Slots {
+		t.Errorf("%d slots restored of %d", in.Restored, in.Slots)
+	}
 	n := p.n
 	read(rr, "free")
 	read(rr, "go")
@@ -198,7 +121,7 @@ func TestInject(t *testing.T) {
 		t.Fatal("no records after the second attach")
 	}
 	time.Sleep(AliveTimeout + 500*time.Millisecond)
-	s.rate(300) // the threads' next sampled allocation finds the ring stale
+	s.Do("rate 300") // the threads' next sampled allocation finds the ring stale
 	if d := rr.ring.Detached(); d != DetachSilent {
 		t.Errorf("ring's detached word %d after %v unstamped, want %d", d, AliveTimeout, DetachSilent)
 	}
@@ -209,7 +132,7 @@ func TestInject(t *testing.T) {
 	if got := rr.procs[uint32(pid)].n; got != n {
 		t.Errorf("%d allocations sampled after the sampler went inert", got-n)
 	}
-	if got := s.do("check"); got != "ok" {
+	if got := s.Do("check"); got != "ok" {
 		t.Fatalf("check: %q", got)
 	}
 }

@@ -22,5 +22,5 @@ clang -O2 -fPIC -shared -fvisibility=hidden -ftls-model=initial-exec -fno-builti
 	-fno-omit-frame-pointer -fno-stack-protector -fno-ident -fdebug-prefix-map="$PWD"=. \
 	-Wl,-soname,librawstack-alloc.so -Wl,--build-id=sha1 -Wl,-z,now -Wl,--hash-style=both \
 	-Wall -Werror -o "$out.tmp" shim.c
-llvm-strip --strip-debug "$out.tmp"
+llvm-strip --strip-debug --discard-all "$out.tmp"
 mv "$out.tmp" "$out"
