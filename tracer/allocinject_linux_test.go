@@ -133,8 +133,6 @@ const (
 	rssGrowthMaxKiB     = 1024
 )
 
-
-
 // TestAllocInject: Alloc on a running service (Pid) injects the
 // sampler: allocrate.c's thread allocates flat out all the while (with
 // its control thread: two spinning threads and the recorder on this
@@ -377,4 +375,36 @@ func slotsInSampler(slots map[uint64]uint64, lo, hi uint64) int {
 		}
 	}
 	return n
+}
+
+// TestAllocInjectRefused: a service another tracer holds (strace)
+// cannot take the sampler (ptrace refused): uprobes on its allocator
+// serve instead, the reason is in the stats (the summary line), and the
+// stacks end at the allocator's entry there too.
+func TestAllocInjectRefused(t *testing.T) {
+	needBPF(t)
+	strace := testbuild.Need(t, "strace", "a second tracer holding the service")
+	bin := rateFixture(t, "allocrate-glibc")
+	s := testbuild.StartService(t, "ready", strace, "-f", "-o", "/dev/null", bin, "1")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tr, err := Start(ctx, Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Pid: s.Pid(), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Do("go"); got != "done" {
+		t.Fatalf("go: %q", got)
+	}
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := tr.Stats()
+	t.Logf("sampled by %s (%s)", st.AllocMode, st.AllocFallback)
+	if st.AllocMode != platform.AllocUprobes || !strings.Contains(st.AllocFallback, "ptrace") {
+		t.Errorf("sampled by %q (%q), want %q and a reason naming ptrace", st.AllocMode, st.AllocFallback, platform.AllocUprobes)
+	}
+	p := symbolize(t, out.Bytes())
+	checkAllocFigures(t, p)
+	checkAllocLeaves(t, p)
 }
