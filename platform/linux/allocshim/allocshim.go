@@ -16,8 +16,16 @@
 // queue goes along with the next sampled allocation (ahead of it), or
 // through [FreeSymbol] when it is full, old or the program exits.
 //
-// A running process (record -p PID, -a) cannot be preloaded: the eBPF
-// back end puts uprobes on its allocator instead, and every call traps.
+// A running process (record -p PID) gets the same sampler by injection
+// ([Inject]: ptrace, a remote dlopen, rawstack_attach redirecting the
+// allocator slots of its modules; [Injection.Detach] puts them back), as
+// heaptrack attaches but without gdb. The recorder stamps the ring at
+// every read ([Ring.Stamp]); a sampler whose recorder left ([Ring.Detach])
+// or went silent for [AliveTimeout] goes inert. Where injection cannot
+// be, and for the whole host (-a), the eBPF back end puts uprobes on the
+// allocator instead, and every call traps. The recorder cuts the
+// sampler's own frames from the stacks it reports (the module with
+// [BuildID]).
 package allocshim
 
 import (

@@ -10,6 +10,8 @@
 # Linked by GNU ld, not lld: with lld's layout (the text segment's virtual
 # address 4 KiB past its file offset) rawstack's DWARF unwinder found no
 # CFI for the sampler's frames and dropped the caller of the marker.
+# Local symbols are discarded (--discard-all): malloc and its hidden
+# alias s_malloc share an address, and a symbolizer must name it malloc.
 # usage: build.sh [OUT]   (default: librawstack-alloc.so next to this script)
 set -eu
 case ${1:-} in

@@ -1286,6 +1286,7 @@ struct saved_slot {
 static struct saved_slot *saved; /* MAX_SLOTS of them, mmap'd at the first attach */
 static size_t nsaved;
 static int patch_lock;
+static void *canon[27]; /* an entry's canonical PLT address in the main program (fix_canonical) */
 static int modules_changed;  /* the dynamic linker announced a change */
 static uint64_t scanned_at;  /* when the modules were last looked over */
 static unsigned long long scanned_adds, scanned_subs; /* dl_iterate_phdr's counts then */
@@ -1359,7 +1360,7 @@ static int patch_rela(const struct module *m, const ElfW(Rela) * rel, size_t n, 
 				break; /* not relocated yet: at the next look */
 			if (!lazy_stub && !*next && !in_self(v))
 				__atomic_store_n(next, (void *)v, __ATOMIC_RELEASE); /* a C++ operator dlsym did not find */
-			if (!lazy_stub && (uintptr_t)*next != v)
+			if (!lazy_stub && (uintptr_t)*next != v && (uintptr_t)canon[e] != v)
 				break; /* another allocator than the program's: leave it */
 			if (!*next)
 				break;
@@ -1375,76 +1376,140 @@ static int patch_rela(const struct module *m, const ElfW(Rela) * rel, size_t n, 
 	return done;
 }
 
-/* patch_module redirects the slots of one module. */
-static int patch_module(struct dl_phdr_info *info)
+/* dyninfo is what patching reads of a module's dynamic section. */
+struct dyninfo {
+	const ElfW(Sym) * syms;
+	const char *strs;
+	size_t strsz, njmp, nrela;
+	const ElfW(Rela) * jmp, *rela;
+};
+
+/* read_dyn reads a loaded module's extent and dynamic section: 0 for a
+ * module with none to patch (the vDSO, the sampler itself). */
+static int read_dyn(struct dl_phdr_info *info, struct module *m, struct dyninfo *d)
 {
-	struct module m = {.base = info->dlpi_addr, .lo = (uintptr_t)-1};
+	*m = (struct module){.base = info->dlpi_addr, .lo = (uintptr_t)-1};
+	*d = (struct dyninfo){0};
 	const ElfW(Dyn) *dyn = NULL;
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
 		switch (ph->p_type) {
 		case PT_LOAD:
-			if (a < m.lo)
-				m.lo = a;
-			if (a + ph->p_memsz > m.hi)
-				m.hi = a + ph->p_memsz;
+			if (a < m->lo)
+				m->lo = a;
+			if (a + ph->p_memsz > m->hi)
+				m->hi = a + ph->p_memsz;
 			break;
 		case PT_DYNAMIC:
 			dyn = (const ElfW(Dyn) *)a;
 			break;
 		case PT_GNU_RELRO:
-			m.relro_lo = page_down(a);
-			m.relro_hi = page_down(a + ph->p_memsz);
+			m->relro_lo = page_down(a);
+			m->relro_hi = page_down(a + ph->p_memsz);
 			break;
 		}
 	}
-	if (!dyn || m.lo >= m.hi || in_self(m.lo))
+	if (!dyn || m->lo >= m->hi || in_self(m->lo))
 		return 0;
-	const char *name = info->dlpi_name;
-	if (name && strstr(name, "linux-vdso"))
+	if (info->dlpi_name && strstr(info->dlpi_name, "linux-vdso"))
 		return 0;
-	const ElfW(Sym) *syms = NULL;
-	const char *strs = NULL;
-	size_t strsz = 0, jmpsz = 0, relasz = 0;
-	const ElfW(Rela) *jmp = NULL, *rela = NULL;
 	int pltrela = 1;
-	for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
-		switch (d->d_tag) {
+	size_t jmpsz = 0, relasz = 0;
+	for (const ElfW(Dyn) *e = dyn; e->d_tag != DT_NULL; e++) {
+		switch (e->d_tag) {
 		case DT_SYMTAB:
-			syms = (const ElfW(Sym) *)dyn_ptr(&m, d->d_un.d_ptr);
+			d->syms = (const ElfW(Sym) *)dyn_ptr(m, e->d_un.d_ptr);
 			break;
 		case DT_STRTAB:
-			strs = (const char *)dyn_ptr(&m, d->d_un.d_ptr);
+			d->strs = (const char *)dyn_ptr(m, e->d_un.d_ptr);
 			break;
 		case DT_STRSZ:
-			strsz = d->d_un.d_val;
+			d->strsz = e->d_un.d_val;
 			break;
 		case DT_JMPREL:
-			jmp = (const ElfW(Rela) *)dyn_ptr(&m, d->d_un.d_ptr);
+			d->jmp = (const ElfW(Rela) *)dyn_ptr(m, e->d_un.d_ptr);
 			break;
 		case DT_PLTRELSZ:
-			jmpsz = d->d_un.d_val;
+			jmpsz = e->d_un.d_val;
 			break;
 		case DT_PLTREL:
-			pltrela = d->d_un.d_val == DT_RELA;
+			pltrela = e->d_un.d_val == DT_RELA;
 			break;
 		case DT_RELA:
-			rela = (const ElfW(Rela) *)dyn_ptr(&m, d->d_un.d_ptr);
+			d->rela = (const ElfW(Rela) *)dyn_ptr(m, e->d_un.d_ptr);
 			break;
 		case DT_RELASZ:
-			relasz = d->d_un.d_val;
+			relasz = e->d_un.d_val;
 			break;
 		}
 	}
-	if (!syms || !strs)
+	if (!pltrela)
+		d->jmp = NULL;
+	d->njmp = jmpsz / sizeof(ElfW(Rela));
+	d->nrela = relasz / sizeof(ElfW(Rela));
+	return d->syms && d->strs;
+}
+
+/* patch_module redirects the slots of one module. */
+static int patch_module(struct dl_phdr_info *info)
+{
+	struct module m;
+	struct dyninfo d;
+	if (!read_dyn(info, &m, &d))
 		return 0;
 	int done = 0;
-	if (jmp && pltrela)
-		done += patch_rela(&m, jmp, jmpsz / sizeof(ElfW(Rela)), syms, strs, strsz);
-	if (rela)
-		done += patch_rela(&m, rela, relasz / sizeof(ElfW(Rela)), syms, strs, strsz);
+	if (d.jmp)
+		done += patch_rela(&m, d.jmp, d.njmp, d.syms, d.strs, d.strsz);
+	if (d.rela)
+		done += patch_rela(&m, d.rela, d.nrela, d.syms, d.strs, d.strsz);
 	return done;
+}
+
+/* slot_of returns the value of module d's first slot naming name, 0 if
+ * it has none. */
+static uintptr_t slot_of(const struct module *m, const struct dyninfo *d, const char *name)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		const ElfW(Rela) *rel = pass ? d->rela : d->jmp;
+		size_t n = pass ? d->nrela : d->njmp;
+		for (size_t i = 0; rel && i < n; i++) {
+			unsigned type = (unsigned)ELF64_R_TYPE(rel[i].r_info);
+			size_t si = ELF64_R_SYM(rel[i].r_info);
+			if ((type != R_SLOT && type != R_DATA) || si == 0 || d->syms[si].st_name >= d->strsz ||
+			    strcmp(d->strs + d->syms[si].st_name, name) != 0)
+				continue;
+			uintptr_t a = m->base + rel[i].r_offset;
+			if (a < m->lo || a + 8 > m->hi)
+				return 0;
+			return __atomic_load_n((uintptr_t *)a, __ATOMIC_ACQUIRE);
+		}
+	}
+	return 0;
+}
+
+/* fix_canonical looks at the main program (the first module): an entry
+ * that dlsym found there is its canonical PLT entry (a program built
+ * without -fPIE that takes the function's address), which only jumps
+ * through the program's own slot, soon the sampler's. The next
+ * allocator is what that slot holds, resolved; unresolved, the entry is
+ * left alone. */
+static int fix_canonical(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size, (void)data;
+	struct module m;
+	struct dyninfo d;
+	if (!read_dyn(info, &m, &d))
+		return 1;
+	for (size_t e = 0; e < nentries; e++) {
+		uintptr_t n = (uintptr_t)*entries[e].next;
+		if (n < m.lo || n >= m.hi)
+			continue;
+		uintptr_t v = slot_of(&m, &d, entries[e].name);
+		canon[e] = (void *)n;
+		*entries[e].next = v && (v < m.lo || v >= m.hi) ? (void *)v : NULL;
+	}
+	return 1;
 }
 
 static uintptr_t self_lo, self_hi; /* the sampler's own segments */
@@ -1640,6 +1705,7 @@ EXPORT int rawstack_attach(struct attach_args *a)
 	for (size_t i = 0; i < nentries; i++)
 		if (!*entries[i].next)
 			*entries[i].next = dlsym(RTLD_DEFAULT, entries[i].name);
+	dl_iterate_phdr(fix_canonical, NULL);
 	if (!next_malloc || !next_free || in_self((uintptr_t)next_malloc)) {
 		in_shim = 0;
 		a->err = ATTACH_ERR_NO_ALLOCATOR;
