@@ -136,11 +136,13 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
-	// Alloc records native heap allocations (BackendEBPF on Linux):
-	// uprobes on the allocator the target's C library provides (glibc's
-	// malloc, calloc, realloc, free, posix_memalign, aligned_alloc),
-	// sampled by bytes, reported to an AllocHandler with the stack of
-	// the allocation, and the frees of sampled blocks.
+	// Alloc records native heap allocations (BackendEBPF on Linux),
+	// sampled by bytes in the target by the allocation sampler
+	// (preloaded into a command, injected into a running process) or,
+	// where it cannot be, by uprobes on its allocator (Stats.AllocMode
+	// says which), reported to an AllocHandler with the stack of the
+	// allocation, which ends at the allocator's entry, and the frees of
+	// sampled blocks.
 	Alloc bool
 	// AllocRate is Alloc's mean sampling interval in bytes: one sample
 	// per AllocRate bytes allocated, a Poisson process over bytes as in
