@@ -408,3 +408,37 @@ func TestAllocInjectRefused(t *testing.T) {
 	checkAllocFigures(t, p)
 	checkAllocLeaves(t, p)
 }
+
+// TestAllocInjectPython: a running CPython 3.11 (Debian's python3.11, a
+// program built without -fPIE whose malloc is a canonical PLT entry)
+// takes the injected sampler; its allocations end at the allocator's
+// entry, below CPython's own allocator.
+func TestAllocInjectPython(t *testing.T) {
+	needBPF(t)
+	py := testbuild.Need(t, "python3.11", "Debian's CPython 3.11 (package python3.11)")
+	s := testbuild.StartService(t, "ready", py, "testdata/pyalloc.py")
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr, err := Start(ctx, Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Pid: s.Pid(), Streams: []io.Writer{&out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := tr.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.AllocMode != platform.AllocInjectRing {
+		t.Errorf("sampled by %q (%s), want %q", st.AllocMode, st.AllocFallback, platform.AllocInjectRing)
+	}
+	p := symbolize(t, out.Bytes())
+	var n int64
+	for _, smp := range p.Samples {
+		n += smp.AllocObjects
+	}
+	t.Logf("%d allocations", n)
+	if n < 100 {
+		t.Fatalf("%d allocations sampled in a second of a loop allocating 64 KiB blocks", n)
+	}
+	checkAllocLeaves(t, p)
+}
