@@ -118,7 +118,7 @@ func vmRSS(t *testing.T, pid int) int {
 // Bars of TestAllocInject. Memory: the issue's, 1 MiB more after a
 // detach. Speed: the issue asks at most 1.1x slower attached and the
 // unattached speed ±5% after; but on this 2-vCPU machine shared with
-// other jobs, the median of 9 readings of allocrate.c's rate (its
+// other jobs, the median of 5-9 readings of allocrate.c's rate (its
 // sampled thread's throughput over its control thread's, on swapped
 // CPUs) moved between 0.84 and 1.19 from one read to the next with the
 // slots verified the same before and after, and attached read 1.04x to
@@ -150,6 +150,10 @@ const (
 // namespace (whose sampler cannot write pids the recorder knows into the
 // ring: its markers serve).
 func TestAllocInject(t *testing.T) {
+	if args := flag.Args(); len(args) == 2 && args[0] == "rawstack-alloc-child" {
+		recorderChild(t, args[1])
+		return
+	}
 	needBPF(t)
 	testbuild.Need(t, "unshare", "runs the service in other namespaces (util-linux)")
 	const jemalloc, tcmalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
@@ -180,7 +184,7 @@ func TestAllocInject(t *testing.T) {
 			s.Do("free")
 			rss0 := vmRSS(t, pid)
 			slots0, _, _ := allocSlots(t, pid)
-			before := rate(t, s, 9, 400)
+			before := rate(t, s, 7, 300)
 
 			var out bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -189,7 +193,7 @@ func TestAllocInject(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			during := rate(t, s, 9, 400)
+			during := rate(t, s, 7, 300)
 			// Every allocator slot of every module points at the
 			// sampler (read from the modules' own relocations).
 			slots1, lo, hi := allocSlots(t, pid)
@@ -214,7 +218,7 @@ func TestAllocInject(t *testing.T) {
 				t.Errorf("sampled by %q (%s), want %q", st.AllocMode, st.AllocFallback, c.mode)
 			}
 			s.Do("free")
-			after := rate(t, s, 9, 400)
+			after := rate(t, s, 7, 300)
 			rss1 := vmRSS(t, pid)
 			// After a clean detach the slots hold what they held before:
 			// the program runs its own code again.
@@ -246,20 +250,20 @@ func TestAllocInject(t *testing.T) {
 }
 
 // killedRecorder attaches a recorder (this test binary, running
-// TestAllocRecorderChild) to the service, kills it with SIGKILL while
+// TestAllocInject as recorderChild) to the service, kills it with SIGKILL while
 // the service allocates, and checks that within the sampler's timeout
 // the service runs correct, no bigger, and no slower than attached
 // (base: its unattached rate) with the sampler inert in its slots.
 func killedRecorder(t *testing.T, s *testbuild.Service, pid int, base float64) {
 	rss0 := vmRSS(t, pid)
-	child := testbuild.StartService(t, "attached", os.Args[0], "-test.run=^TestAllocRecorderChild$", "-test.v=false", "--", "rawstack-alloc-child", strconv.Itoa(pid))
-	during := rate(t, s, 3, 400)
+	child := testbuild.StartService(t, "attached", os.Args[0], "-test.run=^TestAllocInject$", "-test.v=false", "--", "rawstack-alloc-child", strconv.Itoa(pid))
+	during := rate(t, s, 3, 300)
 	if err := child.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	child.Cmd.Wait()
 	time.Sleep(allocshim.AliveTimeout + time.Second)
-	after := rate(t, s, 9, 400)
+	after := rate(t, s, 7, 300)
 	if got := s.Do("go"); got != "done" {
 		t.Fatalf("go after the recorder was killed: %q", got)
 	}
@@ -279,15 +283,11 @@ func killedRecorder(t *testing.T, s *testbuild.Service, pid int, base float64) {
 	}
 }
 
-// TestAllocRecorderChild is the recorder killedRecorder kills: run by
-// it (this test binary, with the service's pid after "--"), it attaches
-// with Alloc, says "attached" and records until it is killed.
-func TestAllocRecorderChild(t *testing.T) {
-	args := flag.Args()
-	if len(args) != 2 || args[0] != "rawstack-alloc-child" {
-		t.Skip("the recorder TestAllocInject starts and kills")
-	}
-	pid, err := strconv.Atoi(args[1])
+// recorderChild is the recorder killedRecorder kills: this test binary
+// run again (TestAllocInject with the service's pid after "--"), it
+// attaches with Alloc, says "attached" and records until it is killed.
+func recorderChild(t *testing.T, pidText string) {
+	pid, err := strconv.Atoi(pidText)
 	if err != nil {
 		t.Fatal(err)
 	}
