@@ -136,11 +136,13 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
-	// Alloc records native heap allocations (BackendEBPF on Linux):
-	// uprobes on the allocator the target's C library provides (glibc's
-	// malloc, calloc, realloc, free, posix_memalign, aligned_alloc),
-	// sampled by bytes, reported to an AllocHandler with the stack of
-	// the allocation, and the frees of sampled blocks.
+	// Alloc records native heap allocations (BackendEBPF on Linux),
+	// sampled by bytes in the target by the allocation sampler
+	// (preloaded into a command, injected into a running process) or,
+	// where it cannot be, by uprobes on its allocator (Stats.AllocMode
+	// says which), reported to an AllocHandler with the stack of the
+	// allocation, which ends at the allocator's entry, and the frees of
+	// sampled blocks.
 	Alloc bool
 	// AllocRate is Alloc's mean sampling interval in bytes: one sample
 	// per AllocRate bytes allocated, a Poisson process over bytes as in
@@ -158,12 +160,17 @@ type Config struct {
 // process and, when samples copy the stack, writes its samples into a
 // ring it shares with the recorder (AllocPreloadRing: no entry into the
 // kernel at all); with frame pointers it traps into the kernel for
-// sampled allocations only (AllocPreload). A running process (Pid,
-// System) cannot be preloaded: uprobes on its allocator trap on every
-// call.
+// sampled allocations only (AllocPreload). A running process (Pid) gets
+// the same sampler by injection (AllocInjectRing, AllocInject: ptrace, a
+// remote dlopen, its modules' allocator slots redirected). Where that
+// cannot be (a statically linked allocator, ptrace refused;
+// Stats.AllocFallback says why) and for the whole host (System),
+// uprobes on the allocator trap on every call.
 const (
 	AllocPreloadRing = "the preloaded sampler (LD_PRELOAD), through a shared ring"
 	AllocPreload     = "the preloaded sampler (LD_PRELOAD)"
+	AllocInjectRing  = "the injected sampler (ptrace, dlopen), through a shared ring"
+	AllocInject      = "the injected sampler (ptrace, dlopen)"
 	AllocUprobes     = "uprobes on every allocator call"
 )
 
@@ -375,4 +382,7 @@ type Stats struct {
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.
 	AllocMode string
+	// AllocFallback says why a running process was not given the
+	// injected sampler, when AllocMode is AllocUprobes for it ("" else).
+	AllocFallback string
 }

@@ -228,8 +228,11 @@ type Stats struct {
 	// AllocMode says how Options.Alloc samples allocations ("" without
 	// it): platform.AllocPreloadRing for a launched command, into which
 	// the sampler is preloaded (platform.AllocPreload with UnwindFP);
-	// platform.AllocUprobes for a running process.
-	AllocMode string
+	// platform.AllocInjectRing for a running process, into which it is
+	// injected (platform.AllocInject with UnwindFP), or, where it cannot
+	// be, platform.AllocUprobes, with the reason in AllocFallback.
+	AllocMode     string
+	AllocFallback string
 }
 
 // backend is what a per-OS back end provides.
@@ -523,6 +526,7 @@ func (t *Tracer) Stats() Stats {
 		JITCut:         bs.JITCut,
 		JITWarning:     bs.JITWarning,
 		AllocMode:      bs.AllocMode,
+		AllocFallback:  bs.AllocFallback,
 	}
 }
 

@@ -143,7 +143,11 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
 	if st.AllocMode != "" {
-		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s, one per %d bytes on average\n", st.AllocMode, allocRate(rf.AllocRate))
+		why := ""
+		if st.AllocFallback != "" {
+			why = " (" + st.AllocFallback + ")"
+		}
+		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s%s, one per %d bytes on average\n", st.AllocMode, why, allocRate(rf.AllocRate))
 	}
 	// The agent prints its summary line and nothing else (with
 	// --verbose, the minute lines too): the Python processes of a host are

@@ -91,7 +91,15 @@ type bpfState struct {
 	ringRecords uint64 // records read from it
 	ringSpilled uint64 // its records sent to the markers, once it is closed
 	ringLostSet uint64 // its drops reported so far: the sampler's set full
-	h           platform.Handler
+	// injected is the sampler injected into a running target (nil:
+	// preloaded, or uprobes on its allocator); injectWhy says why it
+	// could not be, when uprobes serve instead; detachErr is what its
+	// detach said.
+	injected   *allocshim.Injection
+	injectUsed bool
+	injectWhy  string
+	detachErr  error
+	h          platform.Handler
 }
 
 type offStack struct {
@@ -233,6 +241,10 @@ const hostReadInterval = time.Second
 // is gone, then reads what is left and returns.
 func (s *Session) Run(ctx context.Context) error {
 	err := s.Tracker.Run(ctx, s.ReadAll)
+	if s.bpf.injected != nil {
+		s.detachSampler()
+		s.ReadAll()
+	}
 	if s.bpf.progs != nil {
 		s.reportBPFLost()
 	}
@@ -241,6 +253,7 @@ func (s *Session) Run(ctx context.Context) error {
 
 // Close stops sampling and releases the programs, events and rings.
 func (s *Session) Close() error {
+	s.detachSampler()
 	s.bpf.close()
 	return s.Tracker.Close()
 }
@@ -250,7 +263,12 @@ func (s *Session) Stats() platform.Stats {
 	st := s.Tracker.Stats()
 	if a := s.bpf.alloc; a != nil {
 		st.AllocMode = platform.AllocUprobes
+		st.AllocFallback = s.bpf.injectWhy
 		switch {
+		case s.bpf.injectUsed && s.bpf.ringUsed:
+			st.AllocMode = platform.AllocInjectRing
+		case s.bpf.injectUsed:
+			st.AllocMode = platform.AllocInject
 		case s.bpf.shimUsed && s.bpf.ringUsed:
 			st.AllocMode = platform.AllocPreloadRing
 		case s.bpf.shimUsed:
@@ -346,19 +364,12 @@ func (s *Session) attach() (err error) {
 			return err
 		}
 		b.shimUsed = true
-	} else if b.alloc != nil {
-		pid := s.Pid()
-		lib, err := "", error(nil)
-		if s.System() {
-			pid = 0
-			lib, err = hostLibc()
-		} else {
-			lib, err = findAllocator(pid)
-		}
+	} else if b.alloc != nil && s.System() {
+		lib, err := hostLibc()
 		if err != nil {
 			return err
 		}
-		if err := b.progs.attachAlloc(lib, pid); err != nil {
+		if err := b.progs.attachAlloc(lib, 0); err != nil {
 			return err
 		}
 	}
@@ -418,6 +429,14 @@ func (s *Session) attach() (err error) {
 	}
 	if s.Config().OffCPU {
 		b.offPending = map[uint32]*offStack{}
+	}
+	if b.alloc != nil && b.shim == "" && !s.System() {
+		// A running process: the sampler injected (after the process
+		// and its modules are reported, so that its first samples
+		// have them), or where it cannot be, uprobes on its allocator.
+		if err := s.allocAttach(); err != nil {
+			return err
+		}
 	}
 	return b.progs.Start()
 }

@@ -1029,6 +1029,20 @@ func (s *Tracker) fileBacked(pid uint32, addr uint64) bool {
 	return false
 }
 
+// ModuleAt returns the module of process pid that holds addr, or nil.
+func (s *Tracker) ModuleAt(pid uint32, addr uint64) *format.ModuleLoad {
+	ps := s.procs[pid]
+	if ps == nil {
+		return nil
+	}
+	for _, m := range ps.modules {
+		if addr >= m.start && addr < m.end {
+			return m.ml
+		}
+	}
+	return nil
+}
+
 // WholeHost sets the Tracker up for sampling every process of the host:
 // a late sample makes no new unwind tables (maxBuildLag) and perf maps
 // are watched from a process's first sample, not from its start.
