@@ -176,6 +176,9 @@ func attachRounds(cfg *config, rawstack, heaptrack string, rounds int) ([]row, e
 					return err
 				}
 				ht := exec.Command(heaptrack, "-p", strconv.Itoa(p.cmd.Process.Pid), "-o", cfg.work+"/alloc-p.heaptrack")
+				// heaptrack -p writes heaptrack.NAME.PID.zst into its
+				// working directory whatever -o says.
+				ht.Dir = cfg.work
 				ht.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 				if err := ht.Start(); err != nil {
 					return err
