@@ -89,6 +89,7 @@ type Tracker struct {
 	gos       *goruntime.Sampling // Config.Goroutines
 	py        *cpython.Sampling   // nil with Config.NoPython
 	js        jsFrames            // V8's frames (v8_linux.go)
+	alloc     *allocState         // Config.Alloc (alloc_linux.go)
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
@@ -285,6 +286,7 @@ func (s *Tracker) Stats() platform.Stats {
 	if w := s.jsWarning.Load(); w != nil {
 		st.JITWarning = *w
 	}
+	s.allocStats(&st)
 	return st
 }
 
@@ -550,8 +552,18 @@ func kernelModule() (format.ModuleLoad, bool) {
 
 // Run reads the rings with readAll (the back end's) and reports events
 // until ctx is done or the target is gone, then reads what is left and
-// returns.
+// returns. An injected allocation sampler is detached at the end, and
+// what it wrote until then is read.
 func (s *Tracker) Run(ctx context.Context, readAll func()) error {
+	err := s.run(ctx, readAll)
+	if s.Injected() {
+		s.DetachSampler()
+		readAll()
+	}
+	return err
+}
+
+func (s *Tracker) run(ctx context.Context, readAll func()) error {
 	lastCheck := time.Now()
 	defer s.closeWaiter()
 	if wake := s.wakeFD(); wake >= 0 {
@@ -752,6 +764,9 @@ func (s *Tracker) dispatch(r *record) {
 		reported := ps == nil || ps.reported
 		if reported {
 			s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+		}
+		if s.alloc != nil && s.alloc.ns != nil {
+			s.alloc.ns.exit(r.Tid)
 		}
 		if ps != nil {
 			delete(ps.names, r.Tid)
@@ -954,9 +969,10 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 }
 
 // Close stops sampling and releases the perf events and rings and the
-// JIT tracker's files.
+// JIT tracker's files; an injected allocation sampler is detached.
 func (s *Tracker) Close() error {
 	s.closeOnce.Do(func() {
+		s.closeAlloc()
 		for _, fd := range s.FDs {
 			sys.PerfDisable(fd)
 		}
