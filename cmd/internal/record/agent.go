@@ -49,7 +49,7 @@ const (
 func agentFlag(name string) bool {
 	switch name {
 	case "F", "duration", "no-kernel", "unwind", "stack-size",
-		"no-jit", "off-cpu", "goroutines",
+		"no-jit", "off-cpu", "goroutines", "buildid-cache", "buildid-cache-size", "no-buildid-cache",
 		"otlp-endpoint", "otlp-raw", "otlp-interval", "otlp-queue", "otlp-tls",
 		"otlp-ca", "otlp-header", "otlp-service", "otlp-compression":
 		return true

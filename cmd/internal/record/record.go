@@ -142,6 +142,9 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
 			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
+	if st.BuildIDCache != "" && !rf.agent {
+		fmt.Fprintf(stderr, "rawstack record: %s\n", st.BuildIDCache)
+	}
 	if st.AllocMode != "" {
 		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s, one per %d bytes on average\n", st.AllocMode, allocRate(rf.AllocRate))
 	}

@@ -89,6 +89,7 @@ type Tracker struct {
 	gos       *goruntime.Sampling // Config.Goroutines
 	py        *cpython.Sampling   // nil with Config.NoPython
 	js        jsFrames            // V8's frames (v8_linux.go)
+	idc       *idCacher           // the build-id cache's writer (idcache_linux.go); nil when off
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
@@ -238,6 +239,9 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	if !cfg.NoPython {
 		s.py = cpython.NewSampling()
 	}
+	if !cfg.NoBuildIDCache {
+		s.idc = newIDCacher(cfg.BuildIDCache, cfg.BuildIDCacheMax)
+	}
 	s.js.init(s, cfg)
 	if s.gos != nil {
 		mask := s.gos.Mask
@@ -285,6 +289,7 @@ func (s *Tracker) Stats() platform.Stats {
 	if w := s.jsWarning.Load(); w != nil {
 		st.JITWarning = *w
 	}
+	st.BuildIDCache = s.idc.summary()
 	return st
 }
 
@@ -447,6 +452,9 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
 	if ps.reported {
 		s.h.ModuleLoad(&ml)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.idc.module(pid, path, ml.BuildID)
 	}
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(pid, path, start, off)
@@ -970,6 +978,9 @@ func (s *Tracker) Close() error {
 		}
 		s.FDs, s.Rings, s.Polls = nil, nil, nil
 		s.jit.Close()
+		// A container's files are copied from descriptors opened while
+		// it lived: let the copies end (a slow disk, a large binary).
+		s.idc.close(30 * time.Second)
 		s.wakeMu.Lock()
 		if s.wakeMade && s.wake >= 0 {
 			sys.Close(s.wake)
@@ -985,7 +996,7 @@ func (s *Tracker) Close() error {
 // thread tracking as a live session's. It serves benchmarks and fuzzing of
 // the record → handler path, and replaying captured ring contents.
 func NewReplay(pid int, h platform.Handler) *Tracker {
-	s := New(platform.Config{Pid: pid}, h)
+	s := New(platform.Config{Pid: pid, NoBuildIDCache: true}, h)
 	s.pid = pid
 	return s
 }
