@@ -1,177 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"io"
-	"io/fs"
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rawstack/rawstack/internal/idcache"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/symbolizer/locate"
 )
-
-// A container here is what a container runtime makes of an image: a
-// root file system of its own, seen by its processes alone (a mount
-// namespace), and a pid namespace. The root is put together from the
-// host's files (the program at a path the host does not have, the
-// libraries ldd names at their paths), and `unshare --mount --pid --fork`
-// with pivot_root (enterRoot) runs the program in it: the same kernel
-// view a container engine gives, without an engine or an image registry,
-// neither of which these machines have (docker's client is here, no
-// engine).
-
-// containerRoot makes a root file system in a temporary directory: each
-// host file or directory of files (host path -> path inside; a
-// directory is copied whole but for names in skip) and the shared
-// libraries ldd lists for each ELF program of libsOf, at their host
-// paths.
-func containerRoot(t *testing.T, files map[string]string, skip []string, libsOf ...string) string {
-	t.Helper()
-	root := filepath.Join(t.TempDir(), "root")
-	for _, d := range []string{"tmp", "proc", "dev"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o1777); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyIn := func(src, dst string) {
-		t.Helper()
-		dst = filepath.Join(root, dst)
-		if _, err := os.Stat(dst); err == nil {
-			return
-		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		in, err := os.Open(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer in.Close()
-		fi, _ := in.Stat()
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, fi.Mode().Perm())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
-	}
-	for src, dst := range files {
-		filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if slices.Contains(skip, d.Name()) {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if d.Type().IsRegular() {
-				copyIn(p, filepath.Join(dst, strings.TrimPrefix(p, src)))
-			}
-			return nil
-		})
-	}
-	lib := regexp.MustCompile(`(?m)(?:=> )?(/\S+) \(0x`)
-	for _, src := range append(libsOf, "/bin/true") {
-		out, err := exec.Command("ldd", src).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", src, err)
-		}
-		for _, m := range lib.FindAllStringSubmatch(string(out), -1) {
-			real, err := filepath.EvalSymlinks(m[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			copyIn(real, m[1])
-		}
-	}
-	return root
-}
-
-// enterRoot is the shell script that makes root the root of args'
-// process, as a container engine does: in the mount namespace unshare
-// made, root is bind-mounted on itself and pivot_root moves the process
-// into it, so that the host sees the process's files at their paths in
-// root (/proc/PID/maps says /app/chainpriv, a path the host does not
-// have), not at root's host path as it would after a chroot.
-const enterRoot = `set -e
-root=$1; shift
-mount --make-rprivate /
-mount --bind "$root" "$root"
-cd "$root"
-mkdir -p .old
-pivot_root . .old
-exec "$@"`
-
-// container runs args in root, in new mount and pid namespaces, and
-// returns the host pid of args' process and the unshare command; with
-// ready set, once the process has printed that line.
-func container(t *testing.T, root string, env []string, ready string, args ...string) (int, *exec.Cmd) {
-	t.Helper()
-	testbuild.NeedAll(t, "runs the container tests' programs in their own namespaces", "unshare", "sh", "mount", "pivot_root")
-	cmd := exec.Command("unshare", append([]string{"--mount", "--pid", "--fork", "sh", "-c", enterRoot, "sh", root}, args...)...)
-	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		close(lines)
-	}()
-	children := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/task/" + strconv.Itoa(cmd.Process.Pid) + "/children"
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		b, _ := os.ReadFile(children)
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			pid, _ := strconv.Atoi(f[0])
-			// Wait for the exec of args: the child is the shell until then.
-			for time.Now().Before(deadline) {
-				if exe, err := os.Readlink("/proc/" + f[0] + "/exe"); err == nil && exe == args[0] {
-					for ready != "" {
-						line, ok := <-lines
-						if !ok {
-							t.Fatalf("%s ended before it printed %q: %s", args[0], ready, stderr.String())
-						}
-						if line == ready {
-							break
-						}
-					}
-					return pid, cmd
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-	}
-	t.Fatalf("no process %s in the container: %s", args[0], stderr.String())
-	return 0, nil
-}
 
 // TestContainerNative records a program that exists only inside its
 // container, from the host, with each back end; converts the trace after
@@ -199,8 +43,8 @@ func TestContainerNative(t *testing.T) {
 			}
 			cache := t.TempDir()
 			t.Setenv(idcache.Env, cache)
-			root := containerRoot(t, map[string]string{bin: "/app/chainpriv"}, nil, bin)
-			pid, cmd := container(t, root, nil, "", "/app/chainpriv", "2.5")
+			root := testbuild.ContainerRoot(t, map[string]string{bin: "/app/chainpriv"}, nil, bin)
+			pid, cmd := testbuild.Container(t, root, nil, "", "/app/chainpriv", "2.5")
 			trace := filepath.Join(t.TempDir(), "t.rawstack")
 			args := append([]string{"record", "-q", "-F", "499", "-o", trace, "-p", strconv.Itoa(pid), "--duration", "1.5s"}, be...)
 			var stdout, stderr bytes.Buffer
@@ -265,13 +109,13 @@ func TestContainerPython(t *testing.T) {
 				testbuild.Feature(t, linux.ProbeBPF())
 			}
 			t.Setenv(idcache.Env, t.TempDir())
-			root := containerRoot(t, map[string]string{
+			root := testbuild.ContainerRoot(t, map[string]string{
 				py:  "/opt/py/bin/python3.12",
 				lib: "/opt/py/lib/libpython3.12.so.1.0",
 				filepath.Join(prefix, "lib", "python3.12"): "/opt/py/lib/python3.12",
 				spin: "/app/spin.py",
 			}, []string{"test", "idlelib", "tkinter", "ensurepip", "site-packages", "lib2to3", "turtledemo", "pydoc_data", "config-3.12-x86_64-linux-gnu"}, lib)
-			pid, cmd := container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, "ready", "/opt/py/bin/python3.12", "-S", "/app/spin.py", "4")
+			pid, cmd := testbuild.Container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, "ready", "/opt/py/bin/python3.12", "-S", "/app/spin.py", "4")
 			trace := recordContainer(t, pid, cmd, root, "--backend", be)
 			in, n := foldedShare(t, trace, "_PyEval_EvalFrameDefault")
 			chain, _ := foldedShare(t, trace, "_PyEval_EvalFrameDefault", "alpha_py;beta_py;gamma_py")
@@ -301,8 +145,8 @@ func TestContainerNode(t *testing.T) {
 				testbuild.Feature(t, linux.ProbeBPF())
 			}
 			t.Setenv(idcache.Env, t.TempDir())
-			root := containerRoot(t, map[string]string{node: "/opt/node/bin/node", app: "/app/app.js"}, nil, node)
-			pid, cmd := container(t, root, nil, "", "/opt/node/bin/node", "--perf-basic-prof", "/app/app.js", "100000")
+			root := testbuild.ContainerRoot(t, map[string]string{node: "/opt/node/bin/node", app: "/app/app.js"}, nil, node)
+			pid, cmd := testbuild.Container(t, root, nil, "", "/opt/node/bin/node", "--perf-basic-prof", "/app/app.js", "100000")
 			trace := recordContainer(t, pid, cmd, root, "--backend", be)
 			share, n := foldedShare(t, trace, "fibJit")
 			t.Logf("%d samples, fibJit named in %.1f%%", n, 100*share)
@@ -310,5 +154,47 @@ func TestContainerNode(t *testing.T) {
 				t.Errorf("fibJit named in %.1f%% of the samples, want >= 80%% as outside a container", 100*share)
 			}
 		})
+	}
+}
+
+// TestContainerDebugFile records a container's stripped program whose
+// debug file only the container has (its /usr/lib/debug/.build-id, as
+// a -dbg package installs it): the recording copies the debug file into
+// the build-id cache with the program, and the chain is named after the
+// container is gone.
+func TestContainerDebugFile(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	testbuild.Need(t, "objcopy", "splits the container program's debug file")
+	dir := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "sh",
+		Args:   []string{"-c", "cc -O2 -g -fno-omit-frame-pointer -Wl,--build-id -o {dir}/prog {in0} && objcopy --only-keep-debug {dir}/prog {dir}/prog.debug && objcopy --strip-all {dir}/prog {dir}/prog.stripped && mkdir -p {dir}/d && mv {dir}/prog.debug {dir}/prog.stripped {dir}/d/"},
+		Inputs: []string{"testdata/container/chainpriv.c"},
+		Out:    "d",
+	})
+	bin := filepath.Join(dir, "prog.stripped")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := locate.BuildID(f)
+	f.Close()
+	cache := t.TempDir()
+	t.Setenv(idcache.Env, cache)
+	root := testbuild.ContainerRoot(t, map[string]string{
+		bin:                              "/app/chainpriv",
+		filepath.Join(dir, "prog.debug"): idcache.Path("/usr/lib/debug", id, true),
+	}, nil, bin)
+	pid, cmd := testbuild.Container(t, root, nil, "", "/app/chainpriv", "3")
+	trace := recordContainer(t, pid, cmd, root)
+	if !idcache.Has(cache, id, true) {
+		t.Errorf("the container's debug file is not in the cache")
+	}
+	share, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
+	t.Logf("%d samples, %.1f%% with the chain named from the container's debug file", n, 100*share)
+	if share < 0.95 {
+		t.Errorf("%.1f%% of the samples name alpha_step;beta_step;gamma_step, want >= 95%%", 100*share)
 	}
 }

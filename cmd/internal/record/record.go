@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/idcache"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/tracer"
 )
@@ -245,6 +246,14 @@ type sinks struct {
 
 func openSinks(rf *Flags, fs *flag.FlagSet, stderr io.Writer) (*sinks, error) {
 	s := &sinks{path: rf.Out}
+	if rf.IDCache != "" {
+		// The OTLP companion names frames on the host (without
+		// --otlp-raw) from the cache the recorder fills.
+		if rf.otlp.env == nil {
+			rf.otlp.env = map[string]string{}
+		}
+		rf.otlp.env[idcache.Env] = rf.IDCache
+	}
 	exp, err := rf.otlp.start(stderr, rf.Hz, rf.summaryLabel())
 	if err != nil {
 		return nil, err
