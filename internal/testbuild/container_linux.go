@@ -169,4 +169,3 @@ func Container(t testing.TB, root string, env []string, ready string, args ...st
 	t.Fatalf("no process %s in the container: %s", args[0], stderr.String())
 	return 0, nil
 }
-
