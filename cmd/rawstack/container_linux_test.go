@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/internal/idcache"
 	"github.com/rawstack/rawstack/internal/testbuild"
@@ -196,5 +197,67 @@ func TestContainerDebugFile(t *testing.T) {
 	t.Logf("%d samples, %.1f%% with the chain named from the container's debug file", n, 100*share)
 	if share < 0.95 {
 		t.Errorf("%.1f%% of the samples name alpha_step;beta_step;gamma_step, want >= 95%%", 100*share)
+	}
+}
+
+// TestContainerChurn records the whole host with the eBPF back end (as
+// the agent does) while 50 short-lived containers a second start, each
+// running for 60 ms one of five builds of a program that exists only in
+// its container's root; the roots are deleted before the trace is
+// converted. Every sample in those programs is named: no module that
+// was sampled lost its symbols, and the cache holds every build sampled.
+func TestContainerChurn(t *testing.T) {
+	testbuild.Feature(t, linux.ProbeBPF())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	testbuild.NeedAll(t, "runs the containers", "unshare", "sh", "mount", "pivot_root")
+	cache := t.TempDir()
+	t.Setenv(idcache.Env, cache)
+	const builds = 5
+	var roots []string
+	for i := 0; i < builds; i++ {
+		bin := testbuild.Build(t, testbuild.Cmd{
+			Tool:   "cc",
+			Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-DBUILD=" + strconv.Itoa(i), "-o", "{dir}/chainpriv", "{in0}"},
+			Inputs: []string{"testdata/container/chainpriv.c"},
+			Out:    "chainpriv",
+			Key:    strconv.Itoa(i),
+		})
+		roots = append(roots, testbuild.ContainerRoot(t, map[string]string{bin: "/app/chainpriv"}, nil, bin))
+	}
+	trace := filepath.Join(t.TempDir(), "t.rawstack")
+	done := make(chan int, 1)
+	var stdout, stderr bytes.Buffer
+	go func() {
+		done <- run([]string{"record", "-q", "--backend", "ebpf", "-a", "-F", "199", "--duration", "4s", "-o", trace}, &stdout, &stderr)
+	}()
+	time.Sleep(1500 * time.Millisecond) // the session starts
+	started := 0
+	tk := time.NewTicker(20 * time.Millisecond)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tk.C {
+		root := roots[started%builds]
+		go func() {
+			c := exec.Command("unshare", "--mount", "--pid", "--fork", "sh", "-c", testbuild.EnterRoot, "sh", root, "/app/chainpriv", "0.06")
+			if c.Start() == nil {
+				c.Wait()
+			}
+		}()
+		started++
+	}
+	tk.Stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	t.Logf("%d containers started; %s", started, strings.TrimSpace(stderr.String()))
+	time.Sleep(200 * time.Millisecond)
+	for _, r := range roots {
+		os.RemoveAll(r)
+	}
+	named, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
+	lost, _ := foldedShare(t, trace, "chainpriv+0x")
+	t.Logf("whole host: %d samples, %.2f%% in the containers' chain, %.2f%% in their program unnamed; the cache holds %d bytes", n, 100*named, 100*lost, idcache.Usage(cache))
+	if named == 0 || lost > 0 {
+		t.Errorf("%.2f%% of the samples name the containers' chain, %.2f%% are in their program unnamed: want some, and none", 100*named, 100*lost)
 	}
 }

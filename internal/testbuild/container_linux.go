@@ -23,7 +23,7 @@ import (
 // namespace), and a pid namespace. The root is put together from the
 // host's files (the program at a path the host does not have, the
 // libraries ldd names at their paths), and `unshare --mount --pid --fork`
-// with pivot_root (enterRoot) runs the program in it: the same kernel
+// with pivot_root (EnterRoot) runs the program in it: the same kernel
 // view a container engine gives, without an engine or an image registry,
 // neither of which these machines have (docker's client is here, no
 // engine).
@@ -99,13 +99,13 @@ func ContainerRoot(t testing.TB, files map[string]string, skip []string, libsOf 
 	return root
 }
 
-// enterRoot is the shell script that makes root the root of args'
+// EnterRoot is the shell script that makes root the root of args'
 // process, as a container engine does: in the mount namespace unshare
 // made, root is bind-mounted on itself and pivot_root moves the process
 // into it, so that the host sees the process's files at their paths in
 // root (/proc/PID/maps says /app/chainpriv, a path the host does not
 // have), not at root's host path as it would after a chroot.
-const enterRoot = `set -e
+const EnterRoot = `set -e
 root=$1; shift
 mount --make-rprivate /
 mount --bind "$root" "$root"
@@ -120,7 +120,7 @@ exec "$@"`
 func Container(t testing.TB, root string, env []string, ready string, args ...string) (int, *exec.Cmd) {
 	t.Helper()
 	NeedAll(t, "runs the container tests' programs in their own namespaces", "unshare", "sh", "mount", "pivot_root")
-	cmd := exec.Command("unshare", append([]string{"--mount", "--pid", "--fork", "sh", "-c", enterRoot, "sh", root}, args...)...)
+	cmd := exec.Command("unshare", append([]string{"--mount", "--pid", "--fork", "sh", "-c", EnterRoot, "sh", root}, args...)...)
 	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

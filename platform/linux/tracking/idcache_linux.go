@@ -88,15 +88,23 @@ func (c *idCacher) module(pid uint32, path string, id []byte) {
 	if len(c.seen) > 1<<16 {
 		clear(c.seen)
 	}
-	c.seen[key] = true
 	path = strings.TrimSuffix(path, " (deleted)")
 	root := procfs.Dir(int(pid)) + "/root"
 	inner := root + path
-	if !sameFile(path, inner) && !hostHas(path, id) && !idcache.Has(c.dir, id, false) {
-		if f, err := os.Open(inner); err == nil {
-			c.queue(f, id, false)
+	// Decided for good when the host has the file, the cache has it, or
+	// a copy is under way; a process gone before it could be read (a
+	// container that lived milliseconds) leaves the next process of the
+	// same build to try.
+	switch {
+	case sameFile(path, inner) || hostHas(path, id) || idcache.Has(c.dir, id, false):
+	default:
+		f, err := os.Open(inner)
+		if err != nil {
+			return
 		}
+		c.queue(f, id, false)
 	}
+	c.seen[key] = true
 	// The process's own debug file, where the host has none.
 	if hostDebug(id) || idcache.Has(c.dir, id, true) || sameRoot(root) {
 		return

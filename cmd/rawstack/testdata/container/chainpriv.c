@@ -5,7 +5,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-static volatile unsigned long sink;
+#ifndef BUILD
+#define BUILD 0
+#endif
+
+/* BUILD makes builds of one source with other build ids. */
+static volatile unsigned long sink = BUILD;
 
 __attribute__((noinline)) static unsigned long gamma_step(unsigned long x) {
 	for (int i = 0; i < 20000; i++)
