@@ -32,7 +32,7 @@ import (
 )
 
 // Usage is record's usage line (after "rawstack record").
-const Usage = "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] [--alloc [--alloc-rate BYTES]] [--no-python] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
+const Usage = "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] [--alloc [--alloc-rate BYTES]] [--no-python] [--buildid-cache DIR [--buildid-cache-size BYTES] | --no-buildid-cache] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
 
 // Linked reports whether the back end be is linked into the running
 // program; [Main] hands a recording whose back end is not to delegate.
