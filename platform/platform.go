@@ -136,6 +136,13 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
+	// SampleG records on each sample of user code the g register (R14
+	// on amd64, X28 on arm64: the running goroutine's g in Go code) as
+	// Sample.G. The in-process tracer sets it to find the goroutine of
+	// each sample, which its spans' links follow. It costs 24 bytes a
+	// sample in frame-pointer mode; the DWARF modes sample the registers
+	// already.
+	SampleG bool
 	// Alloc records native heap allocations (BackendEBPF on Linux):
 	// uprobes on the allocator the target's C library provides (glibc's
 	// malloc, calloc, realloc, free, posix_memalign, aligned_alloc),
@@ -289,6 +296,10 @@ type Sample struct {
 	Goroutine uint64
 	LabelSet  uint64
 	NewLabels []format.Label
+	// G is the g register at the sample (Config.SampleG; 0: not
+	// sampled): in Go code, the address of the running goroutine's g;
+	// in other code, whatever the register held.
+	G uint64
 	// Python holds the thread's Python frames, leaf first (none when
 	// Config.NoPython is set or the thread runs no Python code);
 	// NewPyCodes the code objects they refer to that no earlier sample

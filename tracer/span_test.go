@@ -316,6 +316,45 @@ func BenchmarkSpan(b *testing.B) {
 	}
 }
 
+// BenchmarkSpanLink is BenchmarkSpan for a span linked to an
+// OpenTelemetry span (Tracer.SpanLink), and BenchmarkSpanLinkDrain
+// BenchmarkSpanDrain for it.
+func BenchmarkSpanLink(b *testing.B) {
+	tr := spanTracer(b, io.Discard)
+	defer reportLost(b, tr)
+	ctx := context.Background()
+	link := Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%(spanRingSize/4) == 0 {
+			b.StopTimer()
+			tr.drainSpans()
+			b.StartTimer()
+		}
+		tr.SpanLink(ctx, "bench", link).End()
+	}
+}
+
+func BenchmarkSpanLinkDrain(b *testing.B) {
+	tr := spanTracer(b, io.Discard)
+	defer reportLost(b, tr)
+	ctx := context.Background()
+	link := Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += spanRingSize / 4 {
+		b.StopTimer()
+		for j := 0; j < spanRingSize/4 && i+j < b.N; j++ {
+			tr.SpanLink(ctx, "bench", link).End()
+		}
+		b.StartTimer()
+		tr.drainSpans()
+	}
+}
+
 // BenchmarkSpanDrain: encoding one span (begin and end records) into the
 // stream, done by the tracer's drain goroutine.
 func BenchmarkSpanDrain(b *testing.B) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +85,7 @@ func TestLinkedSamples(t *testing.T) {
 	var begin, end int64
 	var samples []format.Sample
 	strs := map[uint64]string{}
+	stacks := map[uint64][]uint64{}
 	var checkoutID uint64
 	for {
 		ev, err := r.Next()
@@ -96,6 +98,8 @@ func TestLinkedSamples(t *testing.T) {
 		switch ev.Kind {
 		case format.KindString:
 			strs[ev.String.ID] = ev.String.Value
+		case format.KindStack:
+			stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
 		case format.KindSpanBegin:
 			if strs[ev.SpanBegin.Name] == "checkout" {
 				begin, checkoutID = ev.SpanBegin.Time, ev.SpanBegin.ID
@@ -114,9 +118,24 @@ func TestLinkedSamples(t *testing.T) {
 		t.Fatalf("no checkout span in the stream (begin %d, end %d)", begin, end)
 	}
 	want := format.SpanLink{TraceID: traceID, SpanID: spanID}
+	// The goroutine's own work: samples in spin (a sample of the thread
+	// on the scheduler's g0, between two time slices of the goroutine,
+	// is not the goroutine's, as runtime/pprof does not label it).
+	inSpin := func(s format.Sample) bool {
+		for _, pc := range stacks[s.Stack] {
+			if f := runtime.FuncForPC(uintptr(pc)); f != nil && strings.HasSuffix(f.Name(), ".spin") {
+				return true
+			}
+		}
+		return false
+	}
 	var in, out, linked int
 	for _, s := range samples {
 		switch {
+		case !inSpin(s):
+			if s.Time >= begin && s.Time < end && s.Link != want && !s.Link.IsZero() {
+				t.Errorf("sample at %d, inside the span [%d, %d), out of the goroutine's code: link %x/%x", s.Time, begin, end, s.Link.TraceID, s.Link.SpanID)
+			}
 		case s.Time >= begin && s.Time < end:
 			in++
 			if s.Link != want {

@@ -27,13 +27,8 @@ type Sampling struct {
 // architecture (amd64, arm64), or nil elsewhere.
 func NewSampling() *Sampling {
 	gs := &Sampling{}
-	var g, sp int
-	switch runtime.GOARCH {
-	case "amd64":
-		g, sp = perfRegAMD64R14, perfRegAMD64SP
-	case "arm64":
-		g, sp = perfRegARM64X28, perfRegARM64SP
-	default:
+	g, sp, ok := Regs()
+	if !ok {
 		return nil
 	}
 	gs.gReg, gs.sReg, gs.Mask = g, sp, 1<<g|1<<sp
@@ -41,7 +36,19 @@ func NewSampling() *Sampling {
 	return gs
 }
 
-// place computes where the g register and the stack pointer are among
+// Regs returns the perf numbers of the g register and the stack pointer
+// of this architecture (amd64, arm64); ok false elsewhere.
+func Regs() (g, sp int, ok bool) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return perfRegAMD64R14, perfRegAMD64SP, true
+	case "arm64":
+		return perfRegARM64X28, perfRegARM64SP, true
+	}
+	return 0, 0, false
+}
+
+// Place computes where the g register and the stack pointer are among
 // the registers of mask (ascending perf numbers).
 func (gs *Sampling) Place(mask uint64) {
 	gs.gIdx = bits.OnesCount64(mask & (1<<gs.gReg - 1))
