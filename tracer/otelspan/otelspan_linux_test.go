@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	pprofrt "runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
@@ -213,3 +214,111 @@ func TestLinkedSamples(t *testing.T) {
 		t.Errorf("pprof: %d samples labelled, the stream %d linked", pprofLinked, linked)
 	}
 }
+
+// TestInheritedLink: a goroutine started inside a linked span inherits
+// its link while the span is open, as it would inherit pprof labels
+// (runtime/pprof.Do), and keeps its pprof labels as they were; after
+// the span ends its samples carry no link. Neither goroutine is locked
+// to a thread.
+func TestInheritedLink(t *testing.T) {
+	if err := linux.Probe(); err != nil {
+		if errors.Is(err, platform.ErrNotSupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tr, err := tracer.Start(context.Background(), tracer.Options{Frequency: 499, Streams: []io.Writer{&buf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	ended := make(chan int64)
+	done := make(chan struct{})
+	var labelsKept bool
+	pprofrt.Do(context.Background(), pprofrt.Labels("user", "label"), func(context.Context) {
+		sp := otelspan.Start(tr, ctx, "parent")
+		go func() { // started inside the span: inherits it
+			childSpin(300 * time.Millisecond)
+			<-ended
+			childSpin(300 * time.Millisecond)
+			close(done)
+		}()
+		time.Sleep(300 * time.Millisecond) // the parent waits, off CPU
+		sp.End()
+		ended <- 0
+		var buf bytes.Buffer
+		pprofrt.Lookup("goroutine").WriteTo(&buf, 1)
+		labelsKept = strings.Contains(buf.String(), `"user":"label"`)
+	})
+	<-done
+	tr.Stop()
+	if !labelsKept {
+		t.Errorf("the goroutines' pprof labels were lost")
+	}
+	r, err := format.NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacks := map[uint64][]uint64{}
+	var begin, end int64
+	strs := map[uint64]string{}
+	var in, inLinked, after, afterLinked int
+	var samples []format.Sample
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Kind {
+		case format.KindString:
+			strs[ev.String.ID] = ev.String.Value
+		case format.KindStack:
+			stacks[ev.Stack.ID] = append([]uint64(nil), ev.Stack.PCs...)
+		case format.KindSpanBegin:
+			if strs[ev.SpanBegin.Name] == "parent" {
+				begin = ev.SpanBegin.Time
+			}
+		case format.KindSpanEnd:
+			end = ev.SpanEnd.Time
+		case format.KindSample:
+			samples = append(samples, ev.Sample)
+		}
+	}
+	want := format.SpanLink{TraceID: traceID, SpanID: spanID}
+	for _, s := range samples {
+		child := false
+		for _, pc := range stacks[s.Stack] {
+			if f := runtime.FuncForPC(uintptr(pc)); f != nil && strings.HasSuffix(f.Name(), ".childSpin") {
+				child = true
+			}
+		}
+		switch {
+		case !child:
+		case s.Time >= begin && s.Time < end:
+			in++
+			if s.Link == want {
+				inLinked++
+			}
+		case s.Time >= end:
+			after++
+			if !s.Link.IsZero() {
+				afterLinked++
+			}
+		}
+	}
+	t.Logf("the child's samples: %d in the span, %d linked; %d after it, %d linked", in, inLinked, after, afterLinked)
+	if in < 20 || after < 20 {
+		t.Fatalf("too few samples to tell")
+	}
+	if inLinked != in || afterLinked != 0 {
+		t.Errorf("inherited link: %d of %d samples in the span linked, %d of %d after it", inLinked, in, afterLinked, after)
+	}
+}
+
+//go:noinline
+func childSpin(d time.Duration) uint64 { return spin(d) }

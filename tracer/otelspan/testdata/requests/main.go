@@ -48,7 +48,6 @@ var (
 	wg    sync.WaitGroup
 )
 
-
 type handler struct {
 	t     *tracer.Tracer
 	otelT trace.Tracer
