@@ -359,6 +359,11 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Config.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read (no DWARF, out of process).
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts the samples of PythonSamples whose frames
 	// were read at the sample (in BPF, the eBPF back end), not when the
 	// recorder drained it.

@@ -76,5 +76,10 @@ func (gs *Sampling) Goroutine(pid uint32, regs []uint64) (goid, set uint64, fres
 	return gs.gr.goroutine(pid, regs[gs.gIdx], regs[gs.sIdx])
 }
 
+// Warning names a Go program sampled whose goroutines were not read (its
+// executable has no DWARF: built -ldflags=-w, or stripped), "" for none.
+// The calling process needs none.
+func (gs *Sampling) Warning() string { return gs.gr.warning }
+
 // Forget drops what is known of process pid (it exited or exec'd).
 func (gs *Sampling) Forget(pid uint32) { gs.gr.forget(pid) }

@@ -88,6 +88,8 @@ type Tracker struct {
 	jit       *jit.Tracker
 	gos       *goruntime.Sampling // Config.Goroutines
 	gIdx      int                 // Config.SampleG: the g register's index in a record's UserRegs; -1 without
+	goSamples atomic.Uint64
+	goWarning atomic.Pointer[string]
 	py        *cpython.Sampling   // nil with Config.NoPython
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
@@ -283,6 +285,10 @@ func (s *Tracker) Stats() platform.Stats {
 		PythonSamples: s.pySamples.Load(), PythonCut: s.pyCut.Load(), PythonAtSample: s.pyAtSample.Load()}
 	if w := s.pyWarning.Load(); w != nil {
 		st.PythonWarning = *w
+	}
+	st.GoSamples = s.goSamples.Load()
+	if w := s.goWarning.Load(); w != nil {
+		st.GoWarning = *w
 	}
 	return st
 }
@@ -842,6 +848,11 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	}
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
+		if sm.Goroutine != 0 {
+			s.goSamples.Add(1)
+		} else if w := s.gos.Warning(); w != "" && s.goWarning.Load() == nil {
+			s.goWarning.Store(&w)
+		}
 	}
 	sm.Python, sm.NewPyCodes, sm.PyGIL = nil, nil, format.PyGILNone
 	if s.py != nil && sm.Flags&format.SampleOffCPU == 0 {
