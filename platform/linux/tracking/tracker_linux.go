@@ -90,7 +90,7 @@ type Tracker struct {
 	gIdx      int                 // Config.SampleG: the g register's index in a record's UserRegs; -1 without
 	goSamples atomic.Uint64
 	goWarning atomic.Pointer[string]
-	py        *cpython.Sampling   // nil with Config.NoPython
+	py        *cpython.Sampling // nil with Config.NoPython
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
