@@ -20,9 +20,12 @@ import (
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/platform/linux/ebpf"
 	"github.com/rawstack/rawstack/symbolizer"
+	"github.com/rawstack/rawstack/symbolizer/export/chrome"
+	"github.com/rawstack/rawstack/symbolizer/export/firefox"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	"github.com/rawstack/rawstack/symbolizer/export/perfetto"
 	"github.com/rawstack/rawstack/symbolizer/export/pprof"
+	"github.com/rawstack/rawstack/symbolizer/export/speedscope"
 )
 
 var handlers = []string{"main.handlerA", "main.handlerB", "main.handlerC", "main.handlerD"}
@@ -324,6 +327,57 @@ func checkPerfettoTracks(t *testing.T, data []byte, spans map[string]string) {
 		t.Errorf("perfetto: %d of the %d requests' spans found", found, len(spans))
 	}
 	t.Logf("perfetto: %d request spans on %d goroutine tracks", found, len(trackOf))
+
+	// The other timelines draw the same tracks: Chrome's JSON (each span,
+	// with its span_id, on the handler's goroutine's thread), Firefox's
+	// threads and speedscope's evented profiles (a goroutine's spans,
+	// one per request).
+	ct, err := chrome.Convert(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[uint32]string{}
+	for _, e := range ct.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" {
+			names[e.Tid], _ = e.Args["name"].(string)
+		}
+	}
+	chromeFound := 0
+	for _, e := range ct.TraceEvents {
+		if sid, _ := e.Args["span_id"].(string); e.Ph == "X" && spans[sid] != "" {
+			chromeFound++
+			if !strings.HasPrefix(names[e.Tid], "goroutine ") || !strings.HasSuffix(names[e.Tid], " "+spans[sid]) {
+				t.Errorf("chrome: span %s of %s on thread %q", sid, spans[sid], names[e.Tid])
+			}
+		}
+	}
+	if chromeFound != len(spans) {
+		t.Errorf("chrome: %d of the %d requests' spans found", chromeFound, len(spans))
+	}
+	ff, err := firefox.Convert(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := speedscope.Convert(prof, "requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range handlers {
+		var ffSpans, ssEvents int
+		for _, th := range ff.Threads {
+			if strings.HasPrefix(th.Name, "goroutine ") && strings.HasSuffix(th.Name, " "+h) {
+				ffSpans += len(th.Markers.Data)
+			}
+		}
+		for _, p := range ss.Profiles {
+			if p.Type == "evented" && strings.HasPrefix(p.Name, "goroutine ") && strings.HasSuffix(p.Name, " "+h+" spans") {
+				ssEvents += len(p.Events)
+			}
+		}
+		if ffSpans != len(spans)/len(handlers) || ssEvents != 2*len(spans)/len(handlers) {
+			t.Errorf("%s's goroutine track: %d Firefox markers, %d speedscope events; want a span per request", h, ffSpans, ssEvents)
+		}
+	}
 }
 
 // pbFields decodes one protobuf message: the bytes of each length-
