@@ -257,9 +257,6 @@ func (t *Tracer) spanOpen(ctx context.Context, name string, lk *linkSpan) Span {
 	}
 	r := rings[p]
 	id := r.nextSeq()*uint64(len(rings)) + uint64(p) + 1
-	if lk != nil {
-		lk.id = id
-	}
 	ok := r.put(recBegin, id, parent, name, lk)
 	procUnpin()
 	if !ok {

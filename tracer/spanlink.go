@@ -66,23 +66,37 @@ const (
 	linkKeepMax = 1 << 16
 )
 
-// linkSpan is a linked span. Its first field makes it a pprof label
-// set (goself.Layout.LabelList): the goroutine's labels as they were
-// when it opened.
+// linkSpan is a linked span as its goroutine holds it. Its first field
+// makes it a pprof label set (goself.Layout.LabelList): the goroutine's
+// labels as they were when it opened.
 type linkSpan struct {
 	labels []struct{ Key, Value string }
 	prev   unsafe.Pointer // the goroutine's labels pointer before (restored at End)
 	link   Link
 	g      uintptr // the goroutine that opened it (0: not known here)
 	goid   uint64
-	id     uint64
-	// Set when drained, under the tracer's lock.
-	gl         *goLinks  // its goroutine's spans (or its thread's)
-	key        uint64    // gl's key in linkState.of
-	outer      *linkSpan // the linked span of its goroutine it opened in
-	begin, end int64     // end 0: open
-	known      bool      // its begin was drained
-	gone       bool      // forgotten
+	// Set when drained, under the tracer's lock: its slot in
+	// linkState.recs (slot 0: not drained yet) and the slot's
+	// generation; the end's time when drained before the begin.
+	slot, gen uint32
+	end       int64
+}
+
+// linkRec is what the drain keeps of a linked span, in a slot of
+// linkState.recs: plain values, no pointers, so that filing a span
+// costs the garbage collector nothing (its write barriers were most of
+// the drain's cost while a service allocates).
+type linkRec struct {
+	addr       uintptr // the linkSpan's address: what goroutines' labels hold
+	g          uintptr
+	goid       uint64
+	link       Link
+	begin, end int64 // end 0: open
+	key        uint64
+	// outer is the slot of the span of its goroutine it was opened in,
+	// valid while that slot's gen is outerGen.
+	outer, outerGen, gen uint32
+	gone                 bool // forgotten: its slot is freed when gl drops it
 }
 
 // linkLabelsOff is g.labels' offset when linked spans may stand as the
@@ -95,36 +109,21 @@ var linkLabelsOff uintptr
 // Everything but used is under the tracer's lock.
 type linkState struct {
 	used    atomic.Bool // a linked span was opened: samples look links up
+	recs    []linkRec   // slots; 0 is not used
+	free    []uint32    // free slots
 	of      map[uint64]*goLinks
-	ended   []*linkSpan // in end order, from endHead on, to forget
+	ended   []uint32 // slots in end order, from endHead on, to forget
 	endHead int
 	drained int64 // the rings were drained of every record stamped before this (ns)
 	buf     [16]byte
 }
 
 // goLinks are the linked spans of one goroutine (keyed by its g), or of
-// one thread where the g is not known (tid | 1<<63).
+// one thread where the g is not known (tid | 1<<63), as slots.
 type goLinks struct {
-	spans []*linkSpan // by begin
-	open  []*linkSpan // open now, innermost last
-	gone  int         // spans forgotten but not yet removed
-}
-
-// forget removes s (ended), at once when it is the first of spans (it
-// is, but for records of one goroutine drained out of order), else when
-// half of spans are forgotten.
-func (gl *goLinks) forget(s *linkSpan) {
-	s.gone = true
-	gl.gone++
-	for len(gl.spans) > 0 && gl.spans[0].gone {
-		gl.spans[0] = nil
-		gl.spans = gl.spans[1:]
-		gl.gone--
-	}
-	if gl.gone > 64 && gl.gone > len(gl.spans)/2 {
-		gl.spans = slices.DeleteFunc(gl.spans, func(s *linkSpan) bool { return s.gone })
-		gl.gone = 0
-	}
+	spans []uint32 // by begin
+	open  []uint32 // open now, innermost last
+	gone  int      // spans forgotten but still in spans
 }
 
 // SpanLink opens a span like [Tracer.Span], linked to the OpenTelemetry
@@ -170,72 +169,113 @@ func (lk *linkSpan) restoreLabels() {
 	}
 }
 
-// begin remembers a drained span's begin. A span's begin and end may sit
-// in two Ps' rings (its goroutine moved), so its end can be drained
-// first.
+// begin files a drained span's begin. A span's begin and end may sit in
+// two Ps' rings (its goroutine moved), so its end can be drained first.
 func (l *linkState) begin(lk *linkSpan, tid uint32, ts int64) {
 	if l.of == nil {
-		l.of = map[uint64]*goLinks{}
+		l.of, l.recs = map[uint64]*goLinks{}, make([]linkRec, 1, 1024)
 	}
-	lk.key = uint64(lk.g)
+	key := uint64(lk.g)
 	if lk.g == 0 {
-		lk.key = uint64(tid) | 1<<63
+		key = uint64(tid) | 1<<63
 	}
-	gl := l.of[lk.key]
+	gl := l.of[key]
 	if gl == nil {
 		gl = &goLinks{}
-		l.of[lk.key] = gl
+		l.of[key] = gl
 	}
-	lk.begin, lk.known, lk.gl = ts, true, gl
+	var slot uint32
+	if n := len(l.free); n > 0 {
+		slot, l.free = l.free[n-1], l.free[:n-1]
+	} else {
+		slot = uint32(len(l.recs))
+		l.recs = append(l.recs, linkRec{})
+	}
+	r := &l.recs[slot]
+	*r = linkRec{addr: uintptr(unsafe.Pointer(lk)), g: lk.g, goid: lk.goid, link: lk.link, begin: ts, key: key, gen: r.gen + 1}
+	if r.gen == 0 { // wrapped: 0 marks nothing
+		r.gen = 1
+	}
+	lk.slot, lk.gen = slot, r.gen
 	if n := len(gl.open); n > 0 {
-		lk.outer = gl.open[n-1]
+		r.outer = gl.open[n-1]
+		r.outerGen = l.recs[r.outer].gen
 	}
 	// By begin: records of one goroutine come from several rings.
 	i := len(gl.spans)
-	for i > 0 && gl.spans[i-1].begin > ts {
+	for i > 0 && l.recs[gl.spans[i-1]].begin > ts {
 		i--
 	}
-	gl.spans = slices.Insert(gl.spans, i, lk)
+	gl.spans = slices.Insert(gl.spans, i, slot)
 	if lk.end != 0 {
-		lk.end = max(lk.end, ts+1)
-		l.forgetLater(lk)
+		r.end = max(lk.end, ts+1)
+		l.forgetLater(slot)
 	} else {
-		gl.open = append(gl.open, lk)
+		gl.open = append(gl.open, slot)
 	}
 }
 
-// end records a drained span's end.
+// end files a drained span's end.
 func (l *linkState) end(lk *linkSpan, ts int64) {
-	if !lk.known {
+	if lk.slot == 0 || l.recs[lk.slot].gen != lk.gen {
 		lk.end = ts // its begin comes later
 		return
 	}
-	lk.end = max(ts, lk.begin+1)
-	gl := lk.gl
-	for i := len(gl.open) - 1; i >= 0; i-- {
-		if gl.open[i] == lk {
-			gl.open = slices.Delete(gl.open, i, i+1)
-			break
+	r := &l.recs[lk.slot]
+	if r.end != 0 {
+		return // ended twice
+	}
+	r.end = max(ts, r.begin+1)
+	if gl := l.of[r.key]; gl != nil {
+		for i := len(gl.open) - 1; i >= 0; i-- {
+			if gl.open[i] == lk.slot {
+				gl.open = slices.Delete(gl.open, i, i+1)
+				break
+			}
 		}
 	}
-	l.forgetLater(lk)
+	l.forgetLater(lk.slot)
 }
 
 // forgetLater queues an ended span, and forgets the spans that ended
-// linkKeep before it, or linkKeepMax spans before.
-func (l *linkState) forgetLater(lk *linkSpan) {
-	l.ended = append(l.ended, lk)
+// linkKeep before it, or linkKeepMax spans before: their slots are free
+// again.
+func (l *linkState) forgetLater(slot uint32) {
+	l.ended = append(l.ended, slot)
+	now := l.recs[slot].end
 	for l.endHead < len(l.ended) {
 		old := l.ended[l.endHead]
-		if lk.end-old.end < linkKeep && len(l.ended)-l.endHead <= linkKeepMax {
+		r := &l.recs[old]
+		if now-r.end < linkKeep && len(l.ended)-l.endHead <= linkKeepMax {
 			break
 		}
-		l.ended[l.endHead] = nil
 		l.endHead++
-		gl := old.gl
-		gl.forget(old)
-		if len(gl.spans) == 0 && len(gl.open) == 0 && l.of[old.key] == gl {
-			delete(l.of, old.key)
+		r.gone = true
+		if gl := l.of[r.key]; gl != nil {
+			// Out of gl at once when first (it is, but for a goroutine's
+			// long span that others nest in, or records drained out of
+			// order), else when half of gl is forgotten.
+			gl.gone++
+			for len(gl.spans) > 0 && l.recs[gl.spans[0]].gone {
+				l.release(gl.spans[0])
+				gl.spans = gl.spans[1:]
+				gl.gone--
+			}
+			if gl.gone > 64 && gl.gone > len(gl.spans)/2 {
+				gl.spans = slices.DeleteFunc(gl.spans, func(s uint32) bool {
+					if l.recs[s].gone {
+						l.release(s)
+						return true
+					}
+					return false
+				})
+				gl.gone = 0
+			}
+			if len(gl.spans) == 0 && len(gl.open) == 0 {
+				delete(l.of, r.key)
+			}
+		} else {
+			l.release(old)
 		}
 	}
 	if l.endHead > len(l.ended)/2 && l.endHead > 1024 {
@@ -244,22 +284,38 @@ func (l *linkState) forgetLater(lk *linkSpan) {
 	}
 }
 
-// at returns the innermost span of gl open at t: the last one begun
-// by t, or, when that one had ended, the one it was opened in.
-func (gl *goLinks) at(t int64) *linkSpan {
-	i, _ := slices.BinarySearchFunc(gl.spans, t+1, func(s *linkSpan, t int64) int { return cmp.Compare(s.begin, t) })
-	if i == 0 {
-		return nil
-	}
-	for s, n := gl.spans[i-1], 0; s != nil && n < 64; s, n = s.outer, n+1 {
-		if s.open(t) && !s.gone {
-			return s
-		}
-	}
-	return nil
+// release frees a forgotten span's slot.
+func (l *linkState) release(slot uint32) {
+	l.recs[slot].gen++ // references to it are stale now
+	l.free = append(l.free, slot)
 }
 
-func (s *linkSpan) open(t int64) bool { return s.begin <= t && (s.end == 0 || t < s.end) }
+// at returns the slot of the innermost span of gl open at t (0: none):
+// the last one begun by t, or, when that one had ended, the one it was
+// opened in.
+func (l *linkState) at(gl *goLinks, t int64) uint32 {
+	i, _ := slices.BinarySearchFunc(gl.spans, t+1, func(s uint32, t int64) int { return cmp.Compare(l.recs[s].begin, t) })
+	if i == 0 {
+		return 0
+	}
+	return l.openFrom(gl.spans[i-1], t)
+}
+
+// openFrom returns the first of slot and the spans it was opened in
+// (its outer spans) that is open at t, 0 if none.
+func (l *linkState) openFrom(slot uint32, t int64) uint32 {
+	for n := 0; slot != 0 && n < 64; n++ {
+		r := &l.recs[slot]
+		if r.begin <= t && (r.end == 0 || t < r.end) && !r.gone {
+			return slot
+		}
+		if l.recs[r.outer].gen != r.outerGen {
+			return 0
+		}
+		slot = r.outer
+	}
+	return 0
+}
 
 // linkOf returns the link of a sample taken at time t on thread tid
 // whose g register held g, and the goroutine it found it through (0: not
@@ -273,8 +329,8 @@ func (t *Tracer) linkOf(g uint64, tid uint32, at int64) (Link, uint64) {
 	if spanGoidOff == 0 {
 		// The g is not known here: the thread's spans.
 		if gl := l.of[uint64(tid)|1<<63]; gl != nil {
-			if s := gl.at(at); s != nil {
-				return s.link, 0
+			if s := l.at(gl, at); s != 0 {
+				return l.recs[s].link, 0
 			}
 		}
 		return Link{}, 0
@@ -283,8 +339,8 @@ func (t *Tracer) linkOf(g uint64, tid uint32, at int64) (Link, uint64) {
 		return Link{}, 0
 	}
 	if gl := l.of[g]; gl != nil {
-		if s := gl.at(at); s != nil {
-			return s.link, s.goid
+		if s := l.at(gl, at); s != 0 {
+			return l.recs[s].link, l.recs[s].goid
 		}
 	}
 	if linkLabelsOff == 0 {
@@ -307,12 +363,10 @@ func (t *Tracer) linkOf(g uint64, tid uint32, at int64) (Link, uint64) {
 		return Link{}, 0
 	}
 	for i := len(gl.spans) - 1; i >= 0; i-- {
-		if s := gl.spans[i]; uintptr(unsafe.Pointer(s)) == p {
+		if l.recs[gl.spans[i]].addr == p {
 			// It, or the span it was opened in, while open.
-			for n := 0; s != nil && n < 64; s, n = s.outer, n+1 {
-				if s.open(at) && !s.gone {
-					return s.link, goid
-				}
+			if s := l.openFrom(gl.spans[i], at); s != 0 {
+				return l.recs[s].link, goid
 			}
 			break
 		}
