@@ -301,6 +301,12 @@ func TestSpanAllocs(t *testing.T) {
 // alone; BenchmarkSpanDrain is the encoding cost paid by the drain
 // goroutine.
 func BenchmarkSpan(b *testing.B) {
+	benchSpans(b, func(tr *Tracer, ctx context.Context) { tr.Span(ctx, "bench").End() })
+}
+
+// benchSpans runs span b.N times on a tracer, draining its rings while
+// the timer is stopped.
+func benchSpans(b *testing.B, span func(*Tracer, context.Context)) {
 	tr := spanTracer(b, io.Discard)
 	defer reportLost(b, tr)
 	ctx := context.Background()
@@ -312,7 +318,7 @@ func BenchmarkSpan(b *testing.B) {
 			tr.drainSpans()
 			b.StartTimer()
 		}
-		tr.Span(ctx, "bench").End()
+		span(tr, ctx)
 	}
 }
 
@@ -320,44 +326,24 @@ func BenchmarkSpan(b *testing.B) {
 // OpenTelemetry span (Tracer.SpanLink), and BenchmarkSpanLinkDrain
 // BenchmarkSpanDrain for it.
 func BenchmarkSpanLink(b *testing.B) {
-	tr := spanTracer(b, io.Discard)
-	defer reportLost(b, tr)
-	ctx := context.Background()
 	link := Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%(spanRingSize/4) == 0 {
-			b.StopTimer()
-			tr.drainSpans()
-			b.StartTimer()
-		}
-		tr.SpanLink(ctx, "bench", link).End()
-	}
+	benchSpans(b, func(tr *Tracer, ctx context.Context) { tr.SpanLink(ctx, "bench", link).End() })
 }
 
 func BenchmarkSpanLinkDrain(b *testing.B) {
-	tr := spanTracer(b, io.Discard)
-	defer reportLost(b, tr)
-	ctx := context.Background()
 	link := Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i += spanRingSize / 4 {
-		b.StopTimer()
-		for j := 0; j < spanRingSize/4 && i+j < b.N; j++ {
-			tr.SpanLink(ctx, "bench", link).End()
-		}
-		b.StartTimer()
-		tr.drainSpans()
-	}
+	benchDrain(b, func(tr *Tracer, ctx context.Context) { tr.SpanLink(ctx, "bench", link).End() })
 }
 
 // BenchmarkSpanDrain: encoding one span (begin and end records) into the
 // stream, done by the tracer's drain goroutine.
 func BenchmarkSpanDrain(b *testing.B) {
+	benchDrain(b, func(tr *Tracer, ctx context.Context) { tr.Span(ctx, "bench").End() })
+}
+
+// benchDrain times the drain of b.N spans, made while the timer is
+// stopped.
+func benchDrain(b *testing.B, span func(*Tracer, context.Context)) {
 	tr := spanTracer(b, io.Discard)
 	defer reportLost(b, tr)
 	ctx := context.Background()
@@ -368,7 +354,7 @@ func BenchmarkSpanDrain(b *testing.B) {
 	for i := 0; i < b.N; i += spanRingSize / 4 {
 		b.StopTimer()
 		for j := 0; j < spanRingSize/4 && i+j < b.N; j++ {
-			tr.Span(ctx, "bench").End()
+			span(tr, ctx)
 		}
 		b.StartTimer()
 		tr.drainSpans()

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/pprof/profile"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/rawstack/rawstack/format"
@@ -24,7 +23,6 @@ import (
 	"github.com/rawstack/rawstack/symbolizer/export/firefox"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	"github.com/rawstack/rawstack/symbolizer/export/perfetto"
-	"github.com/rawstack/rawstack/symbolizer/export/pprof"
 	"github.com/rawstack/rawstack/symbolizer/export/speedscope"
 )
 
@@ -170,22 +168,7 @@ func checkShares(t *testing.T, from string, shares map[string]*share) {
 // checkPprofLinks converts the trace as `convert --to pprof` does and
 // reads each sample's span_id label.
 func checkPprofLinks(t *testing.T, data []byte, spans map[string]string) {
-	r, err := format.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prof, err := symbolizer.Build(r, &symbolizer.Options{NoDebuginfod: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pb bytes.Buffer
-	if err := pprof.Write(&pb, prof); err != nil {
-		t.Fatal(err)
-	}
-	pp, err := profile.Parse(&pb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pp := pprofOf(t, data)
 	shares := map[string]*share{}
 	for _, s := range pp.Sample {
 		var names []string

@@ -75,14 +75,14 @@ func note(fn string, sc trace.SpanContext) {
 	mu.Unlock()
 }
 
-// The handlers: the same loop, each in its own function, so that a
-// sample's stack says which one it is in.
-
+// serve serves requests one after the other for the handler that
+// calls it, each in its span, spinning for -work with a yield every
+// 20 µs or so.
+//
 //go:noinline
-func handlerA() {
-	defer wg.Done()
+func serve(fn string) {
 	for r := 0; r < *requests; r++ {
-		end, sc := h.begin("handlerA")
+		end, sc := h.begin(fn)
 		var x uint64
 		for start := time.Now(); time.Since(start) < *work; {
 			for i := 0; i < 2000; i++ {
@@ -92,63 +92,24 @@ func handlerA() {
 		}
 		sink += x
 		end()
-		note("main.handlerA", sc)
+		note("main."+fn, sc)
 	}
 }
 
-//go:noinline
-func handlerB() {
-	defer wg.Done()
-	for r := 0; r < *requests; r++ {
-		end, sc := h.begin("handlerB")
-		var x uint64
-		for start := time.Now(); time.Since(start) < *work; {
-			for i := 0; i < 2000; i++ {
-				x = x*6364136223846793005 + 1442695040888963407
-			}
-			runtime.Gosched()
-		}
-		sink += x
-		end()
-		note("main.handlerB", sc)
-	}
-}
+// The handlers, each a function of its own, so that a sample's stack
+// says which one it is in, and each goroutine's first function.
 
 //go:noinline
-func handlerC() {
-	defer wg.Done()
-	for r := 0; r < *requests; r++ {
-		end, sc := h.begin("handlerC")
-		var x uint64
-		for start := time.Now(); time.Since(start) < *work; {
-			for i := 0; i < 2000; i++ {
-				x = x*6364136223846793005 + 1442695040888963407
-			}
-			runtime.Gosched()
-		}
-		sink += x
-		end()
-		note("main.handlerC", sc)
-	}
-}
+func handlerA() { defer wg.Done(); serve("handlerA") }
 
 //go:noinline
-func handlerD() {
-	defer wg.Done()
-	for r := 0; r < *requests; r++ {
-		end, sc := h.begin("handlerD")
-		var x uint64
-		for start := time.Now(); time.Since(start) < *work; {
-			for i := 0; i < 2000; i++ {
-				x = x*6364136223846793005 + 1442695040888963407
-			}
-			runtime.Gosched()
-		}
-		sink += x
-		end()
-		note("main.handlerD", sc)
-	}
-}
+func handlerB() { defer wg.Done(); serve("handlerB") }
+
+//go:noinline
+func handlerC() { defer wg.Done(); serve("handlerC") }
+
+//go:noinline
+func handlerD() { defer wg.Done(); serve("handlerD") }
 
 func main() {
 	flag.Parse()
