@@ -29,8 +29,8 @@ import (
 var handlers = []string{"main.handlerA", "main.handlerB", "main.handlerC", "main.handlerD"}
 
 // minLinkedShare is the share of each handler's in-span CPU that must be
-// linked to its own spans (issue 30's goal). Seen: 1.000 in every run so
-// far, perf and eBPF, on a loaded 2-core VM.
+// linked to its own spans (issue 30's goal). Seen: 0.996-1.000 per
+// handler, perf and eBPF, on a loaded 2-core VM (one sample in 266 missed).
 const minLinkedShare = 0.98
 
 // TestGoroutineLinks runs testdata/requests: four goroutines on two Ps,
@@ -153,7 +153,7 @@ func checkShares(t *testing.T, from string, shares map[string]*share) {
 	t.Helper()
 	for _, h := range handlers {
 		s := shares[h]
-		if s == nil || s.total < 50 {
+		if s == nil || s.total < 30 {
 			t.Errorf("%s: %s has %v samples in its spans: too few to tell", from, h, s)
 			continue
 		}

@@ -22,7 +22,6 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -37,7 +36,7 @@ var (
 	backend  = flag.String("backend", "perf", "perf or ebpf")
 	mode     = flag.String("mode", "start", "start: otelspan.Start; wrap: a wrapped SDK TracerProvider")
 	requests = flag.Int("requests", 20, "requests per goroutine")
-	work     = flag.Duration("work", 15*time.Millisecond, "CPU time per request")
+	work     = flag.Int("work", 2000, "yields per request (each after ~2 µs of work): CPU, not wall time, so that a loaded machine gives as many samples")
 )
 
 var (
@@ -76,15 +75,15 @@ func note(fn string, sc trace.SpanContext) {
 }
 
 // serve serves requests one after the other for the handler that
-// calls it, each in its span, spinning for -work with a yield every
-// 20 µs or so.
+// calls it, each in its span, spinning -work times for a couple of µs
+// and yielding.
 //
 //go:noinline
 func serve(fn string) {
 	for r := 0; r < *requests; r++ {
 		end, sc := h.begin(fn)
 		var x uint64
-		for start := time.Now(); time.Since(start) < *work; {
+		for n := 0; n < *work; n++ {
 			for i := 0; i < 2000; i++ {
 				x = x*6364136223846793005 + 1442695040888963407
 			}
