@@ -31,8 +31,6 @@ func gettid() int      { return sys.Gettid() }
 // of faulting where nothing is mapped (process_vm_readv).
 func readSelf(addr uintptr, p []byte) bool {
 	iov := [1]sys.RemoteIovec{{Base: addr, Len: len(p)}}
-	n, err := sys.ProcessVMRead(selfPid, p, iov[:])
+	n, err := sys.ProcessVMRead(os.Getpid(), p, iov[:])
 	return err == nil && n == len(p)
 }
-
-var selfPid = os.Getpid()

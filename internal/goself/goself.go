@@ -99,6 +99,7 @@ func probe() (*Layout, error) {
 	if unsafe.Sizeof(uintptr(0)) != 8 || G() == 0 {
 		return nil, errors.New("goself: the g is read on 64-bit amd64 and arm64 only")
 	}
+	probeArg, probeReady = make(chan *probed, 1), make(chan chan struct{}, 1)
 	l := &Layout{GStackLo: 0, GStackHi: 8, GM: 48, MG0: 0}
 	// Two goroutines, started by two others, so that each value differs
 	// between them.
@@ -215,7 +216,12 @@ type probed struct {
 
 func (p *probed) release() { close(p.done) }
 
-var probeArg = make(chan *probed, 1)
+// The probe goroutine's arguments (probeMain takes none, so that its
+// g's startpc is its own entry), made by the first probe.
+var (
+	probeArg   chan *probed
+	probeReady chan chan struct{}
+)
 
 // probeGoroutine starts a goroutine with probeMain, lets it describe
 // itself, and leaves it parked until release.
@@ -229,8 +235,6 @@ func probeGoroutine() *probed {
 	p.start = reflect.ValueOf(probeMain).Pointer()
 	return p
 }
-
-var probeReady = make(chan chan struct{}, 1)
 
 // probeMain runs in a goroutine started with no arguments, so that the
 // runtime's startpc is this function's entry.

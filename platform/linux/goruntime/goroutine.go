@@ -111,8 +111,6 @@ func goLayoutOf(path string) (*goLayout, error) {
 	return l, nil
 }
 
-var selfPid = uint32(os.Getpid())
-
 // selfLayout is the calling process's layout, found by experiment
 // (goself.Self): no DWARF needed.
 func selfLayout() (*goLayout, error) {
@@ -274,7 +272,7 @@ func (gr *goReader) goroutine(pid uint32, g, sp uint64) (goid, set uint64, fresh
 	p := gr.procs[pid]
 	if p == nil {
 		p = &goProc{sets: map[uint64]labelEntry{}}
-		if pid == selfPid {
+		if pid == uint32(os.Getpid()) {
 			// The own process learns its runtime's layout by itself,
 			// DWARF or not (package internal/goself).
 			p.layout, _ = selfLayout()
