@@ -36,6 +36,7 @@ type Table struct {
 	FDEs, Skipped int
 
 	lazy *lazyIndex // NewLazyTableELF: rows parsed on demand, under a lock
+	gort *goRuntime // a Go binary's frame pointers and stack switches
 }
 
 // Lazy reports whether t parses its FDEs on demand (NewLazyTableELF), and
@@ -51,14 +52,16 @@ func (t *Table) Lazy() (lazy bool, parsed, total int) {
 // Lookup returns the rule covering the link-time address addr, or a Rule
 // with CFA == CFANone if no row covers it.
 func (t *Table) Lookup(addr uint64) Rule {
+	var r Rule
 	if t.lazy != nil {
-		return t.lazy.lookup(addr)
+		r = t.lazy.lookup(addr)
+	} else if i := t.find(addr); i >= 0 {
+		r = t.rules[t.ids[i]]
 	}
-	i := t.find(addr)
-	if i < 0 {
-		return Rule{}
+	if t.gort != nil {
+		r = t.gort.adjust(t.Arch, addr, r)
 	}
-	return t.rules[t.ids[i]]
+	return r
 }
 
 // find returns the index of the row covering addr, or -1.
@@ -248,11 +251,16 @@ func NewTableELF(f *elf.File, path string) (*Table, error) {
 			return nil, err
 		}
 	}
-	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
+	g := goRuntimeELF(f, a)
+	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 && g == nil {
 		return nil, fmt.Errorf("%w in %s", ErrNoUnwindInfo, path)
 	}
 	s.Stubs = pltStubs(f, s.Arch)
-	return NewTable(s)
+	t, err := NewTable(s)
+	if t != nil {
+		t.gort = g
+	}
+	return t, err
 }
 
 // OpenTable opens the ELF file at path and returns its unwind table.

@@ -47,6 +47,22 @@
 // authentication (signed return addresses are stripped) and PLT stubs
 // that have no CFI (NewTableELF adds rules for them).
 //
+// # Go
+//
+// A table of a Go binary (NewTableELF, NewLazyTableELF) also reads the
+// binary's pclntab, which release builds (-ldflags=-s -w) keep: it gives
+// Go's rows the frame pointer Go's .debug_frame leaves out, marks the
+// runtime's stack switches that keep a frame pointer (systemstack,
+// asmcgocall, cgocallback, the vDSO callers: [Rule.Switch]) and those that
+// keep none (morestack, gogo: [Rule.SwitchStop]), and knows Go's signal
+// restorer. The walk steps a switch by its frame pointer, which points at
+// its frame on the goroutine's stack while it runs on the thread's g0
+// stack, as the runtime's own traceback crosses systemstack; through a
+// live process or a core file that is all it needs. A stack copy taken
+// on g0 (a perf or BPF sample) does not hold the goroutine's stack: there
+// [Unwinder.Chain], the kernel's frame-pointer walk of the same sample,
+// continues the walk from the switch's frame record ([StopChain]).
+//
 // u.Stop then says why the walk ended: [StopOutermost] when the unwind
 // info marks the outermost frame, [StopBadMemory] when it ran off the
 // stack copy, [StopNoProgress] on a loop, and so on.

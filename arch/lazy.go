@@ -76,10 +76,14 @@ func NewLazyTableELFMapped(f *elf.File, path string, file []byte) (*Table, error
 		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f, file)
 	}
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
-		return NewTableELF(f, path) // it says why
+		return NewTableELF(f, path) // it says why, or has a Go binary's rules
 	}
 	s.Stubs = pltStubs(f, s.Arch)
-	return NewLazyTable(s)
+	t, err := NewLazyTable(s)
+	if t != nil {
+		t.gort = goRuntimeELF(f, a)
+	}
+	return t, err
 }
 
 // NewLazyTable returns a Table over s that parses each FDE the first time

@@ -70,6 +70,32 @@ type Rule struct {
 	Signal bool
 	// SavedAtSP: Saved offsets are relative to the frame's SP, not the CFA.
 	SavedAtSP bool
+	// Switch: the function may run on another stack than the one its
+	// frame is on (a Go stack switch: runtime.systemstack, asmcgocall,
+	// …), and keeps its frame pointer at its frame: the unwinder steps it
+	// by the frame pointer, and the caller's stack pointer may lie
+	// anywhere.
+	Switch bool
+	// SwitchBack, with Switch: the function also keeps a valid frame on
+	// the stack it switched to (runtime.cgocallback, which runs Go code
+	// called from C on the goroutine's stack under a frame shaped like
+	// its own, whose return address is where the goroutine entered C):
+	// where the frame pointer's record cannot be read (a stack copy of
+	// that stack alone), the rule steps it there instead, as the
+	// runtime's own traceback does.
+	SwitchBack bool
+	// SwitchStop: the function switches stacks and keeps no frame pointer
+	// (Go's morestack, gogo): as a caller, its frame is on a stack whose
+	// caller cannot be found, and the walk ends there, as the runtime's
+	// traceback ends at such functions.
+	SwitchStop bool
+	// Go: the address is Go code (a Go binary's pclntab covers it). A Go
+	// function that calls keeps a frame pointer, and one that does not
+	// leaves its caller's in place: where its caller's frame is outside
+	// the memory an unwinder has (the interrupted frame above a signal
+	// frame, on another stack), the frame-pointer chain from its
+	// register continues it (missing only that caller).
+	Go bool
 	// Saved says where the arch's other callee-saved registers
 	// (CalleeSaved) are: 0 unchanged, SavedLost not recoverable, else
 	// saved at CFA + 8*Saved[i] (a slot at CFA+0, seen only in longjmp-like

@@ -140,9 +140,10 @@ const (
 	StopNoProgress      // the stack pointer did not move up: a loop or corrupt stack
 	StopNoRule          // no usable rule and no usable frame pointer
 	StopNoRegs          // a register the rule needs is unknown
+	StopChain           // the rest came from Unwinder.Chain, where memory ran out
 )
 
-var stopNames = [...]string{"none", "outermost frame", "max frames", "bad memory", "no progress", "no rule", "register unknown"}
+var stopNames = [...]string{"none", "outermost frame", "max frames", "bad memory", "no progress", "no rule", "register unknown", "frame-pointer chain"}
 
 func (s Stop) String() string {
 	if int(s) < len(stopNames) {
@@ -179,6 +180,17 @@ type Unwinder struct {
 	// (Go's rt0_go, entered by a jump, reads argc; a thread's
 	// runtime.clone the word above its new stack).
 	Code func(addr uint64) bool
+	// Chain, when not nil, is a frame-pointer walk of the same stack,
+	// made where the stack was: the kernel's user callchain of the
+	// sample whose registers and stack copy Unwind gets (Chain[0] is the
+	// pc, then the return address of each frame record, from the frame
+	// pointer register up). Where the walk needs memory the stack copy
+	// does not hold, at a frame that keeps a frame pointer (the far side
+	// of a Go stack switch, a stack deeper than the copy), it goes on
+	// with the part of Chain above that frame's record, found by
+	// following the frame pointers through the copy from the registers'
+	// own, and ends with StopChain.
+	Chain []uint64
 
 	gen uint64
 	// During Unwind: the Memory, and its bytes when it is a *StackCopy.
@@ -272,6 +284,10 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 	// pc, sp and the frame pointer live in locals; r holds the rest.
 	pc, sp, fp := r.R[pcReg], r.R[spReg], r.R[fpReg]
 	haveFP := r.Has(fpReg)
+	fp0 := uint64(0) // the chain's first frame record
+	if haveFP {
+		fp0 = fp
+	}
 	var inMem uint64     // callee-saved registers whose r.R holds the save slot's address
 	afterSignal := false // the previous frame was a signal trampoline
 	for n := 0; ; n++ {
@@ -294,10 +310,27 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 			rule = u.fill(e, look)
 		}
 
+		if n > 0 && rule.SwitchStop {
+			u.Stop = StopOutermost
+			return pcs
+		}
 		var cfa, ra, newFP uint64
 		newHaveFP := haveFP
 		ok := true
-		switch rule.CFA {
+		// A Go stack switch runs on another stack than its frame's: step
+		// it by its frame pointer (past its prologue, in the innermost
+		// frame), wherever that points.
+		switched := rule.Switch && haveFP && fp != 0 && (n > 0 || linked(a, *rule))
+		if switched && rule.SwitchBack {
+			_, ok1 := u.read64(fp)
+			_, ok2 := u.read64(fp + 8)
+			switched = ok1 && ok2
+		}
+		cfaKind := rule.CFA
+		if switched {
+			cfaKind = CFANone
+		}
+		switch cfaKind {
 		case CFAReg, CFADeref, CFAPLT:
 			switch reg := int(rule.CFAReg); {
 			case reg == spReg:
@@ -331,6 +364,9 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				at := cfa + uint64(int64(rule.RAOff))
 				if ra, ok = u.fast(at); !ok {
 					if ra, ok = u.readSlow(at); !ok {
+						if haveFP && (keepsFP(a, *rule) || rule.Go) {
+							return u.splice(pcs, fp0, fp, maxFrames)
+						}
 						u.Stop = StopBadMemory
 						return pcs
 					}
@@ -426,7 +462,7 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 				}
 				return pcs
 			}
-			if fp < sp || fp&7 != 0 {
+			if fp < sp && !switched || fp&7 != 0 {
 				u.Stop = StopNoRule
 				return pcs
 			}
@@ -434,15 +470,14 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 			newFP, ok1 = u.read64(fp)
 			ra, ok2 = u.read64(fp + 8)
 			if !ok1 || !ok2 {
-				u.Stop = StopBadMemory
-				return pcs
+				return u.splice(pcs, fp0, fp, maxFrames)
 			}
 			cfa, newHaveFP = fp+16, true
 			u.FPFrames++
 		}
 		// The stack grows down: each caller's frame is above its callee's.
 		// Only an arm64 leaf that has not pushed anything may keep sp.
-		if cfa < sp || cfa == sp && ((n > 0 && !afterSignal) || a != ARM64) {
+		if !switched && !rule.Signal && (cfa < sp || cfa == sp && ((n > 0 && !afterSignal) || a != ARM64)) {
 			u.Stop = StopNoProgress
 			return pcs
 		}
@@ -460,4 +495,68 @@ func (u *Unwinder) Unwind(regs *Regs, mem Memory, pcs []uint64) []uint64 {
 			r.Set(ARM64LR, ra)
 		}
 	}
+}
+
+// linked reports whether rule, the row of a function's own pc, says its
+// prologue has saved the frame pointer (and so, in Go code, linked its
+// frame record).
+func linked(a Arch, rule Rule) bool {
+	return rule.FP == RegOffset || rule.CFA == CFAReg && int(rule.CFAReg) == a.FP()
+}
+
+// keepsFP reports whether a frame whose row is rule has linked a frame
+// record at its frame pointer: its return address is 8 bytes above the
+// record, as a frame-pointer walk reads it. amd64: rbp saved at CFA-16
+// with the CFA from rsp (Go's rows) or from rbp itself (CFA = rbp+16, a C
+// function's with frame pointers); arm64: x29 saved 8 bytes below the
+// return address.
+func keepsFP(a Arch, rule Rule) bool {
+	if rule.FP != RegOffset || rule.CFA != CFAReg {
+		return false
+	}
+	switch a {
+	case AMD64:
+		return rule.FPOff == -16 && rule.RA == RegOffset && rule.RAOff == -8 &&
+			(int(rule.CFAReg) == AMD64RSP || int(rule.CFAReg) == AMD64RBP && rule.CFAOff == 16)
+	case ARM64:
+		return rule.RA == RegOffset && rule.FPOff == rule.RAOff-8
+	}
+	return false
+}
+
+// splice ends a walk that needs memory outside the stack copy at a frame
+// whose frame record is at fp: it follows the frame pointers from fp0
+// (the registers' own) through the copy, checking each record's return
+// address against Chain, to the record at fp, and appends the part of
+// Chain above it. Without Chain, or when fp is not on that path, the
+// walk ends as it would have (StopBadMemory).
+func (u *Unwinder) splice(pcs []uint64, fp0, fp uint64, maxFrames int) []uint64 {
+	u.Stop = StopBadMemory
+	if len(u.Chain) < 2 || fp == 0 {
+		return pcs
+	}
+	f := fp0
+	for i := 0; i+1 < len(u.Chain) && f != 0; i++ {
+		if f == fp {
+			for _, pc := range u.Chain[i+1:] {
+				if len(pcs) >= maxFrames {
+					u.Stop = StopMaxFrames
+					return pcs
+				}
+				if pc == 0 || u.Code != nil && !u.Code(pc) {
+					break
+				}
+				pcs = append(pcs, pc)
+			}
+			u.Stop = StopChain
+			return pcs
+		}
+		next, ok1 := u.read64(f)
+		ra, ok2 := u.read64(f + 8)
+		if !ok1 || !ok2 || ra != u.Chain[i+1] {
+			return pcs
+		}
+		f = next
+	}
+	return pcs
 }

@@ -94,6 +94,9 @@ func DumpEvent(ev *Event) string {
 		if e.Python != 0 {
 			s += fmt.Sprintf(" python=%d", e.Python)
 		}
+		if e.Chain != 0 {
+			s += fmt.Sprintf(" chain=%d", e.Chain)
+		}
 		return s
 	case KindSpanBegin:
 		e := ev.SpanBegin
@@ -160,7 +163,23 @@ func DumpEvent(ev *Event) string {
 		if ev.PyStack.GIL != PyGILNone {
 			b.WriteString(" gil=" + ev.PyStack.GIL.String())
 		}
+		if len(ev.PyStack.JIT) > 0 {
+			b.WriteString(" jit=[")
+			for i, f := range ev.PyStack.JIT {
+				if i > 0 {
+					b.WriteByte(' ')
+				}
+				fmt.Fprintf(&b, "%#x:%d:%d:%v", f.PC, f.Func, f.Line, f.Tier)
+				if f.Inlined {
+					b.WriteString("^")
+				}
+			}
+			b.WriteByte(']')
+		}
 		return b.String()
+	case KindJITFunc:
+		e := &ev.JITFunc
+		return fmt.Sprintf("JITFunc id=%d runtime=%v name=%q file=%q", e.ID, e.Runtime, e.Name, e.File)
 	case KindUnknown:
 		return fmt.Sprintf("Unknown code=%d body=%d bytes", ev.Code, len(ev.Unknown))
 	}

@@ -34,7 +34,8 @@ const (
 	KindAlloc        Kind = 22  // sampled allocations, in bytes and objects (SPEC.md §6.22)
 	KindFree         Kind = 23  // sampled allocations released (SPEC.md §6.23)
 	KindPyCode       Kind = 24  // an interned Python code object (SPEC.md §6.24)
-	KindPyStack      Kind = 25  // an interned list of Python frames (SPEC.md §6.25)
+	KindPyStack      Kind = 25  // an interned list of Python (and JIT runtime) frames (SPEC.md §6.25)
+	KindJITFunc      Kind = 26  // an interned function of a JIT runtime (SPEC.md §6.26)
 	KindUnknown      Kind = 255 // reported by the Reader for codes it does not know
 )
 
@@ -64,11 +65,12 @@ var kindNames = [...]string{
 	KindFree:         "Free",
 	KindPyCode:       "PyCode",
 	KindPyStack:      "PyStack",
+	KindJITFunc:      "JITFunc",
 }
 
 // NumKinds is one more than the highest kind code this version defines.
 // Codes below it that have no name (kindNames) are reserved, not defined.
-const NumKinds = int(KindPyStack) + 1
+const NumKinds = int(KindJITFunc) + 1
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -372,6 +374,11 @@ type RawStack struct {
 	// Python is the interned PyStack of the thread's Python frames, 0 for
 	// none (SPEC.md §6.11, appended with PyStack).
 	Python uint64
+	// Chain is an interned Stack holding the frame-pointer walk of the
+	// user stack made at the sample (the kernel's user callchain), 0 for
+	// none: an unwinder goes on with it where the stack copy ends
+	// (SPEC.md §6.11, appended after Python).
+	Chain uint64
 }
 
 // SpanBegin opens span ID on thread Tid. Name is an interned String id.
@@ -487,6 +494,7 @@ type Event struct {
 	Free         Free
 	PyCode       PyCode
 	PyStack      PyStack
+	JITFunc      JITFunc
 	// Unknown holds the body of an event of unknown kind.
 	Unknown []byte
 }

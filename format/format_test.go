@@ -67,6 +67,13 @@ func sampleEvents() []Event {
 		{Kind: KindPyStack, PyStack: PyStack{ID: 2, Frames: []PyFrame{}}},
 		{Kind: KindPyStack, PyStack: PyStack{ID: 3, Frames: []PyFrame{{Code: 1, Offset: 4, Entry: true}}, GIL: PyGILHeld}},
 		{Kind: KindPyStack, PyStack: PyStack{ID: 4, Frames: []PyFrame{}, GIL: PyGILWaiting}},
+		{Kind: KindJITFunc, JITFunc: JITFunc{ID: 1, Runtime: JITRuntimeV8, Name: "mix", File: "/srv/shop.js"}},
+		{Kind: KindJITFunc, JITFunc: JITFunc{ID: 2, Runtime: JITRuntimeHotSpot, Name: "Shop.handle", File: ""}},
+		{Kind: KindPyStack, PyStack: PyStack{ID: 5, Frames: []PyFrame{}, JIT: []JITFrame{
+			{PC: 0x7f0000001234, Func: 1, Line: 9, Tier: JITTierOptimized, Inlined: true},
+			{PC: 0x7f0000001234, Func: 2, Line: 1 << 31, Tier: JITTierOptimized},
+			{PC: 0x400000, Func: 1, Tier: JITTierInterpreted},
+			{PC: ^uint64(0), Func: 0, Line: 0, Tier: JITTierStub}}}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_200, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Python: 1}},
 		{Kind: KindSample, Sample: Sample{Time: 1_010_300, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1, Stack: 1, Goroutine: 3, Labels: 2, Python: 2}},
 		{Kind: KindRawStack, RawStack: RawStack{Time: 1_010_400, Pid: 4242, Tid: 4243, CPU: 1, Weight: 1_000_000, RegMask: 1 << 7, Regs: []uint64{0x7ffe_0000_0f00}, StackAddr: 0x7ffe_0000_0f00, Data: []byte{9}, Python: 1}},
@@ -188,6 +195,11 @@ func cloneEvent(ev *Event) Event {
 		out.PyCode.Lines = append([]byte{}, ev.PyCode.Lines...)
 	case KindPyStack:
 		out.PyStack = PyStack{ID: ev.PyStack.ID, Frames: append([]PyFrame{}, ev.PyStack.Frames...), GIL: ev.PyStack.GIL}
+		if ev.PyStack.JIT != nil {
+			out.PyStack.JIT = append([]JITFrame{}, ev.PyStack.JIT...)
+		}
+	case KindJITFunc:
+		out.JITFunc = ev.JITFunc
 	case KindUnknown:
 		out.Code = ev.Code
 		out.Unknown = append([]byte{}, ev.Unknown...)

@@ -49,8 +49,10 @@ type PyFrame struct {
 	Entry bool
 }
 
-// PyStack is an interned list of Python frames, leaf first, referred to by
-// Sample.Python, with the thread's hold on the interpreter's GIL.
+// PyStack is an interned list of a thread's managed frames, referred to
+// by Sample.Python: its Python frames, leaf first, with the thread's hold
+// on the interpreter's GIL, and the frames of a JIT runtime (V8, HotSpot)
+// that named some of its native frames.
 type PyStack struct {
 	ID     uint64
 	Frames []PyFrame
@@ -58,6 +60,9 @@ type PyStack struct {
 	// frames were read (SPEC.md §6.25, appended; PyGILNone in older
 	// streams).
 	GIL PyGIL
+	// JIT are the frames a JIT runtime's reader named (SPEC.md §6.25,
+	// appended after GIL), leaf first.
+	JIT []JITFrame
 }
 
 // PyGIL is a Python thread's relation to its interpreter's global
@@ -101,6 +106,13 @@ func (w *Writer) WritePyCode(e *PyCode) error {
 // thread's hold on the GIL (written only when not PyGILNone). It does not
 // allocate once the chunk buffer is warm.
 func (w *Writer) WritePyStack(id uint64, frames []PyFrame, gil PyGIL) error {
+	return w.WriteFrames(id, frames, gil, nil)
+}
+
+// WriteFrames appends a PyStack event defining id: the Python frames, the
+// hold on the GIL and the JIT runtime frames (written only when there are
+// some). It does not allocate once the chunk buffer is warm.
+func (w *Writer) WriteFrames(id uint64, frames []PyFrame, gil PyGIL, jit []JITFrame) error {
 	if err := w.ok(); err != nil {
 		return err
 	}
@@ -116,8 +128,11 @@ func (w *Writer) WritePyStack(id uint64, frames []PyFrame, gil PyGIL) error {
 		}
 		w.uv(where)
 	}
-	if gil != PyGILNone {
+	if gil != PyGILNone || len(jit) > 0 {
 		w.buf = append(w.buf, byte(gil))
+	}
+	if len(jit) > 0 {
+		w.jitFrames(jit)
 	}
 	return w.end(lp)
 }
@@ -153,5 +168,9 @@ func (r *Reader) decodePyStack(d *decoder, s *PyStack) {
 	s.GIL = PyGILNone
 	if len(d.b) > 0 && d.err == nil { // appended with GIL marking, optional
 		s.GIL = PyGIL(d.byte())
+	}
+	s.JIT = nil
+	if len(d.b) > 0 && d.err == nil { // appended with JIT frames, optional
+		s.JIT = r.decodeJITFrames(d)
 	}
 }

@@ -79,12 +79,13 @@ type Reader struct {
 	lastStack uint64
 	lastCPU1  uint32
 
-	ev       Event
-	pcs      []uint64
-	regs     []uint64
-	lines    []JITLine
-	pyFrames []PyFrame
-	stats    ReaderStats
+	ev        Event
+	pcs       []uint64
+	regs      []uint64
+	lines     []JITLine
+	pyFrames  []PyFrame
+	jitFrames []JITFrame
+	stats     ReaderStats
 }
 
 // Open opens the stream in the named file. Close the Reader when done.
@@ -472,9 +473,12 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		s.Regs = regs
 		s.StackAddr = d.uv()
 		s.Data = d.bytes()
-		s.Python = 0
+		s.Python, s.Chain = 0, 0
 		if len(d.b) > 0 { // appended with PyStack, optional
 			s.Python = d.uv()
+		}
+		if len(d.b) > 0 { // appended with the frame-pointer chain, optional
+			s.Chain = d.uv()
 		}
 	case KindSpanBegin:
 		s := &ev.SpanBegin
@@ -523,6 +527,8 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		r.decodePyCode(&d, &ev.PyCode)
 	case KindPyStack:
 		r.decodePyStack(&d, &ev.PyStack)
+	case KindJITFunc:
+		r.decodeJITFunc(&d, &ev.JITFunc)
 	case KindJITCode:
 		r.decodeJITCode(&d, &ev.JITCode)
 	case KindJITUnload:

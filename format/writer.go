@@ -505,8 +505,11 @@ func (w *Writer) WriteRawStack(e *RawStack) error {
 	}
 	w.uv(e.StackAddr)
 	w.bytesField(e.Data)
-	if e.Python != 0 { // optional: absent means 0
+	if e.Python != 0 || e.Chain != 0 { // optional: absent means 0
 		w.uv(e.Python)
+	}
+	if e.Chain != 0 {
+		w.uv(e.Chain)
 	}
 	return w.end(lp)
 }
@@ -686,7 +689,9 @@ func (w *Writer) WriteEvent(e *Event) error {
 	case KindPyCode:
 		return w.WritePyCode(&e.PyCode)
 	case KindPyStack:
-		return w.WritePyStack(e.PyStack.ID, e.PyStack.Frames, e.PyStack.GIL)
+		return w.WriteFrames(e.PyStack.ID, e.PyStack.Frames, e.PyStack.GIL, e.PyStack.JIT)
+	case KindJITFunc:
+		return w.WriteJITFunc(&e.JITFunc)
 	case KindUnknown:
 		return w.writeRaw(e.Code, e.Unknown)
 	}

@@ -289,6 +289,11 @@ type Sample struct {
 	Regs      []uint64
 	StackAddr uint64
 	Stack     []byte
+	// Chain, with Stack, is the frame-pointer walk of the user stack the
+	// kernel made at the sample (its user callchain, leaf first), or nil:
+	// the offline unwinder goes on with it where the copy ends
+	// (arch.Unwinder.Chain), as across a Go stack switch.
+	Chain []uint64
 	// Goroutine is the Go goroutine id the thread ran (Config.Goroutines;
 	// 0: unknown or not Go); LabelSet its pprof labels' set id (0: none),
 	// numbered by the back end from 1; NewLabels, set on the first sample
@@ -309,6 +314,12 @@ type Sample struct {
 	// PyGIL says whether the thread held its interpreter's GIL when its
 	// Python frames were read.
 	PyGIL format.PyGIL
+	// JIT holds the frames a JIT runtime's reader (V8) named in the
+	// thread's native stack, leaf first (none with Config.NoJIT);
+	// NewJITFuncs the functions they refer to that no earlier sample
+	// did, with ids numbered by the back end from 1.
+	JIT         []format.JITFrame
+	NewJITFuncs []format.JITFunc
 }
 
 // Handler receives a back end's events, in order, from one goroutine.
@@ -368,6 +379,14 @@ type Stats struct {
 	// were read at the sample (in BPF, the eBPF back end), not when the
 	// recorder drained it.
 	PythonAtSample uint64
+
+	// JITSamples counts the samples given frames named from a JIT
+	// runtime's own metadata (V8), JITCut the frames such a reader left
+	// anonymous because a check failed (memory that moved, a type or
+	// layout that did not match); JITWarning names the runtimes found
+	// but not read (an unknown version), "" if none.
+	JITSamples, JITCut uint64
+	JITWarning         string
 
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.

@@ -261,7 +261,7 @@ func (b *builder) event(ev *format.Event) {
 		b.alloc(&ev.Alloc)
 	case format.KindFree:
 		b.free(&ev.Free)
-	case format.KindPyCode, format.KindPyStack:
+	case format.KindPyCode, format.KindPyStack, format.KindJITFunc:
 		b.pyEvent(ev)
 	}
 }

@@ -32,6 +32,7 @@ type pyState struct {
 	gil    map[uint64]format.PyGIL // PyStacks that carry a hold on the GIL
 	locs   map[pyLocKey]int
 	module *Module
+	jit    jitFrames // JIT runtime frames (jitframes.go)
 }
 
 func (b *builder) pyEvent(ev *format.Event) {
@@ -45,8 +46,11 @@ func (b *builder) pyEvent(ev *format.Event) {
 		c := ev.PyCode
 		c.Lines = append([]byte(nil), c.Lines...)
 		b.py.codes[c.ID] = c
+	case format.KindJITFunc:
+		b.py.jit.fn(&ev.JITFunc)
 	case format.KindPyStack:
 		b.py.stacks[ev.PyStack.ID] = append([]format.PyFrame(nil), ev.PyStack.Frames...)
+		b.py.jit.stack(&ev.PyStack)
 		if g := ev.PyStack.GIL; g == format.PyGILHeld || g == format.PyGILWaiting {
 			if b.py.gil == nil {
 				b.py.gil = map[uint64]format.PyGIL{}
@@ -122,7 +126,7 @@ func (b *builder) splicePython() {
 		}
 		out, ok := cache[k]
 		if !ok {
-			out = b.splice(locs, b.py.stacks[python])
+			out = b.splice(b.spliceJIT(locs, python), b.py.stacks[python])
 			cache[k] = out
 		}
 		return out

@@ -50,6 +50,10 @@ func (b *builder) rawStack(ev *format.RawStack) {
 	ru.u.Modules = ru.modules(b, ev.Pid, ev.Time)
 	ru.u.Code = ru.mods[ev.Pid].code
 	mem := &arch.StackCopy{Addr: ev.StackAddr, Data: ev.Data}
+	ru.u.Chain = nil
+	if ev.Chain != 0 {
+		ru.u.Chain = b.stacks[ev.Chain]
+	}
 	ru.pcs = ru.u.Unwind(&ru.regs, mem, ru.pcs[:0])
 	if b.anyJITCandidate(ev.Pid, ru.pcs, ev.Time) {
 		b.deferRaw(ev, ru.pcs)

@@ -84,13 +84,17 @@ func (h *handler) Sample(s *platform.Sample) {
 	t := (*Tracer)(h)
 	t.mu.Lock()
 	var py uint64
-	if len(s.Python) > 0 || len(s.NewPyCodes) > 0 || s.PyGIL != format.PyGILNone {
-		py = t.python.intern(t.w, s.NewPyCodes, s.Python, s.PyGIL)
+	if len(s.Python) > 0 || len(s.NewPyCodes) > 0 || s.PyGIL != format.PyGILNone || len(s.JIT) > 0 || len(s.NewJITFuncs) > 0 {
+		py = t.python.intern(t.w, s.NewPyCodes, s.Python, s.PyGIL, s.NewJITFuncs, s.JIT)
 	}
 	if s.Stack != nil {
+		var chain uint64
+		if len(s.Chain) > 0 {
+			chain = t.internStack(s.Chain)
+		}
 		t.inChunk++
 		t.w.WriteRawStack(&format.RawStack{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Flags: s.Flags,
-			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs), Python: py})
+			RegMask: s.RegMask, Regs: s.Regs, StackAddr: s.StackAddr, Data: s.Stack, Kernel: t.internStack(s.PCs), Python: py, Chain: chain})
 		t.mu.Unlock()
 		return
 	}

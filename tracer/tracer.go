@@ -228,6 +228,11 @@ type Stats struct {
 	// PythonAtSample counts those of PythonSamples read at the sample
 	// (in BPF) rather than when the recorder drained it.
 	PythonAtSample uint64
+	// JITSamples counts the samples given frames named from a JIT
+	// runtime's own metadata (V8), JITCut the frames left anonymous by
+	// a check; JITWarning names the runtimes found but not read.
+	JITSamples, JITCut uint64
+	JITWarning         string
 	// AllocMode says how Options.Alloc samples allocations ("" without
 	// it): platform.AllocPreloadRing for a launched command, into which
 	// the sampler is preloaded (platform.AllocPreload with UnwindFP);
@@ -524,6 +529,9 @@ func (t *Tracer) Stats() Stats {
 		GoSamples:      bs.GoSamples,
 		GoWarning:      bs.GoWarning,
 		PythonAtSample: bs.PythonAtSample,
+		JITSamples:     bs.JITSamples,
+		JITCut:         bs.JITCut,
+		JITWarning:     bs.JITWarning,
 		AllocMode:      bs.AllocMode,
 	}
 }

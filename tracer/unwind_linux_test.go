@@ -524,3 +524,64 @@ func TestDWARFTruncated(t *testing.T) {
 		t.Errorf("32-byte stack copies: %d samples, %d with the whole chain (want 0), %d flagged truncated (want ≥ 90%%)", total, good, truncated)
 	}
 }
+
+// selfAllocSink keeps selfAlloc's blocks reachable for a while.
+var selfAllocSink [][]byte
+
+// selfAlloc allocates 64 KiB blocks for d: each is a large allocation,
+// which the runtime makes on the thread's g0 stack under
+// runtime.systemstack ((*mheap).alloc).
+//
+//go:noinline
+func selfAlloc(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		b := make([]byte, 64<<10)
+		b[len(b)-1] = 1
+		selfAllocSink = append(selfAllocSink, b)
+		if len(selfAllocSink) > 64 {
+			selfAllocSink = selfAllocSink[:0]
+		}
+	}
+}
+
+// TestSelfProfileSystemstack profiles the test binary itself while it
+// allocates large blocks, in the default mode and in DWARF mode: the
+// heap's allocation runs on the g0 stack under runtime.systemstack, whose
+// stack copy does not hold the goroutine's frames. Its samples must still
+// reach selfAlloc (through systemstack's frame record, by the kernel's
+// frame-pointer walk of the same sample).
+func TestSelfProfileSystemstack(t *testing.T) {
+	needPerf(t)
+	for _, mode := range []UnwindMode{UnwindAuto, UnwindDWARF} {
+		var out bytes.Buffer
+		tr, err := Start(context.Background(), Options{Frequency: 999, Streams: []io.Writer{&out}, Unwind: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		selfAlloc(1500 * time.Millisecond)
+		if err := tr.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		d := readTrace(t, out.Bytes())
+		g0, whole := 0, 0
+		for _, s := range d.samples {
+			pcs := userFrames(d.stacks[s.Stack])
+			// What the runtime does on g0 for the allocating
+			// goroutine: get a span from the heap, assist the GC.
+			if !stackHas(pcs, "runtime.(*mheap).alloc.func1") && !stackHas(pcs, "runtime.gcAssistAlloc.func2") {
+				continue
+			}
+			g0++
+			if stackHas(pcs, ".selfAlloc") && stackHas(pcs, ".TestSelfProfileSystemstack") {
+				whole++
+			}
+		}
+		t.Logf("unwind %v: %d samples on g0 for the allocating goroutine, %d of them up to selfAlloc and the test", mode, g0, whole)
+		if g0 < 10 {
+			t.Fatalf("unwind %v: %d samples on g0 for the allocating goroutine: the test did not exercise systemstack", mode, g0)
+		}
+		if frac := float64(whole) / float64(g0); frac < 0.95 {
+			t.Errorf("unwind %v: %.0f%% of the samples under systemstack reach selfAlloc, want >= 95%%", mode, 100*frac)
+		}
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/pprof/profile"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
@@ -325,19 +324,7 @@ func TestJITNodePerfMap(t *testing.T) {
 	if !strings.Contains(stdout.String(), "fibJit "+filepath.Join(dir, "app.js")) || !strings.Contains(stdout.String(), "[[jit] node]") {
 		t.Errorf("report lacks the JIT frame or its module:\n%s", stdout.String())
 	}
-	pp := filepath.Join(t.TempDir(), "p.pb.gz")
-	if code := run([]string{"convert", trace, "--to", "pprof", "-o", pp, "--no-debuginfod"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("convert: %s", stderr.String())
-	}
-	f, err := os.Open(pp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	prof, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prof := tracePprof(t, trace)
 	found := false
 	for _, l := range prof.Location {
 		if l.Mapping != nil && l.Mapping.File == "[jit] node" && len(l.Line) > 0 && strings.Contains(l.Line[0].Function.Name, "fibJit") {

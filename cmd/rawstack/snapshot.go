@@ -22,7 +22,7 @@ import (
 
 var snapshotCmd = command{
 	name:  "snapshot",
-	usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-cache] [--no-python] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
+	usage: "(-p PID | --core FILE [--exe BINARY] [--root DIR] | --minidump FILE [--root DIR]) [--write-minidump FILE] [-o FILE] [--no-symbols | --dwarf] [--no-cache] [--no-python] [--no-jit] [--stats] | (-p PID | --core FILE --exe BINARY) --goroutines [--group]",
 	short: "print the stacks of all threads (or, with --goroutines, all goroutines) of a live process, a core dump or a Windows minidump",
 	run:   runSnapshot,
 }
@@ -45,6 +45,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
 	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
 	noPython := fs.Bool("no-python", false, "do not read CPython threads' Python frames (by default printed at their _PyEval_EvalFrameDefault frames)")
+	noJIT := fs.Bool("no-jit", false, "do not name Node.js threads' JavaScript frames from V8's metadata (by default printed in place of the native frames they name)")
 	writeDump := fs.String("write-minidump", "", "also write the threads, their stacks and the modules as a minidump (Windows processes, minidumps)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
@@ -63,7 +64,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	// collector's first 4 MB goal: a collection then costs more than the
 	// memory it would save.
 	debug.SetGCPercent(400)
-	opts := &snapshot.Options{MaxFrames: *maxFrames, Exe: *exe, Root: *root, Python: !*noPython}
+	opts := &snapshot.Options{MaxFrames: *maxFrames, Exe: *exe, Root: *root, Python: !*noPython, JIT: !*noJIT}
 	// The listing prints no thread names (eu-stack's neither); an event
 	// stream and a minidump carry them.
 	opts.NoThreadNames = *out == "" && *writeDump == ""
@@ -166,6 +167,10 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache st
 	for i := range snap.PyCodes {
 		codes[snap.PyCodes[i].ID] = &snap.PyCodes[i]
 	}
+	funcs := map[uint64]*format.JITFunc{}
+	for i := range snap.JITFuncs {
+		funcs[snap.JITFuncs[i].ID] = &snap.JITFuncs[i]
+	}
 	b := make([]byte, 0, 64<<10)
 	b = fmt.Appendf(b, "PID %d - process\n", snap.Pid)
 	for _, t := range snap.Threads {
@@ -183,6 +188,7 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache st
 			b = append(b, "    (waiting for the GIL)\n"...)
 		}
 		py := pythonGroups(t.Python)
+		jit := t.JIT
 		for i, pc := range t.PCs {
 			if len(py) > 0 && names != nil {
 				if m := snap.Module(pc); m != nil {
@@ -194,6 +200,21 @@ func printSnapshot(w io.Writer, snap *snapshot.Snapshot, mode nameMode, cache st
 						b = appendPython(b, py[0], codes)
 						py = py[1:]
 					}
+				}
+			}
+			if len(jit) > 0 && jit[0].PC == pc {
+				// V8's frames for this native frame: the inlined ones
+				// first, then the frame itself.
+				for len(jit) > 0 && jit[0].PC == pc && jit[0].Inlined {
+					b = appendJIT(append(b, "    "...), jit[0], funcs)
+					b = append(b, " (inlined)\n"...)
+					jit = jit[1:]
+				}
+				if len(jit) > 0 && jit[0].PC == pc {
+					b = appendJIT(append(appendFrameHead(b, i, pc), ' '), jit[0], funcs)
+					b = append(b, '\n')
+					jit = jit[1:]
+					continue
 				}
 			}
 			b = appendFrameHead(b, i, pc) // "#%-2d 0x%016x"
@@ -274,6 +295,15 @@ func appendPython(b []byte, frames []format.PyFrame, codes map[uint64]*format.Py
 		b = fmt.Appendf(b, "    %s (%s:%d)\n", c.Name, c.File, line)
 	}
 	return b
+}
+
+// appendJIT appends a JIT runtime's frame: "mix (/srv/shop.js:9)".
+func appendJIT(b []byte, f format.JITFrame, funcs map[uint64]*format.JITFunc) []byte {
+	fn := funcs[f.Func]
+	if fn == nil {
+		return fmt.Appendf(b, "[jit function %d]", f.Func)
+	}
+	return fmt.Appendf(b, "%s (%s:%d)", fn.Name, fn.File, f.Line)
 }
 
 // appendFrameHead appends what fmt's "#%-2d 0x%016x" prints for frame i at pc.

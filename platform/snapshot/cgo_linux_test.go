@@ -1,9 +1,14 @@
 package snapshot
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
@@ -29,10 +34,17 @@ func buildCgo(t *testing.T) string {
 // TestProcessCgo snapshots a Go program whose locked threads block deep in
 // C code built -O2 -fomit-frame-pointer, and compares those threads with
 // gdb and eu-stack from the leaf up to runtime.asmcgocall, where the
-// stack switches to the goroutine's and every unwinder stops making sense.
+// stack switches to the goroutine's and the C unwinders stop making
+// sense. Above it, the snapshot crosses to the goroutine's stack (through
+// asmcgocall's frame pointer) and must list the Go frames the runtime's
+// own traceback prints for those goroutines (GOTRACEBACK=all, SIGQUIT).
 func TestProcessCgo(t *testing.T) {
 	bin := buildCgo(t)
-	cmd := startFixture(t, bin, "3", "7")
+	cmd := exec.Command(bin, "3", "7")
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
+	var tb lockedBuffer
+	cmd.Stderr = &tb
+	startCmd(t, cmd)
 	pid := cmd.Process.Pid
 	snap := snapshotOrSkip(t, pid, nil)
 	checkReleased(t, pid)
@@ -48,6 +60,13 @@ func TestProcessCgo(t *testing.T) {
 		return syms.name(pc - m.Bias)
 	}
 	gdb, eu := gdbStacks(t, pid), euStacks(t, pid)
+	// The runtime's view of the goroutines blocked in C.
+	cmd.Process.Signal(syscall.SIGQUIT)
+	cmd.Wait()
+	goStacks := goTraceback(tb.String(), "main._Cfunc_c_worker")
+	if len(goStacks) != 3 {
+		t.Fatalf("the runtime's traceback shows %d goroutines in main._Cfunc_c_worker, want 3:\n%s", len(goStacks), tb.String())
+	}
 	cthreads := 0
 	for _, th := range snap.Threads {
 		cut, leaf := -1, false
@@ -72,8 +91,56 @@ func TestProcessCgo(t *testing.T) {
 				t.Errorf("%s: tid %d\n got:%s\nwant:%s", oracle, th.Tid, hexPCs(th.PCs[:cut]), hexPCs(want))
 			}
 		}
+		var above []string
+		for k, pc := range th.PCs[cut:] {
+			above = append(above, strings.TrimSuffix(name(pc, cut+k), ".abi0"))
+		}
+		if got, want := strings.Join(above, " "), strings.Join(goStacks[0], " "); got != want {
+			t.Errorf("tid %d: above runtime.asmcgocall\n got: %s\nwant: %s (the runtime's traceback)", th.Tid, got, want)
+		}
 	}
 	if cthreads != 3 {
 		t.Errorf("%d threads blocked in C, want 3", cthreads)
 	}
+}
+
+// goTraceback returns, from a Go program's crash traceback (GOTRACEBACK),
+// the function names of each goroutine whose stack holds fn, innermost
+// first.
+func goTraceback(out, fn string) [][]string {
+	var all [][]string
+	for _, g := range strings.Split(out, "\n\ngoroutine ") {
+		var names []string
+		for _, line := range strings.Split(g, "\n")[1:] {
+			if line == "" || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "created by") {
+				continue
+			}
+			if i := strings.LastIndexByte(line, '('); i > 0 {
+				names = append(names, line[:i])
+			}
+		}
+		if slices.Contains(names, fn) {
+			all = append(all, names)
+		}
+	}
+	return all
+}
+
+// lockedBuffer is a bytes.Buffer a child's output may be copied into
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
+	v8 "github.com/rawstack/rawstack/platform/linux/v8"
 )
 
 // readAhead is how many pages a stack read fetches at once.
@@ -140,9 +141,22 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	} else {
 		pyc <- nil
 	}
+	jsc := make(chan *v8.Sampling, 1)
+	if opts != nil && opts.JIT && mayRunV8(maps) {
+		go func() {
+			js := v8.NewSampling()
+			if !js.AttachMaps(uint32(pid)) {
+				js = nil
+			}
+			jsc <- js
+		}()
+	} else {
+		jsc <- nil
+	}
 	mods, set := loadModules(maps, cache, open, image)
 	p, received = <-prec, true
 	py := <-pyc
+	js := <-jsc
 	buf := p.buf
 	snap.Name, snap.Cmdline = p.name, p.cmdline
 	snap.Modules = mods
@@ -199,6 +213,17 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			}
 		}
 	}
+	if js != nil {
+		for i := range snap.Threads {
+			t := &snap.Threads[i]
+			if t.Err != nil {
+				continue
+			}
+			frames, fresh := js.Frames(uint32(pid), v8.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, v8.Stack{Live: true}, t.PCs)
+			t.JIT = append([]format.JITFrame(nil), frames...)
+			snap.JITFuncs = append(snap.JITFuncs, fresh...)
+		}
+	}
 	// Names do not need the threads stopped: another goroutine reads
 	// them (a /proc file per thread) while this one detaches, not while
 	// the unwind needs the CPUs.
@@ -230,6 +255,17 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
 	return snap, nil
+}
+
+// mayRunV8 says some executable mapping is a file V8's reader attaches
+// to (a node executable or a libnode).
+func mayRunV8(maps []mapping) bool {
+	for i := range maps {
+		if maps[i].Exec() && maps[i].Path != "" && v8.MaybeV8(maps[i].Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // mayRunPython says some executable mapping is a python executable or a

@@ -64,6 +64,9 @@ type Snapshot struct {
 	// PyCodes are the code objects the threads' Python frames refer to
 	// (Options.Python), ids from 1.
 	PyCodes []format.PyCode
+	// JITFuncs are the functions the threads' JIT frames refer to
+	// (Options.JIT), ids from 1.
+	JITFuncs []format.JITFunc
 }
 
 // Thread is one thread's stack.
@@ -85,6 +88,10 @@ type Thread struct {
 	// GIL says whether the thread held its interpreter's GIL, or was
 	// blocked taking it (its stack in take_gil), while stopped.
 	GIL format.PyGIL
+	// JIT holds the frames V8's metadata named in the thread's native
+	// stack (Options.JIT; a live Node.js process), leaf first, each tied
+	// to its native frame by address (format.JITFrame).
+	JIT []format.JITFrame
 }
 
 // Module is one executable mapping of an ELF file (or the vDSO).
@@ -137,6 +144,10 @@ type Options struct {
 	// (package platform/linux/cpython), while the threads are stopped, or
 	// in a core of one, from the memory the core holds.
 	Python bool
+	// JIT names each thread's JavaScript frames in a live Node.js process
+	// from V8's metadata (package platform/linux/v8), while the threads
+	// are stopped.
+	JIT bool
 	// NoThreadNames (live processes) leaves Thread.Name empty: reading
 	// each thread's comm from /proc costs a file open per thread, which
 	// a caller that prints no names need not pay.
@@ -191,6 +202,9 @@ func (s *Snapshot) Write(w *format.Writer) error {
 	for i := range s.PyCodes {
 		w.WritePyCode(&s.PyCodes[i])
 	}
+	for i := range s.JITFuncs {
+		w.WriteJITFunc(&s.JITFuncs[i])
+	}
 	pyIDs := map[string]uint64{}
 	var pyKey []byte
 	// Threads parked in the same place share one interned Stack.
@@ -215,15 +229,18 @@ func (s *Snapshot) Write(w *format.Writer) error {
 			flags |= format.SampleTruncated
 		}
 		var py uint64
-		if len(t.Python) > 0 || t.GIL != format.PyGILNone {
-			pyKey = append(pyKey[:0], byte(t.GIL))
+		if len(t.Python) > 0 || t.GIL != format.PyGILNone || len(t.JIT) > 0 {
+			pyKey = binary.AppendUvarint(append(pyKey[:0], byte(t.GIL)), uint64(len(t.Python)))
 			for _, f := range t.Python {
 				pyKey = binary.AppendUvarint(binary.AppendUvarint(pyKey, f.Code), uint64(f.Offset)<<1|uint64(btou(f.Entry)))
+			}
+			for _, f := range t.JIT {
+				pyKey = binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(pyKey, f.PC), f.Func), uint64(f.Line)<<4|uint64(f.Tier)<<1|uint64(btou(f.Inlined)))
 			}
 			if py = pyIDs[string(pyKey)]; py == 0 {
 				py = uint64(len(pyIDs) + 1)
 				pyIDs[string(pyKey)] = py
-				w.WritePyStack(py, t.Python, t.GIL)
+				w.WriteFrames(py, t.Python, t.GIL, t.JIT)
 			}
 		}
 		w.WriteSample(format.Sample{Time: s.Time, Pid: pid, Tid: uint32(t.Tid), CPU: format.NoCPU, Weight: 1, Stack: stack, Flags: flags, Python: py})

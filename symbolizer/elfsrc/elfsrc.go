@@ -36,9 +36,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rawstack/rawstack/internal/gopclntab"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/dwarfline"
-	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 )
 
 // Source symbolizes one ELF file. It is safe for concurrent use.

@@ -3,8 +3,8 @@ package elfsrc
 import (
 	"debug/elf"
 
+	"github.com/rawstack/rawstack/internal/gopclntab"
 	"github.com/rawstack/rawstack/symbolizer"
-	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 )
 
 // maxPclntab caps the size of a .gopclntab read into memory.
@@ -13,14 +13,6 @@ const maxPclntab = 1 << 30
 // initGo loads the Go runtime tables of f, used when f has no DWARF
 // (stripped Go binaries).
 func (s *Source) initGo(f *elf.File) {
-	sec := f.Section(".gopclntab")
-	if sec == nil || sec.Type == elf.SHT_NOBITS || sec.Size > maxPclntab {
-		return
-	}
-	data, err := sec.Data()
-	if err != nil {
-		return
-	}
 	read := func(addr uint64, p []byte) bool {
 		for _, sc := range f.Sections {
 			if sc.Flags&elf.SHF_ALLOC == 0 || sc.Type == elf.SHT_NOBITS {
@@ -33,30 +25,9 @@ func (s *Source) initGo(f *elf.File) {
 		}
 		return false
 	}
-	var text uint64
-	if ts := f.Section(".text"); ts != nil {
-		text = ts.Addr
+	if t, err := gopclntab.ParseELFInline(f, maxPclntab, read); err == nil {
+		s.gopcln = t
 	}
-	t, err := gopclntab.Parse(data, f.ByteOrder, text, 0, nil)
-	if err != nil {
-		return
-	}
-	// The runtime's moduledata is in .go.module (Go 1.26+), .noptrdata
-	// or .data: scan writable sections, the small ones first.
-	for _, d := range f.Sections {
-		if d.Flags&elf.SHF_WRITE == 0 || d.Flags&elf.SHF_ALLOC == 0 || d.Type == elf.SHT_NOBITS || d.Size > maxPclntab {
-			continue
-		}
-		b, err := d.Data()
-		if err != nil {
-			continue
-		}
-		if g, ok := t.FindGoFunc(sec.Addr, b); ok {
-			t, _ = gopclntab.Parse(data, f.ByteOrder, text, g, read)
-			break
-		}
-	}
-	s.gopcln = t
 }
 
 func (s *Source) goFrames(addr uint64, dst []symbolizer.Frame) []symbolizer.Frame {

@@ -3,7 +3,7 @@ package pesrc
 import (
 	"encoding/binary"
 
-	"github.com/rawstack/rawstack/symbolizer/gopclntab"
+	"github.com/rawstack/rawstack/internal/gopclntab"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 )
 

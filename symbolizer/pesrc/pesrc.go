@@ -41,9 +41,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/rawstack/rawstack/internal/gopclntab"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/elfsrc"
-	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 	"github.com/rawstack/rawstack/symbolizer/pdb"
 	"github.com/rawstack/rawstack/symbolizer/pe"
 	"github.com/rawstack/rawstack/symbolizer/symsrv"

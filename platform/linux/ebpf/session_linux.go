@@ -284,6 +284,13 @@ func (s *Session) attach() (err error) {
 
 	spec := bpfSpec{All: s.System(), CopyStack: s.Unwinder() != nil, SelfPid: os.Getpid(), RingBytes: bpfRingBytes, OffCPU: s.Config().OffCPU}
 	if s.Unwinder() != nil {
+		if !s.System() {
+			// One program: --unwind auto samples one that keeps frame
+			// pointers (Go without cgo) by the frame-pointer walk the
+			// program takes anyway, with a 512-byte window for the
+			// leaf, as the perf back end does.
+			s.Unwinder().ChooseAuto(s.Pid())
+		}
 		spec.StackBytes = s.Unwinder().StackBytes()
 	}
 	if s.Config().RingPages > 0 {
@@ -603,6 +610,7 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	}
 	r.PCs = pcs
 	r.Kernel = nk > 0
+	r.UserAt = nk
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
 	if flags&(bpfFlagRegs|bpfFlagGRegs) != 0 && r.UserRegsMask != 0 {
 		// The registers the session samples (r.UserRegsMask, perf

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/cpython"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
 	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
@@ -119,11 +120,22 @@ func (s *Session) attach() error {
 		// rather than when half the ring is full (or its 50 ms timeout).
 		attr.Wakeup = goWakeupEvents
 	}
-	if s.Python() {
+	if s.Python() && (!s.Self() || mapsPython(s.Pid())) {
 		// A Python thread's calls can be a millisecond long: read its
 		// frames at each sample's wakeup (tens of µs after it), not
-		// after a few more samples.
+		// after a few more samples. A program that embeds the tracer
+		// is no Python process unless it has an interpreter mapped
+		// now: it pays for no wakeup per sample.
 		attr.Wakeup = 1
+	}
+	if attr.Wakeup == 0 {
+		// Else the kernel wakes the reader at every sample (a
+		// wakeup_events of 0 counts as 1): 2,000 wakeups a second
+		// at 999 Hz on two busy CPUs, each a goroutine switch in the
+		// traced program when the tracer is embedded. A quarter of a
+		// ring wakes it; Run's 50 ms wait bounds the delay.
+		attr.Bits |= sys.PerfBitWatermark
+		attr.Wakeup = uint32(pages * sys.PageSize / 4)
 	}
 
 	s.ReportInitial(tids)
@@ -255,4 +267,20 @@ func (s *Session) ReadAll() {
 		live = s.Advance(live, i)
 	}
 	s.Live = live
+}
+
+// mapsPython reports whether process pid has a python executable or a
+// libpython mapped.
+func mapsPython(pid int) bool {
+	data, err := procfs.ReadSmall(procfs.Dir(pid)+"/maps", 64<<20)
+	if err != nil {
+		return true // cannot tell: as for any other process
+	}
+	maps, _ := procfs.ParseMaps(data)
+	for _, m := range maps {
+		if cpython.MaybePython(m.Path) {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
+	v8 "github.com/rawstack/rawstack/platform/linux/v8"
 )
 
 // leafWindow is the stack --unwind auto copies with each sample of a
@@ -18,8 +19,8 @@ import (
 const leafWindow = 512
 
 // ChooseAuto decides, once the target's executable is known, how
-// --unwind auto samples it. A program that keeps frame pointers (Go,
-// -fno-omit-frame-pointer builds) gets the kernel's frame-pointer chain
+// --unwind auto samples it. A program that keeps frame pointers (Go
+// without cgo, -fno-omit-frame-pointer builds) gets the kernel's frame-pointer chain
 // plus its user registers and a small stack window, from which the CFI
 // row of the sampled PC recovers the one frame frame pointers miss
 // (repairLeaf). A program without them (Debian's python3, most -O2 C)
@@ -34,17 +35,13 @@ func (uw *Unwinder) ChooseAuto(pid int) {
 	if err != nil {
 		return
 	}
-	f, err := elf.Open(exe)
-	if err != nil {
+	uf, fp := uw.exeKeepsFP(exe, real)
+	if uf == nil {
 		return // DWARF-style sampling works without knowing
 	}
-	uf := &unwindFile{f: f}
-	uf.table, _ = arch.NewLazyTableELF(f, real)
-	f.Close()
-	fp := keepsFramePointers(uw.arch, uf.table)
 	if fp {
 		uw.leaf = true
-		if !uw.sizeSet {
+		if !uw.sizeSet && !v8.MaybeV8(real) { // V8's frames are read from the copy (v8_linux.go)
 			uw.size = leafWindow
 		}
 	} else if uf.table != nil {
@@ -52,6 +49,26 @@ func (uw *Unwinder) ChooseAuto(pid int) {
 		// sample passes through the executable.
 		uw.exePath, uw.exeFile = real, uf
 	}
+}
+
+// exeKeepsFP opens the executable at path (named real in errors) and
+// returns its unwind table and whether it keeps frame pointers; nil if
+// it cannot be read.
+func (uw *Unwinder) exeKeepsFP(path, real string) (*unwindFile, bool) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, false
+	}
+	uf := &unwindFile{f: f}
+	uf.table, _ = arch.NewLazyTableELF(f, real)
+	// A Go program with no C in it (no .eh_frame: the Go linker writes
+	// .debug_frame, C objects bring .eh_frame) keeps frame pointers in
+	// every function that calls, and the kernel's walk crosses the
+	// runtime's stack switches through them; its CFI, all from the stack
+	// pointer, would have it taken for one without.
+	goOnly := f.Section(".gopclntab") != nil && f.Section(".eh_frame") == nil
+	f.Close()
+	return uf, goOnly || keepsFramePointers(uw.arch, uf.table)
 }
 
 // repairLeaf completes a --unwind auto sample of a frame-pointer program:

@@ -60,6 +60,10 @@ type Record struct {
 	Period uint64
 	PCs    []uint64 // markers stripped, leaf first
 	Kernel bool     // the leaf frame is in the kernel
+	// UserAt is where the user frames start in PCs (len(PCs) when
+	// there are none): after the kernel's, which a user callchain
+	// follows.
+	UserAt int
 
 	// PERF_RECORD_MMAP2
 	Addr, Len, Pgoff uint64
@@ -198,12 +202,16 @@ func decodeSample(b []byte, r *record) error {
 	}
 	pcs := r.PCs[:0]
 	r.Kernel = r.Misc&miscCPUModeMask == miscCPUModeKern
+	r.UserAt = -1
 	first := true
 	for i := 0; i < int(nr); i++ {
 		pc := le.Uint64(b[i*8:])
 		if pc >= perfContextMax {
 			if first {
 				r.Kernel = pc == perfContextKern
+			}
+			if pc == perfContextUser && r.UserAt < 0 {
+				r.UserAt = len(pcs)
 			}
 			first = false
 			continue
@@ -215,6 +223,13 @@ func decodeSample(b []byte, r *record) error {
 		pcs = append(pcs, r.IP)
 	}
 	r.PCs = pcs
+	switch {
+	case r.UserAt >= 0:
+	case r.Kernel:
+		r.UserAt = len(pcs)
+	default: // no markers: a user leaf's chain
+		r.UserAt = 0
+	}
 	if r.NUserRegs > 0 {
 		return decodeUserStack(rest, r)
 	}

@@ -91,6 +91,7 @@ type Tracker struct {
 	goSamples atomic.Uint64
 	goWarning atomic.Pointer[string]
 	py        *cpython.Sampling // nil with Config.NoPython
+	js        jsFrames          // V8's frames (v8_linux.go)
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
@@ -101,6 +102,9 @@ type Tracker struct {
 	pyAtSample atomic.Uint64
 	pyCut      atomic.Uint64
 	pyWarning  atomic.Pointer[string]
+	jsSamples  atomic.Uint64
+	jsCut      atomic.Uint64
+	jsWarning  atomic.Pointer[string]
 }
 
 type procState struct {
@@ -238,6 +242,7 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	if !cfg.NoPython {
 		s.py = cpython.NewSampling()
 	}
+	s.js.init(s, cfg)
 	if g, sp, ok := goruntime.Regs(); ok && (s.gos != nil || cfg.SampleG) {
 		mask := uint64(1)<<g | 1<<sp
 		if s.uw != nil {
@@ -289,6 +294,10 @@ func (s *Tracker) Stats() platform.Stats {
 	st.GoSamples = s.goSamples.Load()
 	if w := s.goWarning.Load(); w != nil {
 		st.GoWarning = *w
+	}
+	st.JITSamples, st.JITCut = s.jsSamples.Load(), s.jsCut.Load()
+	if w := s.jsWarning.Load(); w != nil {
+		st.JITWarning = *w
 	}
 	return st
 }
@@ -455,6 +464,9 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	}
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(pid, path, start, off)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.js.loaded(pid, path, start, end)
 	}
 }
 
@@ -682,6 +694,7 @@ func (s *Tracker) dispatch(r *record) {
 				s.py.Forget(r.Pid)
 				delete(s.pyAtSampleSince, r.Pid)
 			}
+			s.js.forget(r.Pid)
 			if s.system && ps != nil {
 				// A new executable, maybe a new environment: read at
 				// the first sample (describe).
@@ -782,6 +795,7 @@ func (s *Tracker) dispatch(r *record) {
 				s.py.Forget(r.Pid)
 				delete(s.pyAtSampleSince, r.Pid)
 			}
+			s.js.forget(r.Pid)
 			if reported && (int(r.Pid) != s.pid || s.cmd == nil) {
 				s.h.ProcessEnd(&format.ProcessEnd{Time: t, Pid: r.Pid, ExitCode: -1})
 			}
@@ -832,6 +846,7 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		sm.Weight = uint64(time.Second) / uint64(s.cfg.Frequency)
 	}
 	sm.Flags = flags
+	sm.Chain = nil
 	if r.Kernel {
 		sm.Flags |= format.SampleKernel
 	}
@@ -880,7 +895,14 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 		}
 		s.pyCut.Store(s.py.Cut())
 	}
-	return s.uw == nil || s.uw.sample(s, r, sm)
+	sm.JIT, sm.NewJITFuncs = nil, nil
+	if s.uw != nil && !s.uw.sample(s, r, sm) {
+		return false
+	}
+	if sm.Flags&format.SampleOffCPU == 0 {
+		sm.JIT, sm.NewJITFuncs = s.js.frames(r, sm)
+	}
+	return true
 }
 
 // report tells the handler, at the first sample of process pid (thread
@@ -935,6 +957,9 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 		if s.py != nil && m.ml.Kind == format.ModuleELF {
 			s.pyLoaded(to, m.ml.Path, m.ml.Base, m.ml.FileOffset)
 		}
+		if m.ml.Kind == format.ModuleELF {
+			s.js.loaded(to, m.ml.Path, m.start, m.end)
+		}
 		return
 	}
 	s.nextMod++
@@ -944,6 +969,9 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 	s.h.ModuleLoad(&ml)
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(to, ml.Path, ml.Base, ml.FileOffset)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.js.loaded(to, ml.Path, m.start, m.end)
 	}
 }
 

@@ -23,9 +23,8 @@ import (
 
 // perf_event_attr bits for DWARF-mode sampling (include/uapi/linux/perf_event.h).
 const (
-	perfSampleRegsUser          = 1 << 12
-	perfSampleStackUser         = 1 << 13
-	perfBitExcludeCallchainUser = 1 << 22
+	perfSampleRegsUser  = 1 << 12
+	perfSampleStackUser = 1 << 13
 
 	defaultStackUser = 8192
 	maxStackUser     = 65000 // a record's size is a u16; leave room for the rest
@@ -168,15 +167,17 @@ func newUnwinder(cfg platform.Config) *Unwinder {
 	}
 }
 
-// SetAttr asks the kernel for user registers and stack instead of the user
-// callchain (kernel frames still come in the callchain).
+// SetAttr asks the kernel for user registers and stack besides the
+// callchain. The callchain's user part, the kernel's frame-pointer walk,
+// continues a walk of the stack copy where it needs memory the copy does
+// not hold (arch.Unwinder.Chain): a Go program's goroutine stack when the
+// sample is taken on the thread's g0 stack (runtime.systemstack, cgo
+// calls), a stack deeper than the copy. It costs the kernel a walk of the
+// frame records per sample and the record 8 bytes a frame.
 func (uw *Unwinder) SetAttr(attr *sys.PerfEventAttr) {
 	attr.Sample_type |= perfSampleRegsUser | perfSampleStackUser
 	attr.Sample_regs_user = uw.mask
 	attr.Sample_stack_user = uint32(uw.size)
-	if !uw.leaf {
-		attr.Bits |= perfBitExcludeCallchainUser
-	}
 }
 
 func (uw *Unwinder) nRegs() int { return bits.OnesCount64(uw.mask) }
@@ -228,13 +229,14 @@ func (uw *Unwinder) fault(s *Tracker, sm *platform.Sample, e any) bool {
 
 // walk is sample's work.
 func (uw *Unwinder) walk(s *Tracker, r *record, sm *platform.Sample) bool {
-	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack = 0, nil, 0, nil
+	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack, sm.Chain = 0, nil, 0, nil, nil
 	if uw.leaf {
 		return uw.repairLeaf(s, r, sm)
 	}
-	kernel := sm.PCs[:0]
-	if r.Kernel {
-		kernel = sm.PCs
+	at := min(max(r.UserAt, 0), len(sm.PCs))
+	kernel, chain := sm.PCs[:at], sm.PCs[at:]
+	if !r.Kernel {
+		kernel = sm.PCs[:0]
 	}
 	if r.UserABI == 0 || len(r.UserRegs) == 0 || uw.regs.SetPerf(uw.arch, uw.mask, r.UserRegs) != nil {
 		// A kernel thread (no user registers): the kernel frames, if any.
@@ -251,7 +253,7 @@ func (uw *Unwinder) walk(s *Tracker, r *record, sm *platform.Sample) bool {
 		if sm.Stack == nil {
 			sm.Stack = []byte{}
 		}
-		sm.PCs = kernel
+		sm.PCs, sm.Chain = kernel, chain
 		return true
 	}
 	lag := sys.Monotonic() - sm.Time
@@ -265,13 +267,15 @@ func (uw *Unwinder) walk(s *Tracker, r *record, sm *platform.Sample) bool {
 	}
 	pcs := append(uw.pcs[:0], kernel...)
 	nk := len(pcs)
+	uw.u.Chain = chain
 	for pass := 0; ; pass++ {
 		pcs = uw.u.Unwind(&uw.regs, &uw.mem, pcs[:nk])
 		if pass+1 >= maxUnwindPasses || len(p.lazy) == 0 || lag > uw.lazyLag || !uw.loadFor(s, p, sm.Pid, pcs[nk:]) {
 			break
 		}
 	}
-	if uw.u.Stop != arch.StopOutermost {
+	uw.u.Chain = nil
+	if uw.u.Stop != arch.StopOutermost && uw.u.Stop != arch.StopChain {
 		// Cut short: the stack copy ended (a bigger StackSize helps), the
 		// frame limit, or no rule and no frame pointer.
 		sm.Flags |= format.SampleTruncated
@@ -418,7 +422,7 @@ func (uw *Unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		if uf.table == nil {
 			uf.release()
 		}
-		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) {
+		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) && !uf.table.Go() {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows
 		}
 		return uf

@@ -10,15 +10,22 @@ import (
 
 // wait blocks until a ring has records to read or timeout passes. It
 // parks in Go's network poller (see [sys.Waiter]) rather than in poll(2);
-// where no epoll instance can be had, and when profiling itself, it uses
-// poll(2).
+// where no epoll instance can be had, it uses poll(2).
+//
+// A session profiling its own process (the embedded tracer) parks there
+// too. A reader blocked in poll(2) holds its P for the length of the call,
+// until the runtime's sysmon notices and hands the P off, which on a
+// service whose sysmon has backed off to its 10 ms sleep takes up to two
+// of its ticks: runtime/trace of a Go HTTP service on 2 Ps with the tracer
+// at 100 Hz showed the reader in 98 blocking polls a second, 91 of them
+// long enough for sysmon to take the P (benchmarks/testdata/embedsvc,
+// -rtrace), and the service lost a tenth of its throughput. Parked in
+// the poller the reader holds no P; it runs when the poller reports its
+// rings ready, which a busy scheduler checks at each goroutine switch
+// (and sysmon every 10 ms): goroutine labels read from a sample's g still
+// agree with the goroutines' own CPU times (TestGoroutineLabelsSelf).
 func (s *Tracker) wait(timeout time.Duration) error {
-	// A session profiling this process waits in poll(2): the program's
-	// own goroutines may hold every P, and a reader parked in the poller
-	// would run only when one is preempted (tens of milliseconds late),
-	// by when the goroutine a sample names may have ended and its labels
-	// with it. A thread blocked in poll(2) is woken by the kernel at once.
-	if s.waiter == nil && !s.noWaiter && !s.self {
+	if s.waiter == nil && !s.noWaiter {
 		w, err := sys.NewWaiter()
 		if err != nil {
 			s.noWaiter = true

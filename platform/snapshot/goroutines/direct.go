@@ -15,10 +15,10 @@ import (
 	"github.com/go-delve/delve/pkg/goversion"
 	"github.com/go-delve/delve/service/api"
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/gopclntab"
 	"github.com/rawstack/rawstack/internal/radix"
 	"github.com/rawstack/rawstack/platform/linux/goruntime"
 	"github.com/rawstack/rawstack/platform/snapshot"
-	"github.com/rawstack/rawstack/symbolizer/gopclntab"
 )
 
 // Reading the runtime's structures directly
@@ -186,37 +186,8 @@ func openExe(exe string) (*exeInfo, error) {
 		}
 		return false
 	}
-	sec := f.Section(".gopclntab")
-	if sec == nil {
-		return nil, fmt.Errorf("%s: no .gopclntab", exe)
-	}
-	data, err := sec.Data()
-	if err != nil {
-		return nil, fmt.Errorf("%s: .gopclntab: %w", exe, err)
-	}
-	var text uint64
-	if ts := f.Section(".text"); ts != nil {
-		text = ts.Addr
-	}
-	if x.tab, err = gopclntab.Parse(data, f.ByteOrder, text, 0, nil); err != nil {
-		return nil, fmt.Errorf("%s: .gopclntab: %w", exe, err)
-	}
-	// Inlined frames need go:func.*, found through the runtime's
-	// moduledata in a writable section.
-	for _, d := range f.Sections {
-		if d.Flags&elf.SHF_WRITE == 0 || d.Flags&elf.SHF_ALLOC == 0 || d.Type == elf.SHT_NOBITS || d.Size > 64<<20 {
-			continue
-		}
-		b, err := d.Data()
-		if err != nil {
-			continue
-		}
-		if g, ok := x.tab.FindGoFunc(sec.Addr, b); ok {
-			if t, err := gopclntab.Parse(data, f.ByteOrder, text, g, x.readFile); err == nil {
-				x.tab = t
-			}
-			break
-		}
+	if x.tab, err = gopclntab.ParseELFInline(f, maxPclntab, x.readFile); err != nil {
+		return nil, fmt.Errorf("%s: %w", exe, err)
 	}
 	return x, nil
 }
@@ -384,6 +355,9 @@ func mergeStacks(rs []stackRange) []gSpan {
 }
 
 const pageSize = 4096
+
+// maxPclntab caps the .gopclntab read from the executable.
+const maxPclntab = 1 << 30
 
 // collect reads every goroutine of a stopped (or copied) Go process with
 // rd, which fills a batch of reads at once; bias is where a

@@ -25,7 +25,7 @@
 // platform/linux's goroutine reader, the one sampling uses for
 // goroutine ids and labels); each stack is unwound with the Go pclntab's
 // pcsp tables, as the runtime's own traceback does, and named from the
-// pclntab (package symbolizer/gopclntab), inlined calls as frames of
+// pclntab (package internal/gopclntab), inlined calls as frames of
 // their own. The cost is that of the g's and their stacks: nothing of
 // the binary's debug info is loaded but a few struct layouts.
 //

@@ -8,7 +8,9 @@
  *	u64 regs[17]   user registers in perf order (ax bx cx dx si di bp sp ip r8-r15), valid if RS_REGS;
  *	               with RS_GREGS instead, only sp and r14 (the Go g register), the others 0
  *	u64 kernel[nkernel]  kernel return addresses, leaf first
- *	u64 user[nuser]      user frames (frame-pointer mode only)
+ *	u64 user[nuser]      user frames: the kernel's frame-pointer walk (in
+ *	                     stack-copy mode too, where it continues the walk
+ *	                     of the copy past a Go stack switch)
  *	u8  stack[stack]     user stack from regs.sp up (stack-copy mode only)
  *	u64 py[3 * npy]      Python frames (hdr.pad = npy), leaf first: code
  *	                     object, instruction pointer (or f_lasti in its
@@ -53,7 +55,8 @@ struct rs_hdr {
 
 #define REGS_OFF sizeof(struct rs_hdr)
 #define KERNEL_OFF (REGS_OFF + NREGS * 8)
-#define SCRATCH (KERNEL_OFF + MAX_KERNEL * 8 + MAX_STACK + PAGE)
+#define STACK_MAX_OFF (KERNEL_OFF + MAX_KERNEL * 8 + MAX_USER_PCS * 8 + MAX_STACK)
+#define SCRATCH (STACK_MAX_OFF + PAGE)
 
 /* Set by the loader before the programs are loaded. */
 const volatile __u32 all_procs = 0;     /* sample every process */
@@ -328,7 +331,7 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 	if (pp->cframe_frame != NO_OFF && frame &&
 	    bpf_probe_read_user(&frame, 8, (void *)(frame + pp->cframe_frame)) != 0)
 		return 0;
-	if (off > KERNEL_OFF + MAX_KERNEL * 8 + MAX_STACK)
+	if (off > STACK_MAX_OFF)
 		return 0;
 	__u32 size = pp->fr_size;
 	if (size == 0 || size > PY_FRAME)
@@ -468,6 +471,21 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			got_regs = bpf_probe_read_kernel(&r, sizeof(r), pr) == 0;
 		}
 		if (got_regs) {
+			/* The frame-pointer walk as well: where a walk of the
+			 * copy needs memory it does not hold, at a frame that
+			 * keeps a frame pointer (a Go stack switch leaves the
+			 * goroutine's stack outside a copy of the g0 stack),
+			 * the recorder goes on with it. */
+			if (!entry_sp) {
+				long u = bpf_get_stack(ctx, s->buf + off, MAX_USER_PCS * 8, BPF_F_USER_STACK);
+				if (u < 0)
+					u = 0;
+				if (u > MAX_USER_PCS * 8)
+					u = MAX_USER_PCS * 8;
+				u &= ~7L;
+				h->nuser = u / 8;
+				off += u;
+			}
 			h->flags |= RS_REGS;
 			regs[0] = r.ax; regs[1] = r.bx; regs[2] = r.cx; regs[3] = r.dx;
 			regs[4] = r.si; regs[5] = r.di; regs[6] = r.bp; regs[7] = r.sp;
@@ -502,7 +520,7 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 				if (chunk == 0 || chunk > PAGE)
 					break;
 				__u64 dst = off + got;
-				if (dst > KERNEL_OFF + MAX_KERNEL * 8 + MAX_STACK)
+				if (dst > STACK_MAX_OFF)
 					break;
 				if (bpf_probe_read_user(s->buf + dst, chunk, (void *)addr) != 0) {
 					h->flags |= RS_STACK_FAULT;

@@ -416,15 +416,7 @@ var layouts = []mdLayout{
 // text field equals the table's text start.
 func (t *Table) FindGoFunc(pclntabAddr uint64, data []byte) (uint64, bool) {
 	ps := t.ptrSize
-	word := func(off int) uint64 {
-		if off+ps > len(data) {
-			return 0
-		}
-		if ps == 8 {
-			return t.bo.Uint64(data[off:])
-		}
-		return uint64(t.bo.Uint32(data[off:]))
-	}
+	word := func(off int) uint64 { return word(t.bo, ps, data, off) }
 	for off := 0; off+ps <= len(data); off += ps {
 		if word(off) != pclntabAddr {
 			continue
@@ -438,4 +430,104 @@ func (t *Table) FindGoFunc(pclntabAddr uint64, data []byte) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Function flags of the runtime's _func.flag (internal/abi.FuncFlag),
+// the same bits in every layout this package reads.
+const (
+	// FlagTopFrame: the function is the outermost frame of its stack
+	// (runtime.goexit, mstart, rt0_go).
+	FlagTopFrame = 1 << 0
+	// FlagSPWrite: the function writes the stack pointer other than by
+	// growing or shrinking its own frame: it may switch stacks
+	// (runtime.systemstack, asmcgocall, mcall, morestack, gogo, the vDSO
+	// callers), so its frame cannot be stepped by its frame size.
+	FlagSPWrite = 1 << 1
+	// FlagAsm: the function is written in assembly.
+	FlagAsm = 1 << 2
+)
+
+// FuncRange is one function of the table: its code [Entry, End), name
+// and flags.
+type FuncRange struct {
+	Entry, End uint64
+	Name       string
+	Flag       uint8
+}
+
+// Text returns the code range the table covers: the first function's
+// entry and the end of the last one.
+func (t *Table) Text() (start, end uint64) {
+	if t.nfunc == 0 {
+		return 0, 0
+	}
+	return t.textStart + uint64(t.bo.Uint32(t.functab)), t.textStart + uint64(t.bo.Uint32(t.functab[t.nfunc*8:]))
+}
+
+// Funcs calls yield for each function whose flags have a bit of mask
+// set (every function when mask is 0), in address order, until yield
+// returns false. Names are read only for the functions yielded.
+func (t *Table) Funcs(mask uint8, yield func(FuncRange) bool) {
+	flagOff := uint64(37)
+	if t.ver >= 120 {
+		flagOff += 4 // startLine
+	}
+	ft := t.functab
+	for i := 0; i < t.nfunc; i++ {
+		foff := uint64(t.bo.Uint32(ft[i*8+4:]))
+		if foff+flagOff >= uint64(len(ft)) {
+			continue
+		}
+		flag := ft[foff+flagOff]
+		if mask != 0 && flag&mask == 0 {
+			continue
+		}
+		nameOff, _ := t.u32(ft, foff+4)
+		f := FuncRange{
+			Entry: t.textStart + uint64(t.bo.Uint32(ft[i*8:])),
+			End:   t.textStart + uint64(t.bo.Uint32(ft[(i+1)*8:])),
+			Name:  t.funcName(nameOff),
+			Flag:  flag,
+		}
+		if f.End < f.Entry {
+			continue
+		}
+		if !yield(f) {
+			return
+		}
+	}
+}
+
+// SPDeltas calls yield for each run of the function at entry's pcsp
+// table, in address order: the code [start, end) pushed delta bytes
+// (see [Table.SPDelta]). It stops early when yield returns false.
+func (t *Table) SPDeltas(entry uint64, yield func(start, end uint64, delta int64) bool) {
+	f, ok := t.find(entry)
+	if !ok || f.entry != entry || f.pcsp == 0 {
+		return
+	}
+	p := uint64(f.pcsp)
+	val, cur := int64(-1), entry
+	for steps := 0; steps < 1<<16; steps++ {
+		uv, n := binary.Uvarint(t.pctab[min(p, uint64(len(t.pctab))):])
+		if n <= 0 || uv == 0 && steps > 0 {
+			return
+		}
+		p += uint64(n)
+		d := int64(uv >> 1)
+		if uv&1 != 0 {
+			d = ^d
+		}
+		val += d
+		pd, n := binary.Uvarint(t.pctab[min(p, uint64(len(t.pctab))):])
+		if n <= 0 {
+			return
+		}
+		p += uint64(n)
+		next := cur + pd*uint64(t.quantum)
+		if val >= 0 && !yield(cur, next, val) {
+			return
+		}
+		cur = next
+	}
 }

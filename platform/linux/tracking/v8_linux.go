@@ -1,0 +1,94 @@
+//go:build linux
+
+package tracking
+
+import (
+	"errors"
+
+	"github.com/rawstack/rawstack/arch"
+	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform"
+	v8 "github.com/rawstack/rawstack/platform/linux/v8"
+)
+
+// jsFrames names the JavaScript frames of the samples of V8 processes
+// (Node.js) from V8's own metadata (platform/linux/v8): on by default,
+// off with Config.NoJIT. It needs the sample's registers and stack copy
+// (every mode but --unwind fp): V8's frames are found by their frame
+// pointers in the copy, which is the stack as it was at the sample.
+type jsFrames struct {
+	s    *Tracker
+	v8   *v8.Sampling
+	a    arch.Arch
+	regs arch.Regs
+	nerr int
+}
+
+func (j *jsFrames) init(s *Tracker, cfg platform.Config) {
+	if cfg.NoJIT || s.uw == nil {
+		return
+	}
+	j.s, j.v8, j.a = s, v8.NewSampling(), s.uw.arch
+	j.v8.Anon = s.anonCode
+}
+
+// loaded tells the reader of an executable mapping of a file.
+func (j *jsFrames) loaded(pid uint32, path string, start, end uint64) {
+	if j.v8 == nil {
+		return
+	}
+	j.v8.ModuleLoaded(pid, path, start, end)
+	if errs := j.v8.Errors(); len(errs) > j.nerr {
+		j.nerr = len(errs)
+		w := errors.Join(errs...).Error()
+		j.s.jsWarning.Store(&w)
+	}
+}
+
+func (j *jsFrames) forget(pid uint32) {
+	if j.v8 != nil {
+		j.v8.Forget(pid)
+	}
+}
+
+// frames returns the JavaScript frames of sample r, whose native stack
+// sm holds once unwound (with --keep-raw it is not: the frame pointers
+// are followed from the registers).
+func (j *jsFrames) frames(r *record, sm *platform.Sample) ([]format.JITFrame, []format.JITFunc) {
+	if j.v8 == nil || !j.v8.Attached(r.Pid) || r.UserABI == 0 || len(r.UserRegs) == 0 {
+		return nil, nil
+	}
+	if j.regs.SetPerf(j.a, j.s.uw.mask, r.UserRegs) != nil {
+		return nil, nil
+	}
+	sp := j.regs.SP()
+	pcs := sm.PCs
+	if sm.Stack != nil {
+		pcs = nil
+	}
+	fs, fresh := j.v8.Frames(r.Pid, v8.Regs{PC: j.regs.PC(), SP: sp, FP: j.regs.FP()}, v8.Stack{Addr: sp, Data: r.UserStack}, pcs)
+	if len(fs) > 0 {
+		j.s.jsSamples.Add(1)
+	}
+	var cut uint64
+	for _, n := range j.v8.Stats().Cut {
+		cut += n
+	}
+	j.s.jsCut.Store(cut)
+	return fs, fresh
+}
+
+// anonCode reports whether addr of pid lies in anonymous executable
+// memory: where a JIT compiler puts its code.
+func (s *Tracker) anonCode(pid uint32, addr uint64) bool {
+	ps := s.procs[pid]
+	if ps == nil {
+		return false
+	}
+	for _, m := range ps.modules {
+		if addr >= m.start && addr < m.end {
+			return m.ml != nil && m.ml.Kind == format.ModuleAnon
+		}
+	}
+	return false
+}
