@@ -136,6 +136,13 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
+	// SampleG records on each sample of user code the g register (R14
+	// on amd64, X28 on arm64: the running goroutine's g in Go code) as
+	// Sample.G. The in-process tracer sets it to find the goroutine of
+	// each sample, which its spans' links follow. It costs 24 bytes a
+	// sample in frame-pointer mode; the DWARF modes sample the registers
+	// already.
+	SampleG bool
 	// Alloc records native heap allocations (BackendEBPF on Linux),
 	// sampled by bytes in the target by the allocation sampler
 	// (preloaded into a command, injected into a running process) or,
@@ -301,6 +308,10 @@ type Sample struct {
 	Goroutine uint64
 	LabelSet  uint64
 	NewLabels []format.Label
+	// G is the g register at the sample (Config.SampleG; 0: not
+	// sampled): in Go code, the address of the running goroutine's g;
+	// in other code, whatever the register held.
+	G uint64
 	// Python holds the thread's Python frames, leaf first (none when
 	// Config.NoPython is set or the thread runs no Python code);
 	// NewPyCodes the code objects they refer to that no earlier sample
@@ -366,6 +377,11 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Config.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read (no DWARF, out of process).
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts the samples of PythonSamples whose frames
 	// were read at the sample (in BPF, the eBPF back end), not when the
 	// recorder drained it.

@@ -217,6 +217,14 @@ type Stats struct {
 	// filled in); PythonWarning names interpreters found but not read.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Options.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read: out of process, goroutines and labels
+	// are read at offsets from the executable's DWARF, which a binary
+	// built -ldflags=-w (or stripped) lacks. Stacks and symbols need
+	// none (the Go symbol table stays); the own process needs none.
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts those of PythonSamples read at the sample
 	// (in BPF) rather than when the recorder drained it.
 	PythonAtSample uint64
@@ -521,6 +529,8 @@ func (t *Tracer) Stats() Stats {
 		PythonSamples:  bs.PythonSamples,
 		PythonCut:      bs.PythonCut,
 		PythonWarning:  bs.PythonWarning,
+		GoSamples:      bs.GoSamples,
+		GoWarning:      bs.GoWarning,
 		PythonAtSample: bs.PythonAtSample,
 		JITSamples:     bs.JITSamples,
 		JITCut:         bs.JITCut,

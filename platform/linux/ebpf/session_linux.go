@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"strconv"
@@ -43,6 +44,7 @@ const (
 	bpfFlagPyCut      = 16 // RS_PY_CUT: more Python frames than bpfMaxPy
 	bpfMaxPy          = 64 // MAX_PY
 	bpfFlagStackFault = 2
+	bpfFlagGRegs      = 32 // RS_GREGS: sp and r14 alone
 
 	bpfRingBytes = 4 << 20 // default BPF ring buffer size
 	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
@@ -107,6 +109,7 @@ type offStack struct {
 	pid   uint32
 	cpu   uint32
 	flags format.SampleFlags
+	g     uint64
 	pcs   []uint64
 }
 
@@ -336,6 +339,7 @@ func (s *Session) attach() (err error) {
 		b.alloc = &allocState{h: ah, rate: float64(spec.AllocRate), pending: map[uint32]*allocCall{}}
 	}
 	spec.Python = s.Python()
+	spec.GoRegs = s.Unwinder() == nil && s.Decoded().UserRegsMask != 0
 	b.progs, err = load(spec)
 	if err != nil {
 		return err
@@ -627,13 +631,26 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	r.Kernel = nk > 0
 	r.UserAt = nk
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
-	if flags&bpfFlagRegs != 0 && r.NUserRegs == bpfNRegs {
+	if flags&(bpfFlagRegs|bpfFlagGRegs) != 0 && r.UserRegsMask != 0 {
+		// The registers the session samples (r.UserRegsMask, perf
+		// numbers), from the record's perf order without flags and
+		// segment registers (perf 9-15).
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
-		for i := 0; i < bpfNRegs; i++ {
+		for m := r.UserRegsMask; m != 0; m &= m - 1 {
+			p := bits.TrailingZeros64(m)
+			i := p
+			if p >= 16 {
+				i = p - 7
+			}
+			if p > 8 && p < 16 || i >= bpfNRegs {
+				continue
+			}
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
 		}
-		off := bpfKernelOff + 8*(nk+nu)
-		r.UserStack = b[off : off+stack]
+		if flags&bpfFlagRegs != 0 {
+			off := bpfKernelOff + 8*(nk+nu)
+			r.UserStack = b[off : off+stack]
+		}
 	}
 	return kind, nil
 }
@@ -710,7 +727,7 @@ func (s *Session) offCPU(r *tracking.Record) {
 		b.offPending[r.Tid] = o
 	}
 	sm := s.SampleBuf()
-	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
+	o.time, o.pid, o.cpu, o.flags, o.g = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags, sm.G
 	o.pcs = append(o.pcs[:0], sm.PCs...)
 }
 
@@ -730,6 +747,6 @@ func (s *Session) onCPU(h []byte) {
 		return // a stack from another switch: its record was lost
 	}
 	sm := s.SampleBuf()
-	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
+	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs, G: o.g}
 	s.Report(sm)
 }
