@@ -25,11 +25,7 @@ import (
 // interleave the unprofiled run and both recorders (A B C, C B A, ...);
 // each figure is the median over the rounds of the round's ratio.
 //
-// A running process cannot be preloaded: record --alloc -p PID puts
-// uprobes on its allocator, and every call traps. Its row is the
-// slowdown of the loop per round (with fewer rounds of the loop: it is
-// two orders of magnitude slower), the recorder attached before the
-// loop starts (allocload wait sees the breakpoint on malloc).
+// A running process gets the sampler by injection: allocattach.go.
 //
 // And the recorder's memory with 10^5 and 10^6 live sampled allocations
 // (testdata/allochold.c recorded with --alloc-rate 1, so every block is
@@ -65,7 +61,6 @@ func runAlloc(cfg *config) ([]row, error) {
 	if cfg.short {
 		n = 2_000_000
 	}
-	nUprobes := n / 50
 	// times runs cmd and returns the numbers the workload printed (the
 	// loop's ns, the ns since its start, its CPU ns) and the wall time of
 	// the whole command in ns.
@@ -106,7 +101,7 @@ func runAlloc(cfg *config) ([]row, error) {
 		base, raw, ht, shim             float64 // wall ns from the process's start
 		baseCPU, rawCPU, htCPU, shimCPU float64 // its CPU time
 		baseWall, rawWall, htWall       float64 // the whole command's
-		baseLoop, upLoop                float64
+		baseLoop                        float64
 	}
 	var rs []round
 	trace := filepath.Join(cfg.work, "alloc.rawstack")
@@ -147,11 +142,6 @@ func runAlloc(cfg *config) ([]row, error) {
 				return err
 			})
 		}
-		sides = append(sides, func() error {
-			v, err := uprobeLoop(rawstack, load, nUprobes, filepath.Join(cfg.work, "alloc-p.rawstack"))
-			c.upLoop = v
-			return err
-		})
 		if err := inTurn(r, sides...); err != nil {
 			return nil, err
 		}
@@ -181,7 +171,19 @@ func runAlloc(cfg *config) ([]row, error) {
 	rows = append(rows, cpuRow,
 		row{Scenario: "alloc", Metric: "target slowdown, the sampler preloaded without a recorder", Rawstack: medianBy(rs, func(c round) float64 { return c.shim / c.base }), Better: "lower", Note: "the preloaded path's floor"},
 		row{Scenario: "alloc", Metric: "target CPU time ratio, the sampler preloaded without a recorder", Rawstack: medianBy(rs, func(c round) float64 { return c.shimCPU / c.baseCPU }), Better: "lower"})
-	rows = append(rows, row{Scenario: "alloc", Metric: "loop slowdown, record --alloc -p PID (uprobes on every call)", Rawstack: medianBy(rs, func(c round) float64 { return (c.upLoop / float64(nUprobes)) / (c.baseLoop / float64(n)) }), Better: "lower", Note: "a running process cannot be preloaded"})
+	htPath := heaptrack
+	if htErr != nil {
+		htPath = ""
+	}
+	attachN := rounds
+	if cfg.short {
+		attachN = 3
+	}
+	attached, err := attachRounds(cfg, rawstack, htPath, attachN)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, attached...)
 	hold, err := buildC(cfg, "allochold.c", "-O2", "-g")
 	if err != nil {
 		return nil, err
@@ -206,36 +208,4 @@ func runAlloc(cfg *config) ([]row, error) {
 		rows = append(rows, row{Scenario: "alloc", Metric: "recorder peak RSS MiB, " + live + " live sampled blocks", Rawstack: median(peaks), Better: "lower"})
 	}
 	return rows, nil
-}
-
-// uprobeLoop starts allocload wait with n rounds, records it with
-// record --alloc -p, and returns the loop's ns.
-func uprobeLoop(rawstack, load string, n int, trace string) (float64, error) {
-	target := exec.Command(load, "wait", strconv.Itoa(n))
-	var out, errb bytes.Buffer
-	target.Stdout, target.Stderr = &out, &errb
-	if err := target.Start(); err != nil {
-		return 0, err
-	}
-	rec := exec.Command(rawstack, "record", "-q", "--alloc", "-p", strconv.Itoa(target.Process.Pid), "-o", trace)
-	var recErr bytes.Buffer
-	rec.Stderr = &recErr
-	if err := rec.Start(); err != nil {
-		target.Process.Kill()
-		target.Wait()
-		return 0, err
-	}
-	werr := target.Wait()
-	rerr := rec.Wait()
-	if werr != nil {
-		return 0, fmt.Errorf("%s wait %d: %v\n%s", load, n, werr, errb.String())
-	}
-	if rerr != nil {
-		return 0, fmt.Errorf("record --alloc -p: %v\n%s", rerr, recErr.String())
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s wait printed %q", load, out.String())
-	}
-	return v, nil
 }

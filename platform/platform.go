@@ -136,11 +136,20 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
-	// Alloc records native heap allocations (BackendEBPF on Linux):
-	// uprobes on the allocator the target's C library provides (glibc's
-	// malloc, calloc, realloc, free, posix_memalign, aligned_alloc),
-	// sampled by bytes, reported to an AllocHandler with the stack of
-	// the allocation, and the frees of sampled blocks.
+	// SampleG records on each sample of user code the g register (R14
+	// on amd64, X28 on arm64: the running goroutine's g in Go code) as
+	// Sample.G. The in-process tracer sets it to find the goroutine of
+	// each sample, which its spans' links follow. It costs 24 bytes a
+	// sample in frame-pointer mode; the DWARF modes sample the registers
+	// already.
+	SampleG bool
+	// Alloc records native heap allocations (BackendEBPF on Linux),
+	// sampled by bytes in the target by the allocation sampler
+	// (preloaded into a command, injected into a running process) or,
+	// where it cannot be, by uprobes on its allocator (Stats.AllocMode
+	// says which), reported to an AllocHandler with the stack of the
+	// allocation, which ends at the allocator's entry, and the frees of
+	// sampled blocks.
 	Alloc bool
 	// AllocRate is Alloc's mean sampling interval in bytes: one sample
 	// per AllocRate bytes allocated, a Poisson process over bytes as in
@@ -173,12 +182,17 @@ type Config struct {
 // process and, when samples copy the stack, writes its samples into a
 // ring it shares with the recorder (AllocPreloadRing: no entry into the
 // kernel at all); with frame pointers it traps into the kernel for
-// sampled allocations only (AllocPreload). A running process (Pid,
-// System) cannot be preloaded: uprobes on its allocator trap on every
-// call.
+// sampled allocations only (AllocPreload). A running process (Pid) gets
+// the same sampler by injection (AllocInjectRing, AllocInject: ptrace, a
+// remote dlopen, its modules' allocator slots redirected). Where that
+// cannot be (a statically linked allocator, ptrace refused;
+// Stats.AllocFallback says why) and for the whole host (System),
+// uprobes on the allocator trap on every call.
 const (
 	AllocPreloadRing = "the preloaded sampler (LD_PRELOAD), through a shared ring"
 	AllocPreload     = "the preloaded sampler (LD_PRELOAD)"
+	AllocInjectRing  = "the injected sampler (ptrace, dlopen), through a shared ring"
+	AllocInject      = "the injected sampler (ptrace, dlopen)"
 	AllocUprobes     = "uprobes on every allocator call"
 )
 
@@ -309,6 +323,10 @@ type Sample struct {
 	Goroutine uint64
 	LabelSet  uint64
 	NewLabels []format.Label
+	// G is the g register at the sample (Config.SampleG; 0: not
+	// sampled): in Go code, the address of the running goroutine's g;
+	// in other code, whatever the register held.
+	G uint64
 	// Python holds the thread's Python frames, leaf first (none when
 	// Config.NoPython is set or the thread runs no Python code);
 	// NewPyCodes the code objects they refer to that no earlier sample
@@ -374,6 +392,11 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Config.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read (no DWARF, out of process).
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts the samples of PythonSamples whose frames
 	// were read at the sample (in BPF, the eBPF back end), not when the
 	// recorder drained it.
@@ -395,4 +418,7 @@ type Stats struct {
 	// got: files copied from processes' roots and bytes, copies that
 	// failed; "" when nothing was copied.
 	BuildIDCache string
+	// AllocFallback says why a running process was not given the
+	// injected sampler, when AllocMode is AllocUprobes for it ("" else).
+	AllocFallback string
 }

@@ -270,7 +270,7 @@ func (b *builder) resolvePending() {
 			}
 			b.addGo(locs, s.weight, s.flags, 0, 0, s.python)
 			if b.tl != nil {
-				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
+				b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python, s.goid)
 			}
 			continue
 		}
@@ -286,7 +286,7 @@ func (b *builder) resolvePending() {
 		}
 		b.addLinked(locs, s.weight, s.flags, s.goid, s.labels, s.python, s.link)
 		if b.tl != nil {
-			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python)
+			b.tl.sample(s.t, s.pid, s.tid, s.weight, s.flags, locs, s.python, s.goid)
 		}
 	}
 	b.pending = nil

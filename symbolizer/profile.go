@@ -165,6 +165,9 @@ func Build(r *format.Reader, opts *Options) (*Profile, error) {
 		return nil, err
 	}
 	b.splicePython()
+	if b.tl != nil {
+		b.tl.nameGoroutines(b.p)
+	}
 	return b.p, nil
 }
 
@@ -288,7 +291,7 @@ func (b *builder) sample(s *format.Sample) {
 	}
 	b.addLinked(locs, s.Weight, s.Flags, s.Goroutine, s.Labels, s.Python, s.Link)
 	if b.tl != nil {
-		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs, s.Python)
+		b.tl.sample(s.Time, s.Pid, s.Tid, s.Weight, s.Flags, locs, s.Python, s.Goroutine)
 	}
 }
 

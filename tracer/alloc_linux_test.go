@@ -34,14 +34,17 @@ func TestAllocNative(t *testing.T) {
 	if st.AllocMode != platform.AllocPreloadRing {
 		t.Errorf("a launched command sampled by %q, want %q", st.AllocMode, platform.AllocPreloadRing)
 	}
-	checkAllocFigures(t, symbolize(t, stream))
+	p := symbolize(t, stream)
+	checkAllocFigures(t, p)
+	checkAllocLeaves(t, p)
 }
 
 // TestAllocAllocators: the same figures for the allocs fixture linked
 // against jemalloc and tcmalloc (Debian's libjemalloc2,
 // libtcmalloc-minimal4) and glibc's, launched (the preloaded sampler
 // passes the calls to the program's allocator) and attached to while it
-// runs (uprobes on the allocator the process maps).
+// runs (the sampler injected, passing the calls to the allocator the
+// process called).
 func TestAllocAllocators(t *testing.T) {
 	needBPF(t)
 	for _, a := range []struct{ name, lib, path string }{
@@ -65,7 +68,7 @@ func TestAllocAllocators(t *testing.T) {
 			for _, attach := range []bool{false, true} {
 				mode := platform.AllocPreloadRing
 				if attach {
-					mode = platform.AllocUprobes
+					mode = platform.AllocInjectRing
 				}
 				if a.name == "glibc" && !attach {
 					continue // TestAllocNative
@@ -75,7 +78,9 @@ func TestAllocAllocators(t *testing.T) {
 					if st.AllocMode != mode {
 						t.Errorf("sampled by %q, want %q", st.AllocMode, mode)
 					}
-					checkAllocFigures(t, symbolize(t, stream))
+					p := symbolize(t, stream)
+					checkAllocFigures(t, p)
+					checkAllocLeaves(t, p)
 				})
 			}
 		})
@@ -149,6 +154,7 @@ func checkAllocFigures(t *testing.T, p *symbolizer.Profile) {
 	}
 	type fig struct{ alloc, inuse, objects int64 }
 	by := map[string]*fig{} // the chain below malloc: "churn" or "keep", under main
+	outside := 0
 	for _, s := range p.Samples {
 		if s.AllocObjects == 0 {
 			continue
@@ -164,7 +170,9 @@ func checkAllocFigures(t *testing.T, p *symbolizer.Profile) {
 			}
 		}
 		if site == "" {
-			t.Logf("allocation sample outside the two chains: %v (%d bytes)", fns, s.AllocBytes)
+			if outside++; outside <= 5 {
+				t.Logf("allocation sample outside the two chains: %v (%d bytes)", fns, s.AllocBytes)
+			}
 			continue
 		}
 		f := by[site]
@@ -175,6 +183,9 @@ func checkAllocFigures(t *testing.T, p *symbolizer.Profile) {
 		f.alloc += s.AllocBytes
 		f.inuse += s.InuseBytes
 		f.objects += s.AllocObjects
+	}
+	if outside > 5 {
+		t.Logf("... %d allocation samples outside the two chains in all", outside)
 	}
 	churn, keep := by["churn"], by["keep"]
 	if churn == nil || keep == nil {
@@ -275,8 +286,8 @@ func TestAllocNativeFP(t *testing.T) {
 	}
 }
 
-// TestAllocAttach: Alloc on a running process (Pid) finds its allocator
-// in its maps and records the allocations it makes from then on.
+// TestAllocAttach: Alloc on a running process (Pid) injects the sampler
+// and records the allocations it makes from then on.
 func TestAllocAttach(t *testing.T) {
 	needBPF(t)
 	bin := buildFixture(t, "allocs")

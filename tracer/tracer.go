@@ -224,6 +224,14 @@ type Stats struct {
 	// filled in); PythonWarning names interpreters found but not read.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Options.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read: out of process, goroutines and labels
+	// are read at offsets from the executable's DWARF, which a binary
+	// built -ldflags=-w (or stripped) lacks. Stacks and symbols need
+	// none (the Go symbol table stays); the own process needs none.
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts those of PythonSamples read at the sample
 	// (in BPF) rather than when the recorder drained it.
 	PythonAtSample uint64
@@ -235,8 +243,11 @@ type Stats struct {
 	// AllocMode says how Options.Alloc samples allocations ("" without
 	// it): platform.AllocPreloadRing for a launched command, into which
 	// the sampler is preloaded (platform.AllocPreload with UnwindFP);
-	// platform.AllocUprobes for a running process.
-	AllocMode string
+	// platform.AllocInjectRing for a running process, into which it is
+	// injected (platform.AllocInject with UnwindFP), or, where it cannot
+	// be, platform.AllocUprobes, with the reason in AllocFallback.
+	AllocMode     string
+	AllocFallback string
 	// BuildIDCache says what the build-id cache got (files of other
 	// mount namespaces' modules copied), "" when nothing.
 	BuildIDCache string
@@ -528,12 +539,15 @@ func (t *Tracer) Stats() Stats {
 		PythonSamples:  bs.PythonSamples,
 		PythonCut:      bs.PythonCut,
 		PythonWarning:  bs.PythonWarning,
+		GoSamples:      bs.GoSamples,
+		GoWarning:      bs.GoWarning,
 		PythonAtSample: bs.PythonAtSample,
 		JITSamples:     bs.JITSamples,
 		JITCut:         bs.JITCut,
 		JITWarning:     bs.JITWarning,
 		AllocMode:      bs.AllocMode,
 		BuildIDCache:   bs.BuildIDCache,
+		AllocFallback:  bs.AllocFallback,
 	}
 }
 

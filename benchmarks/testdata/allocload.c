@@ -2,16 +2,13 @@
  * malloc of 16..4111 bytes, a memset of the block, and the free of the
  * block allocated 1024 rounds earlier (so about 2 MiB stay live).
  *
- * usage: allocload run N | wait N
+ * usage: allocload run N
  *   run   prints the loop's nanoseconds, then the nanoseconds from the
  *         process's start to the end of the loop: from its first
  *         function (.preinit_array, which runs before the constructors
  *         of every library, what a profiler preloads included) on; then
  *         the CPU time the process used until then (user and system,
- *         which counts a profiler's work in its probes).
- *   wait  waits until malloc carries a breakpoint (a recorder attached
- *         by pid has put its uprobe there), then runs; prints the loop's
- *         nanoseconds. */
+ *         which counts a profiler's work in its probes). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -53,22 +50,10 @@ __attribute__((noinline)) static void *make(size_t n)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: allocload run|wait N\n");
+		fprintf(stderr, "usage: allocload run N\n");
 		return 2;
 	}
 	long n = atol(argv[2]);
-	if (strcmp(argv[1], "wait") == 0) {
-		volatile unsigned char *m = (volatile unsigned char *)dlsym(RTLD_DEFAULT, "malloc");
-		long long give_up = now() + 30000000000LL;
-		while (*m != 0xcc) {
-			if (now() > give_up) {
-				fprintf(stderr, "allocload: no breakpoint on malloc after 30 s\n");
-				return 1;
-			}
-			usleep(1000);
-		}
-		usleep(200000); /* the other allocator functions' uprobes */
-	}
 	unsigned x = 12345;
 	long long a = now();
 	for (long i = 0; i < n; i++) {
@@ -78,14 +63,10 @@ int main(int argc, char **argv)
 		ring[i % LIVE] = make(sz);
 	}
 	long long b = now();
-	if (strcmp(argv[1], "wait") == 0)
-		printf("%lld\n", b - a);
-	else {
-		struct rusage ru;
-		getrusage(RUSAGE_SELF, &ru);
-		long long cpu = (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
-				(long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
-		printf("%lld %lld %lld\n", b - a, b - start, cpu);
-	}
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	long long cpu = (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+			(long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
+	printf("%lld %lld %lld\n", b - a, b - start, cpu);
 	return 0;
 }

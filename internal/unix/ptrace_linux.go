@@ -139,3 +139,67 @@ func ReadSmall(path string, buf []byte) (int, error) {
 func MmapPopulated(size int) ([]byte, error) {
 	return unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 }
+
+// PtraceCont resumes a stopped thread, delivering sig (0 for none).
+func PtraceCont(tid, sig int) error {
+	return ptrace(unix.PTRACE_CONT, tid, 0, uintptr(sig))
+}
+
+// PtraceRegSet reads (set false) or writes (set true) the register set
+// note (NT_PRSTATUS, NT_X86_XSTATE, ...) of a stopped thread from or
+// into buf, and returns how many bytes the kernel read or wrote.
+func PtraceRegSet(tid, note int, buf []byte, set bool) (int, error) {
+	if len(buf) == 0 {
+		return 0, unix.EINVAL
+	}
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	req := unix.PTRACE_GETREGSET
+	if set {
+		req = unix.PTRACE_SETREGSET
+	}
+	if err := ptrace(req, tid, uintptr(note), uintptr(unsafe.Pointer(&iov))); err != nil {
+		return 0, err
+	}
+	return int(iov.Len), nil
+}
+
+// Register sets of PtraceRegSet.
+const (
+	NTPrstatus  = unix.NT_PRSTATUS
+	NTX86Xstate = 0x202 // NT_X86_XSTATE
+)
+
+// WaitTidNohang is WaitTid that returns at once (done false) when the
+// thread has not stopped or exited yet.
+func WaitTidNohang(tid int) (st TidStop, done bool, err error) {
+	var ws unix.WaitStatus
+	for {
+		wpid, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return TidStop{}, false, err
+		}
+		if wpid == 0 {
+			return TidStop{}, false, nil
+		}
+		break
+	}
+	if ws.Stopped() {
+		return TidStop{Sig: int(ws.StopSignal()), Event: int(uint32(ws)>>16) & 0xff}, true, nil
+	}
+	return TidStop{Exited: true}, true, nil
+}
+
+// Signals the injection tells apart.
+const (
+	SIGSEGV = int(unix.SIGSEGV)
+	SIGBUS  = int(unix.SIGBUS)
+	SIGILL  = int(unix.SIGILL)
+	SIGFPE  = int(unix.SIGFPE)
+	SIGTRAP = int(unix.SIGTRAP)
+	SIGSTOP = int(unix.SIGSTOP)
+	SIGABRT = int(unix.SIGABRT)
+)

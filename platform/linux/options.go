@@ -25,7 +25,7 @@ func checkConfig(cfg platform.Config) error {
 		case cfg.OffCPU:
 			return bad("OffCPU", "off-CPU samples need Backend ebpf")
 		case cfg.Alloc:
-			return bad("Alloc", "allocations are recorded with uprobes: Backend ebpf")
+			return bad("Alloc", "the allocation sampler's markers and its fallback are eBPF uprobes: Backend ebpf")
 		case cfg.AllocRate != 0:
 			return bad("AllocRate", "allocations are recorded with uprobes: Backend ebpf")
 		}

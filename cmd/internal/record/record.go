@@ -140,14 +140,26 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		if be == platform.BackendEBPF {
 			event += ", eBPF"
 		}
-		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
-			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
+		gos := ""
+		if rf.Goroutines {
+			// What --goroutines read, and, never silently, what not.
+			gos = fmt.Sprintf(", %d with their goroutine", st.GoSamples)
+			if st.GoWarning != "" {
+				gos += fmt.Sprintf("; goroutines and labels not read, stacks and symbols are: %s", st.GoWarning)
+			}
+		}
+		fmt.Fprintf(stderr, "rawstack record: %s: %d samples%s, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
+			rf.Out, st.Samples, gos, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
 	}
 	if st.BuildIDCache != "" && !rf.agent {
 		fmt.Fprintf(stderr, "rawstack record: %s\n", st.BuildIDCache)
 	}
 	if st.AllocMode != "" {
-		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s, one per %d bytes on average\n", st.AllocMode, allocRate(rf.AllocRate))
+		why := ""
+		if st.AllocFallback != "" {
+			why = " (" + st.AllocFallback + ")"
+		}
+		fmt.Fprintf(stderr, "rawstack record: allocations sampled by %s%s, one per %d bytes on average\n", st.AllocMode, why, allocRate(rf.AllocRate))
 	}
 	// The agent prints its summary line and nothing else (with
 	// --verbose, the minute lines too): the Python processes of a host are

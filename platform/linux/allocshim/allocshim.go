@@ -16,13 +16,22 @@
 // queue goes along with the next sampled allocation (ahead of it), or
 // through [FreeSymbol] when it is full, old or the program exits.
 //
-// A running process (record -p PID, -a) cannot be preloaded: the eBPF
-// back end puts uprobes on its allocator instead, and every call traps.
+// A running process (record -p PID) gets the same sampler by injection
+// ([Inject]: ptrace, a remote dlopen, rawstack_attach redirecting the
+// allocator slots of its modules; [Injection.Detach] puts them back), as
+// heaptrack attaches but without gdb. The recorder stamps the ring at
+// every read ([Ring.Stamp]); a sampler whose recorder left ([Ring.Detach])
+// or went silent for [AliveTimeout] goes inert. Where injection cannot
+// be, and for the whole host (-a), the eBPF back end puts uprobes on the
+// allocator instead, and every call traps. The recorder cuts the
+// sampler's own frames from the stacks it reports (the module with
+// [BuildID]).
 package allocshim
 
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	_ "embed"
 	"encoding/hex"
 	"errors"
@@ -31,6 +40,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+
+	"github.com/rawstack/rawstack/internal/elfnote"
 )
 
 //go:generate sh src/build.sh
@@ -116,4 +128,33 @@ func installDir() (string, error) {
 		return "", fmt.Errorf("installing the allocation sampler: %w", err)
 	}
 	return dir, nil
+}
+
+var (
+	buildIDOnce sync.Once
+	buildID     []byte
+)
+
+// BuildID returns the GNU build id of Object: a module with it in a
+// process is the sampler, whose frames the recorder cuts from the
+// stacks of sampled allocations.
+func BuildID() []byte {
+	buildIDOnce.Do(func() {
+		f, err := elf.NewFile(bytes.NewReader(Object))
+		if err != nil {
+			return
+		}
+		for _, s := range f.Sections {
+			if s.Type != elf.SHT_NOTE {
+				continue
+			}
+			if b, err := s.Data(); err == nil {
+				if id := elfnote.GNUBuildID(b, f.ByteOrder, s.Addralign); id != nil {
+					buildID = id
+					return
+				}
+			}
+		}
+	})
+	return buildID
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
+	sys "github.com/rawstack/rawstack/internal/unix"
 )
 
 // TestObjectCurrent: the committed object is what build.sh makes of
@@ -227,7 +228,7 @@ func (rr *ringReader) read() {
 func runRing(t *testing.T, ringBytes int, noRead bool) ([]markerLine, *ringReader) {
 	bin, so := sampledProgram(t)
 	const rate, stackBytes = 128 << 10, 8192
-	ring, err := CreateRing(t.TempDir(), ringBytes, stackBytes)
+	ring, err := CreateRing(t.TempDir(), ringBytes, stackBytes, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +252,7 @@ func runRing(t *testing.T, ringBytes int, noRead bool) ([]markerLine, *ringReade
 			running = false
 		case <-time.After(time.Millisecond):
 		}
+		ring.Stamp(sys.Monotonic())
 		if !running || !noRead {
 			rr.read()
 		}
@@ -352,7 +354,7 @@ func TestRingFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := CreateRing(dir, 1<<16, 1024)
+	r, err := CreateRing(dir, 1<<16, 1024, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +386,7 @@ func TestRingOtherPidNamespace(t *testing.T) {
 		testbuild.Skip(t, "unshare --pid needs root")
 	}
 	bin, so := sampledProgram(t)
-	ring, err := CreateRing(t.TempDir(), 64<<20, 8192)
+	ring, err := CreateRing(t.TempDir(), 64<<20, 8192, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

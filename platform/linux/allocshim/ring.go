@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -25,6 +26,9 @@ import (
 //	0    magic "RSAR" (0x52415352), version (1), u32 each
 //	8    size: bytes of records, a power of two, u64
 //	16   stack_bytes: stack copied per allocation, at most, u32
+//	20   flags, u32: 1 (RingWait) says the recorder has no markers: a
+//	     writer waits for room while the recorder reads, and a record
+//	     that cannot go into the ring is dropped (counted in dropped)
 //	24   pidns: the inode of the recorder's pid namespace, u64 (0:
 //	     unknown); a process in another writes no records (its pids
 //	     are not the recorder's) and takes the markers
@@ -35,6 +39,11 @@ import (
 //	     full, its lock held too long), u64
 //	264  lost_set: allocations dropped (the sampler's set of sampled
 //	     blocks was full), u64
+//	272  alive: CLOCK_MONOTONIC of the recorder's last read, ns, u64 (0:
+//	     none yet); a sampler that finds it AliveTimeout old goes inert
+//	280  detached, u32: 1 the recorder left (a clean detach), 2 the
+//	     sampler went inert because the recorder stopped stamping
+//	288  dropped: records lost with no markers to take them, u64
 //
 // The records start at RingHeader. Each has an 8-byte prefix: its length
 // (prefix included, a multiple of 8) and 0, or for padding up to the end
@@ -48,18 +57,34 @@ const (
 	RingHeader = 4096
 
 	ringMagic   = 0x52415352
-	ringVersion = 1
+	ringVersion = 2
 	offSize     = 8
 	offStack    = 16
+	offFlags    = 20
 	offPidNS    = 24
 	offHead     = 128
 	offTail     = 192
 	offSpilled  = 256
 	offLostSet  = 264
+	offAlive    = 272
+	offDetached = 280
+	offDropped  = 288
 	// MaxRingStack is the most stack bytes a ring record may carry, as
 	// the BPF programs' MAX_STACK.
 	MaxRingStack = 16384
 	minRingSize  = 1 << 16
+
+	// RingWait is the flag of a ring whose recorder puts no uprobes on
+	// the markers (the perf back end).
+	RingWait = 1
+	// AliveTimeout is how old the recorder's stamp may be before a
+	// sampler takes the recorder for gone (killed) and goes inert: the
+	// recorder stamps at every read, every 20 ms or so, 100 ms at most.
+	AliveTimeout = 5 * time.Second
+	// DetachClean and DetachSilent are the values of the detached word:
+	// the recorder left, or the sampler stopped hearing from it.
+	DetachClean  = 1
+	DetachSilent = 2
 )
 
 // ErrRingCorrupt says a record prefix in the ring is not one the sampler
@@ -85,6 +110,10 @@ type Ring struct {
 // namespace pidNS (its inode; 0: any), and returns the recorder's side
 // of it. path is the file it maps, and done releases it (for Close).
 func NewRing(mem []byte, stackBytes int, pidNS uint64, path string, done func() error) (*Ring, error) {
+	return newRing(mem, stackBytes, pidNS, 0, path, done)
+}
+
+func newRing(mem []byte, stackBytes int, pidNS uint64, flags uint32, path string, done func() error) (*Ring, error) {
 	if len(mem) <= RingHeader {
 		return nil, fmt.Errorf("allocation ring %s: %d bytes", path, len(mem))
 	}
@@ -99,6 +128,7 @@ func NewRing(mem []byte, stackBytes int, pidNS uint64, path string, done func() 
 	le.PutUint64(mem[offSize:], size)
 	le.PutUint32(mem[offStack:], uint32(stackBytes))
 	le.PutUint64(mem[offPidNS:], pidNS)
+	le.PutUint32(mem[offFlags:], flags)
 	le.PutUint32(mem[4:], ringVersion)
 	// The magic last: a sampler that maps the file early sees a whole
 	// header or none.
@@ -158,6 +188,31 @@ func (r *Ring) Advance() {
 	r.cur = 0
 	atomic.StoreUint64(u64(r.mem, offTail), r.tail)
 }
+
+// Stamp tells the samplers that the recorder is there (at time now,
+// CLOCK_MONOTONIC ns): a sampler that finds the stamp AliveTimeout old
+// goes inert.
+func (r *Ring) Stamp(now int64) {
+	if r.mem != nil {
+		atomic.StoreUint64(u64(r.mem, offAlive), uint64(now))
+	}
+}
+
+// Detach tells the samplers that the recorder has left: each goes inert
+// at its next sampled allocation.
+func (r *Ring) Detach() {
+	if r.mem != nil {
+		atomic.StoreUint32(u32(r.mem, offDetached), DetachClean)
+	}
+}
+
+// Detached returns the detached word: 0, DetachClean, or DetachSilent
+// when a sampler stopped hearing from the recorder.
+func (r *Ring) Detached() uint32 { return atomic.LoadUint32(u32(r.mem, offDetached)) }
+
+// Dropped returns how many records the writers lost with no markers to
+// take them (RingWait).
+func (r *Ring) Dropped() uint64 { return atomic.LoadUint64(u64(r.mem, offDropped)) }
 
 // Counts returns how many records the writers sent to the markers
 // instead (the ring full, or its lock held too long by another) and how

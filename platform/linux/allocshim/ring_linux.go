@@ -2,7 +2,9 @@ package allocshim
 
 import (
 	"errors"
+
 	"fmt"
+	sys "github.com/rawstack/rawstack/internal/unix"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,12 +13,13 @@ import (
 )
 
 // CreateRing creates a ring of bytes record bytes (a power of two) for
-// allocations that copy up to stackBytes of stack, in a file of dir
-// ("": Install's directory; no other user may write to it) that only
-// this user can open, and maps it. The
+// allocations that copy up to stackBytes of stack, with flags (RingWait),
+// in a file of dir ("": Install's directory; no other user may write to
+// it) that only this user can open (see [Ring.Chown]), and maps it. The
 // file is named after this process; rings left by recorders that no
-// longer run are removed first. Close unmaps and removes it.
-func CreateRing(dir string, bytes, stackBytes int) (*Ring, error) {
+// longer run are removed first. Close unmaps and removes it. The ring is
+// stamped now (Stamp): its reader stamps it at every read.
+func CreateRing(dir string, bytes, stackBytes int, flags uint32) (*Ring, error) {
 	if dir == "" {
 		var err error
 		if dir, err = installDir(); err != nil {
@@ -53,12 +56,22 @@ func CreateRing(dir string, bytes, stackBytes int) (*Ring, error) {
 		}
 		return err
 	}
-	r, err := NewRing(mem, stackBytes, pidNamespace(), path, done)
+	r, err := newRing(mem, stackBytes, pidNamespace(), flags, path, done)
 	if err != nil {
 		done()
 		return nil, err
 	}
+	r.Stamp(sys.Monotonic())
 	return r, nil
+}
+
+// Chown gives the ring's file to uid (and gid), so that a target run as
+// another user can open it (the recorder runs as root).
+func (r *Ring) Chown(uid, gid int) error {
+	if err := os.Chown(r.path, uid, gid); err != nil {
+		return fmt.Errorf("allocation ring: %w", err)
+	}
+	return nil
 }
 
 // removeStaleRings removes the ring files in dir whose recorder (the pid

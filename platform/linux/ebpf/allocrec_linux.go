@@ -3,12 +3,14 @@
 package ebpf
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 
 	"github.com/rawstack/rawstack/format"
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/allocshim"
 	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
@@ -65,7 +67,28 @@ func (s *Session) allocEnter(r *tracking.Record) {
 	}
 	sm := s.SampleBuf()
 	o.time, o.pid, o.size = r.Time, r.Pid, r.Period
-	o.pcs = append(o.pcs[:0], sm.PCs...)
+	o.pcs = append(o.pcs[:0], s.cutSampler(r.Pid, sm.PCs)...)
+}
+
+// cutSampler cuts the sampler's own frames from the stack of a sampled
+// allocation (leaf first): those from its capture routine or marker up
+// to, not including, its entry (malloc, free, operator new, ...), whose
+// frame, right below the caller's, is kept as the leaf. A stack taken
+// by a uprobe on the allocator itself has none.
+func (s *Session) cutSampler(pid uint32, pcs []uint64) []uint64 {
+	id := allocshim.BuildID()
+	i := 0
+	for i < len(pcs) {
+		ml := s.ModuleAt(pid, pcs[i])
+		if ml == nil || !bytes.Equal(ml.BuildID, id) {
+			break
+		}
+		i++
+	}
+	if i == 0 {
+		return pcs
+	}
+	return pcs[i-1:]
 }
 
 // allocReturn reports the allocation whose call returned the block in

@@ -189,10 +189,21 @@
 // that a kernel that optimizes such uprobes (6.18 here) enters through a
 // trampoline and a system call instead of a breakpoint trap.
 //
-// A running process (Open) and the whole host (System) cannot be
-// preloaded: uprobes (the kernel's uprobe PMU, through cilium/ebpf's
-// link.OpenExecutable) go on the allocator the target calls, for that
-// process only (its children are not probed): the library among
+// A running process (Open) gets the same sampler by injection
+// (allocshim.Inject, after the process and its modules are reported):
+// its markers probed first, the ring made where the process's mount
+// namespace sees it and chowned to its user, and at the end of Run (and
+// in Close) a clean detach: the ring says the recorder left and
+// rawstack_detach puts the slots back; the records written until then
+// are read after. Every read stamps the ring: a sampler whose recorder
+// was killed goes inert by itself. The stacks of sampled allocations are
+// cut at the sampler's entry (cutSampler): the frames of the module with
+// the sampler's build id above it are not reported.
+//
+// Where injection cannot be (Stats.AllocFallback says why) and for the
+// whole host (System), uprobes (the kernel's uprobe PMU, through
+// cilium/ebpf's link.OpenExecutable) go on the allocator the target
+// calls, for that process only (its children are not probed): the library among
 // libjemalloc, libtcmalloc and libc.so.6 that its /proc/PID/maps shows
 // (the host's libc.so.6 with System). malloc, calloc, realloc,
 // posix_memalign and aligned_alloc get a program at entry and one at

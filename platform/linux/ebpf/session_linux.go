@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"os/exec"
 	"strconv"
@@ -43,6 +44,7 @@ const (
 	bpfFlagPyCut      = 16 // RS_PY_CUT: more Python frames than bpfMaxPy
 	bpfMaxPy          = 64 // MAX_PY
 	bpfFlagStackFault = 2
+	bpfFlagGRegs      = 32 // RS_GREGS: sp and r14 alone
 
 	bpfRingBytes = 4 << 20 // default BPF ring buffer size
 	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
@@ -91,7 +93,15 @@ type bpfState struct {
 	ringRecords uint64 // records read from it
 	ringSpilled uint64 // its records sent to the markers, once it is closed
 	ringLostSet uint64 // its drops reported so far: the sampler's set full
-	h           platform.Handler
+	// injected is the sampler injected into a running target (nil:
+	// preloaded, or uprobes on its allocator); injectWhy says why it
+	// could not be, when uprobes serve instead; detachErr is what its
+	// detach said.
+	injected   *allocshim.Injection
+	injectUsed bool
+	injectWhy  string
+	detachErr  error
+	h          platform.Handler
 }
 
 type offStack struct {
@@ -99,6 +109,7 @@ type offStack struct {
 	pid   uint32
 	cpu   uint32
 	flags format.SampleFlags
+	g     uint64
 	pcs   []uint64
 }
 
@@ -233,6 +244,10 @@ const hostReadInterval = time.Second
 // is gone, then reads what is left and returns.
 func (s *Session) Run(ctx context.Context) error {
 	err := s.Tracker.Run(ctx, s.ReadAll)
+	if s.bpf.injected != nil {
+		s.detachSampler()
+		s.ReadAll()
+	}
 	if s.bpf.progs != nil {
 		s.reportBPFLost()
 	}
@@ -241,6 +256,7 @@ func (s *Session) Run(ctx context.Context) error {
 
 // Close stops sampling and releases the programs, events and rings.
 func (s *Session) Close() error {
+	s.detachSampler()
 	s.bpf.close()
 	return s.Tracker.Close()
 }
@@ -250,7 +266,12 @@ func (s *Session) Stats() platform.Stats {
 	st := s.Tracker.Stats()
 	if a := s.bpf.alloc; a != nil {
 		st.AllocMode = platform.AllocUprobes
+		st.AllocFallback = s.bpf.injectWhy
 		switch {
+		case s.bpf.injectUsed && s.bpf.ringUsed:
+			st.AllocMode = platform.AllocInjectRing
+		case s.bpf.injectUsed:
+			st.AllocMode = platform.AllocInject
 		case s.bpf.shimUsed && s.bpf.ringUsed:
 			st.AllocMode = platform.AllocPreloadRing
 		case s.bpf.shimUsed:
@@ -318,6 +339,7 @@ func (s *Session) attach() (err error) {
 		b.alloc = &allocState{h: ah, rate: float64(spec.AllocRate), pending: map[uint32]*allocCall{}}
 	}
 	spec.Python = s.Python()
+	spec.GoRegs = s.Unwinder() == nil && s.Decoded().UserRegsMask != 0
 	b.progs, err = load(spec)
 	if err != nil {
 		return err
@@ -346,19 +368,12 @@ func (s *Session) attach() (err error) {
 			return err
 		}
 		b.shimUsed = true
-	} else if b.alloc != nil {
-		pid := s.Pid()
-		lib, err := "", error(nil)
-		if s.System() {
-			pid = 0
-			lib, err = hostLibc()
-		} else {
-			lib, err = findAllocator(pid)
-		}
+	} else if b.alloc != nil && s.System() {
+		lib, err := hostLibc()
 		if err != nil {
 			return err
 		}
-		if err := b.progs.attachAlloc(lib, pid); err != nil {
+		if err := b.progs.attachAlloc(lib, 0); err != nil {
 			return err
 		}
 	}
@@ -418,6 +433,14 @@ func (s *Session) attach() (err error) {
 	}
 	if s.Config().OffCPU {
 		b.offPending = map[uint32]*offStack{}
+	}
+	if b.alloc != nil && b.shim == "" && !s.System() {
+		// A running process: the sampler injected (after the process
+		// and its modules are reported, so that its first samples
+		// have them), or where it cannot be, uprobes on its allocator.
+		if err := s.allocAttach(); err != nil {
+			return err
+		}
 	}
 	return b.progs.Start()
 }
@@ -608,13 +631,26 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	r.Kernel = nk > 0
 	r.UserAt = nk
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
-	if flags&bpfFlagRegs != 0 && r.NUserRegs == bpfNRegs {
+	if flags&(bpfFlagRegs|bpfFlagGRegs) != 0 && r.UserRegsMask != 0 {
+		// The registers the session samples (r.UserRegsMask, perf
+		// numbers), from the record's perf order without flags and
+		// segment registers (perf 9-15).
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
-		for i := 0; i < bpfNRegs; i++ {
+		for m := r.UserRegsMask; m != 0; m &= m - 1 {
+			p := bits.TrailingZeros64(m)
+			i := p
+			if p >= 16 {
+				i = p - 7
+			}
+			if p > 8 && p < 16 || i >= bpfNRegs {
+				continue
+			}
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
 		}
-		off := bpfKernelOff + 8*(nk+nu)
-		r.UserStack = b[off : off+stack]
+		if flags&bpfFlagRegs != 0 {
+			off := bpfKernelOff + 8*(nk+nu)
+			r.UserStack = b[off : off+stack]
+		}
 	}
 	return kind, nil
 }
@@ -691,7 +727,7 @@ func (s *Session) offCPU(r *tracking.Record) {
 		b.offPending[r.Tid] = o
 	}
 	sm := s.SampleBuf()
-	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
+	o.time, o.pid, o.cpu, o.flags, o.g = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags, sm.G
 	o.pcs = append(o.pcs[:0], sm.PCs...)
 }
 
@@ -711,6 +747,6 @@ func (s *Session) onCPU(h []byte) {
 		return // a stack from another switch: its record was lost
 	}
 	sm := s.SampleBuf()
-	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
+	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs, G: o.g}
 	s.Report(sm)
 }

@@ -35,6 +35,7 @@ const (
 // full the ring is now.
 func (s *Session) pollShim() {
 	r := s.bpf.ring
+	r.Stamp(sys.Monotonic()) // the samplers go inert when the stamps stop
 	if r.Pending() >= r.Size()/8 {
 		s.PollInterval = shimBusyInterval
 	} else {
@@ -62,7 +63,7 @@ func (s *Session) openShimRing() {
 	if uw == nil {
 		return
 	}
-	r, err := allocshim.CreateRing("", shimRingBytes, min(uw.StackBytes(), allocshim.MaxRingStack))
+	r, err := allocshim.CreateRing("", shimRingBytes, min(uw.StackBytes(), allocshim.MaxRingStack), 0)
 	if err != nil {
 		return
 	}

@@ -10,6 +10,8 @@
 # Linked by GNU ld, not lld: with lld's layout (the text segment's virtual
 # address 4 KiB past its file offset) rawstack's DWARF unwinder found no
 # CFI for the sampler's frames and dropped the caller of the marker.
+# Local symbols are discarded (--discard-all): malloc and its hidden
+# alias s_malloc share an address, and a symbolizer must name it malloc.
 # usage: build.sh [OUT]   (default: librawstack-alloc.so next to this script)
 set -eu
 case ${1:-} in
@@ -22,5 +24,5 @@ clang -O2 -fPIC -shared -fvisibility=hidden -ftls-model=initial-exec -fno-builti
 	-fno-omit-frame-pointer -fno-stack-protector -fno-ident -fdebug-prefix-map="$PWD"=. \
 	-Wl,-soname,librawstack-alloc.so -Wl,--build-id=sha1 -Wl,-z,now -Wl,--hash-style=both \
 	-Wall -Werror -o "$out.tmp" shim.c
-llvm-strip --strip-debug "$out.tmp"
+llvm-strip --strip-debug --discard-all "$out.tmp"
 mv "$out.tmp" "$out"

@@ -5,7 +5,8 @@
  * little endian, see ebpf_linux.go's decoder):
  *
  *	struct rs_hdr  (48 bytes)
- *	u64 regs[17]   user registers in perf order (ax bx cx dx si di bp sp ip r8-r15), valid if RS_REGS
+ *	u64 regs[17]   user registers in perf order (ax bx cx dx si di bp sp ip r8-r15), valid if RS_REGS;
+ *	               with RS_GREGS instead, only sp and r14 (the Go g register), the others 0
  *	u64 kernel[nkernel]  kernel return addresses, leaf first
  *	u64 user[nuser]      user frames: the kernel's frame-pointer walk (in
  *	                     stack-copy mode too, where it continues the walk
@@ -31,7 +32,7 @@
 #define NREGS 17
 
 enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3, RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
-enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16 };
+enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16, RS_GREGS = 32 };
 #define MAX_PY 64           /* Python frames read per sample */
 #define PY_FRAME 128        /* bytes of an interpreter frame read, at most */
 #define NO_OFF 0xffffffffu
@@ -61,6 +62,7 @@ struct rs_hdr {
 const volatile __u32 all_procs = 0;     /* sample every process */
 const volatile __u32 copy_stack = 1;    /* 1: registers + stack copy; 0: frame pointers */
 const volatile __u32 stack_bytes = 8192; /* bytes of user stack to copy, <= MAX_STACK */
+const volatile __u32 go_regs = 0;       /* frame-pointer mode: record sp and r14 (RS_GREGS) */
 const volatile __u32 self_tgid = 0;     /* the recorder: never sampled off CPU */
 const volatile __u64 offcpu_min_ns = 0; /* shorter off-CPU intervals are not reported */
 /* Wake the reader only once this many bytes wait in the ring buffer (0:
@@ -549,8 +551,21 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			off += got;
 		}
 	}
-	if (!(h->flags & RS_REGS))
+	if (!(h->flags & RS_REGS)) {
 		__builtin_memset(regs, 0, NREGS * 8);
+		if (user && go_regs) {
+			/* The goroutine of a Go program's sample: its g register
+			 * and stack pointer, as the thread left user space. */
+			struct pt_regs *pr = entry_sp ? (struct pt_regs *)ctx : (struct pt_regs *)bpf_task_pt_regs(task);
+			__u64 sp = 0, g = 0;
+			if (bpf_probe_read_kernel(&sp, sizeof(sp), &pr->sp) == 0 &&
+			    bpf_probe_read_kernel(&g, sizeof(g), &pr->r14) == 0) {
+				regs[7] = sp;
+				regs[15] = g;
+				h->flags |= RS_GREGS;
+			}
+		}
+	}
 	if (python && user && kind == RS_CPU)
 		off += py_read(s, h, off);
 	if (off > SCRATCH)
