@@ -160,6 +160,21 @@ type Config struct {
 	// carries the thread's Python frames, read from the interpreter's
 	// state in the target's memory; package platform/linux/cpython).
 	NoPython bool
+	// BuildIDCache is the directory of the build-id cache (package
+	// internal/idcache) the recorder copies into, while the processes
+	// live, the files of the modules the host could not name later: a
+	// module whose recorded path, in the host's mount namespace, is not
+	// the file the process mapped (a container's), and a debug file the
+	// process's root holds; "" means the default
+	// ($RAWSTACK_BUILDID_CACHE, else the user cache directory's
+	// rawstack/buildid). Every symbolizing command looks there first.
+	BuildIDCache string
+	// BuildIDCacheMax caps the cache's bytes (least recently used files
+	// go first); 0 means 2 GiB.
+	BuildIDCacheMax int64
+	// NoBuildIDCache turns the cache off: modules of other mount
+	// namespaces then stay module+offset once their files are gone.
+	NoBuildIDCache bool
 }
 
 // How Config.Alloc samples (Stats.AllocMode). A launched command gets
@@ -398,6 +413,11 @@ type Stats struct {
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.
 	AllocMode string
+
+	// BuildIDCache says what the build-id cache (Config.BuildIDCache)
+	// got: files copied from processes' roots and bytes, copies that
+	// failed; "" when nothing was copied.
+	BuildIDCache string
 	// AllocFallback says why a running process was not given the
 	// injected sampler, when AllocMode is AllocUprobes for it ("" else).
 	AllocFallback string

@@ -115,6 +115,13 @@ type Options struct {
 	// NoPython turns off reading the Python frames of CPython threads
 	// (platform.Config.NoPython; on by default on Linux).
 	NoPython bool
+	// BuildIDCache, BuildIDCacheMax and NoBuildIDCache set the build-id
+	// cache the recorder fills with the files of modules of other mount
+	// namespaces (containers) while they live (platform.Config's fields
+	// of the same names; on by default, in the user cache directory).
+	BuildIDCache    string
+	BuildIDCacheMax int64
+	NoBuildIDCache  bool
 	// NoJIT turns off recording the code JIT runtimes publish in perf
 	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
 	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
@@ -241,6 +248,9 @@ type Stats struct {
 	// be, platform.AllocUprobes, with the reason in AllocFallback.
 	AllocMode     string
 	AllocFallback string
+	// BuildIDCache says what the build-id cache got (files of other
+	// mount namespaces' modules copied), "" when nothing.
+	BuildIDCache string
 }
 
 // backend is what a per-OS back end provides.
@@ -536,6 +546,7 @@ func (t *Tracer) Stats() Stats {
 		JITCut:         bs.JITCut,
 		JITWarning:     bs.JITWarning,
 		AllocMode:      bs.AllocMode,
+		BuildIDCache:   bs.BuildIDCache,
 		AllocFallback:  bs.AllocFallback,
 	}
 }

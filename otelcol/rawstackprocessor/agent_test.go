@@ -19,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
+	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 )
@@ -245,4 +246,42 @@ func resourceOf(sink *consumertest.ProfilesSink, pid int) map[string]any {
 		}
 	}
 	return got
+}
+
+// TestAgentContainer runs rawstack agent (the whole host) while a
+// program that exists only inside a container (its own mount and pid
+// namespaces, at a path the host does not have) runs, then ends the
+// container and deletes its root while the agent still sends: its
+// samples arrive named, from the build-id cache the agent filled while
+// the program lived, on the host (--otlp-raw=false) and in the Collector
+// (raw), whose processor is given the host's cache as a debug directory.
+func TestAgentContainer(t *testing.T) {
+	needBPF(t)
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	bin, _ := chain(t)
+	for _, raw := range []bool{true, false} {
+		t.Run("raw="+strconv.FormatBool(raw), func(t *testing.T) {
+			cache := t.TempDir()
+			c := startCollector(t, &Config{DebugDirs: []string{cache}}, "")
+			agent, stderr := startAgent(t, "--otlp-endpoint", c.addr, "-F", "99", "--otlp-interval", "200ms",
+				"--buildid-cache", cache, "--otlp-raw="+strconv.FormatBool(raw))
+			root := testbuild.ContainerRoot(t, map[string]string{bin: "/app/chain"}, nil, bin)
+			pid, cmd := testbuild.Container(t, root, nil, "", "/app/chain", "60")
+			waitPid(t, c.sink, pid, time.Minute)
+			time.Sleep(time.Second)
+			syscall.Kill(pid, syscall.SIGKILL) // the container ends
+			cmd.Wait()
+			os.RemoveAll(root)
+			time.Sleep(time.Second) // batches sent after the container is gone
+			stopAgent(t, agent, stderr)
+			samples, named := perPid(t, c.sink)
+			n := samples[int64(pid)]
+			t.Logf("pid %d: %d samples, %d named c;b;a;main", pid, n, named[int64(pid)])
+			if n == 0 || float64(named[int64(pid)]) < 0.95*float64(n) {
+				t.Errorf("pid %d: %d of %d samples named c;b;a;main, want >= 95%%", pid, named[int64(pid)], n)
+			}
+		})
+	}
 }

@@ -12,12 +12,14 @@ func TestCheckConfig(t *testing.T) {
 		optiontest.Check(t, checkConfig, platform.Config{},
 			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize", "KeepRaw",
 			"NoJIT", "JITCodeBytes", "Goroutines", "NoPython", "SampleG",
+			"BuildIDCache", "BuildIDCacheMax", "NoBuildIDCache",
 			"Backend") // Backend+1 is ebpf, the other back end
 	})
 	t.Run("ebpf", func(t *testing.T) {
 		optiontest.Check(t, checkConfig, platform.Config{Backend: platform.BackendEBPF},
 			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize",
-			"System", "OffCPU", "NoJIT", "JITCodeBytes", "Alloc", "NoPython", "SampleG")
+			"System", "OffCPU", "NoJIT", "JITCodeBytes", "Alloc", "NoPython", "SampleG",
+			"BuildIDCache", "BuildIDCacheMax", "NoBuildIDCache")
 	})
 	big := platform.Config{Backend: platform.BackendEBPF, Unwind: platform.UnwindDWARF, StackSize: maxBPFStack + 8}
 	if err := checkConfig(big); err == nil {

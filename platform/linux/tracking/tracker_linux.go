@@ -87,11 +87,12 @@ type Tracker struct {
 	system    bool      // every process of the host (the eBPF back end)
 	jit       *jit.Tracker
 	gos       *goruntime.Sampling // Config.Goroutines
+	py        *cpython.Sampling   // nil with Config.NoPython
+	js        jsFrames            // V8's frames (v8_linux.go)
+	idc       *idCacher           // the build-id cache's writer (idcache_linux.go); nil when off
 	gIdx      int                 // Config.SampleG: the g register's index in a record's UserRegs; -1 without
 	goSamples atomic.Uint64
 	goWarning atomic.Pointer[string]
-	py        *cpython.Sampling // nil with Config.NoPython
-	js        jsFrames          // V8's frames (v8_linux.go)
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
@@ -242,6 +243,9 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	if !cfg.NoPython {
 		s.py = cpython.NewSampling()
 	}
+	if !cfg.NoBuildIDCache {
+		s.idc = newIDCacher(cfg.BuildIDCache, cfg.BuildIDCacheMax)
+	}
 	s.js.init(s, cfg)
 	if g, sp, ok := goruntime.Regs(); ok && (s.gos != nil || cfg.SampleG) {
 		mask := uint64(1)<<g | 1<<sp
@@ -299,6 +303,7 @@ func (s *Tracker) Stats() platform.Stats {
 	if w := s.jsWarning.Load(); w != nil {
 		st.JITWarning = *w
 	}
+	st.BuildIDCache = s.idc.summary()
 	return st
 }
 
@@ -461,6 +466,9 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
 	if ps.reported {
 		s.h.ModuleLoad(&ml)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.idc.module(pid, path, ml.BuildID)
 	}
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(pid, path, start, off)
@@ -992,6 +1000,9 @@ func (s *Tracker) Close() error {
 		}
 		s.FDs, s.Rings, s.Polls = nil, nil, nil
 		s.jit.Close()
+		// A container's files are copied from descriptors opened while
+		// it lived: let the copies end (a slow disk, a large binary).
+		s.idc.close(30 * time.Second)
 		s.wakeMu.Lock()
 		if s.wakeMade && s.wake >= 0 {
 			sys.Close(s.wake)
@@ -1007,7 +1018,7 @@ func (s *Tracker) Close() error {
 // thread tracking as a live session's. It serves benchmarks and fuzzing of
 // the record → handler path, and replaying captured ring contents.
 func NewReplay(pid int, h platform.Handler) *Tracker {
-	s := New(platform.Config{Pid: pid}, h)
+	s := New(platform.Config{Pid: pid, NoBuildIDCache: true}, h)
 	s.pid = pid
 	return s
 }

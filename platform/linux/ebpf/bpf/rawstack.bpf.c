@@ -305,6 +305,24 @@ static __always_inline int py_find(struct py_proc *pp, __u32 tid, struct py_thre
 	return -1;
 }
 
+/* ns_tid returns the current thread's id in its own pid namespace, the
+ * one its interpreter records (native_thread_id): a container numbers its
+ * threads from 1, the host's id (h->tid) is another. */
+static __always_inline __u32 ns_tid(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pid *p = BPF_CORE_READ(task, thread_pid);
+	unsigned int level = BPF_CORE_READ(p, level);
+	if (level > 32)
+		return 0;
+	int nr = 0;
+	__u64 at = (__u64)p + bpf_core_field_offset(struct pid, numbers) + level * bpf_core_type_size(struct upid) +
+		   bpf_core_field_offset(struct upid, nr);
+	if (bpf_probe_read_kernel(&nr, sizeof(nr), (void *)at) != 0)
+		return 0;
+	return nr;
+}
+
 /* py_read appends, at s->buf + off, the Python frames of the current
  * thread, if its process is a CPython the recorder told the program of,
  * and returns the bytes appended; h->pad gets their count and h->flags
@@ -317,10 +335,11 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 		return 0;
 	struct py_thread th = {};
 	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &h->tid);
-	if (c && py_tid(pp, c->tstate) == h->tid) {
+	__u32 tid = ns_tid();
+	if (c && py_tid(pp, c->tstate) == tid) {
 		th = *c;
 	} else {
-		if (py_find(pp, h->tid, &th) != 0)
+		if (py_find(pp, tid, &th) != 0)
 			return 0;
 		bpf_map_update_elem(&py_threads, &h->tid, &th, BPF_ANY);
 	}
