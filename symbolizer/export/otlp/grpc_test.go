@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 )
 
@@ -29,6 +30,8 @@ type profileServer struct {
 	encoding []string
 	samples  int
 	answer   func() (pprofileotlp.ExportResponse, error)
+	// nonconforming requests (internal/otlpcheck)
+	bad []error
 }
 
 func (s *profileServer) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
@@ -36,6 +39,9 @@ func (s *profileServer) Export(ctx context.Context, req pprofileotlp.ExportReque
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.auth = append(s.auth, md.Get("authorization")...)
+	if err := otlpcheck.Check(req.Profiles()); err != nil {
+		s.bad = append(s.bad, err)
+	}
 	for _, rp := range req.Profiles().ResourceProfiles().All() {
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, pr := range sp.Profiles().All() {
@@ -75,7 +81,12 @@ func startProfileServer(t *testing.T) (*profileServer, string) {
 	gs := grpc.NewServer(grpc.StatsHandler(ps))
 	pprofileotlp.RegisterGRPCServer(gs, ps)
 	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
+	t.Cleanup(func() {
+		gs.Stop()
+		for _, err := range ps.bad {
+			t.Errorf("a request on the wire does not conform: %v", err)
+		}
+	})
 	return ps, l.Addr().String()
 }
 
