@@ -211,7 +211,7 @@ func (e *Exporter) cut(all bool) {
 	if n == 0 {
 		return
 	}
-	data, err := Marshal(p)
+	data, err := marshalOwned(p)
 	e.mu.Lock()
 	if err != nil {
 		e.st.Lost += int64(n)
