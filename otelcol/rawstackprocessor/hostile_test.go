@@ -98,8 +98,11 @@ func otherCorruptions() []corruption {
 		corruption{"10000 unknown build ids", func(p pprofile.Profiles) {
 			dd := d(p)
 			st := dd.StackTable().At(1).LocationIndices()
-			key := int32(dd.StringTable().Len())
-			dd.StringTable().Append(otlp.AttrBuildIDGNU)
+			key := findString(dd.StringTable(), otlp.AttrBuildIDGNU)
+			if key < 0 {
+				key = int32(dd.StringTable().Len())
+				dd.StringTable().Append(otlp.AttrBuildIDGNU)
+			}
 			for i := 0; i < 10000; i++ {
 				a := dd.AttributeTable().AppendEmpty()
 				a.SetKeyStrindex(key)
@@ -284,6 +287,9 @@ service:
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 15*time.Second {
 			t.Errorf("%s: no answer in %v: %v", r.name, time.Since(t0), err)
+		}
+		if testing.Verbose() {
+			t.Logf("%s: %v", r.name, err)
 		}
 		if err != nil {
 			refused++
