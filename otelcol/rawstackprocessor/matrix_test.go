@@ -103,22 +103,24 @@ func checkDelivered(t *testing.T, c *collector, r *recording, chainLeafFirst str
 // runtimeRow is a program whose frames only the host can name: a Python
 // program (Python frames, read from the interpreter's memory) or a Node
 // program with a perf map (JIT code, and frames named from V8's own
-// metadata). argv starts it for about secs seconds; its samples name
-// leafFirst (OTLP's order) / rootFirst (folded's).
+// metadata). argv starts it; its samples name leafFirst (OTLP's order) /
+// rootFirst (folded's).
 type runtimeRow struct {
 	name                string
 	argv                func(t *testing.T) []string
 	leafFirst, rootFirst string
 }
 
-func runtimeRows() []runtimeRow {
+// runtimeRows are the rows; the Python program spins for secs seconds,
+// the Node program does rounds rounds of work.
+func runtimeRows(secs, rounds string) []runtimeRow {
 	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
 	app, _ := filepath.Abs("../../cmd/rawstack/testdata/jit/app.js")
 	return []runtimeRow{
-		{"python", func(t *testing.T) []string { return []string{testbuild.Python(t, "3.12"), spin, "1.5"} },
+		{"python", func(t *testing.T) []string { return []string{testbuild.Python(t, "3.12"), spin, secs} },
 			"gamma_py;beta_py;alpha_py", "alpha_py;beta_py;gamma_py"},
 		{"jit", func(t *testing.T) []string {
-			return []string{testbuild.Need(t, "node", "the JIT rows record node --perf-basic-prof"), "--perf-basic-prof", app, "1500"}
+			return []string{testbuild.Need(t, "node", "the JIT rows record node --perf-basic-prof"), "--perf-basic-prof", app, rounds}
 		}, "fibJit", "fibJit"},
 	}
 }
@@ -136,7 +138,7 @@ func runtimeRows() []runtimeRow {
 func TestMatrixOTLPSinkRuntimes(t *testing.T) {
 	needPerf(t)
 	cli := rawstackCLI(t)
-	for _, row := range runtimeRows() {
+	for _, row := range runtimeRows("1.5", "1500") {
 		for _, raw := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/raw=%v", row.name, raw), func(t *testing.T) {
 				argv := row.argv(t)
