@@ -106,8 +106,8 @@ func checkDelivered(t *testing.T, c *collector, r *recording, chainLeafFirst str
 // metadata). argv starts it; its samples name leafFirst (OTLP's order) /
 // rootFirst (folded's).
 type runtimeRow struct {
-	name                string
-	argv                func(t *testing.T) []string
+	name                 string
+	argv                 func(t *testing.T) []string
 	leafFirst, rootFirst string
 }
 
