@@ -308,7 +308,9 @@ func TestAgentRuntimes(t *testing.T) {
 	for _, row := range rows {
 		file := filepath.Join(t.TempDir(), row.name+".rawstack")
 		args := append([]string{"record", "-q", "--backend", "ebpf", "-F", "99", "-o", file, "--"}, row.argv(t)...)
-		if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		rec := exec.Command(cli, args...)
+		rec.Dir = t.TempDir() // node --perf-basic-prof leaves isolate-*-v8.log files there
+		if out, err := rec.CombinedOutput(); err != nil {
 			t.Fatalf("%q: %v\n%s", args, err, out)
 		}
 		want[row.name], wantN[row.name] = foldedShare(t, cli, file, row.rootFirst)
@@ -322,6 +324,7 @@ func TestAgentRuntimes(t *testing.T) {
 			for _, row := range rows {
 				argv := row.argv(t)
 				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.Dir = t.TempDir()
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}

@@ -147,6 +147,7 @@ func TestMatrixOTLPSinkRuntimes(t *testing.T) {
 				args := append([]string{"record", "-q", "-o", file, "-F", "499", "--otlp-endpoint", c.addr,
 					"--otlp-interval", "200ms", "--otlp-raw=" + strconv.FormatBool(raw), "--"}, argv...)
 				cmd := exec.Command(cli, args...)
+				cmd.Dir = t.TempDir() // node --perf-basic-prof leaves isolate-*-v8.log files there
 				var se strings.Builder
 				cmd.Stderr = &se
 				if err := cmd.Run(); err != nil {
