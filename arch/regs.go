@@ -48,6 +48,7 @@ const (
 	AMD64RBP = 6
 	AMD64RSP = 7
 	AMD64R8  = 8
+	AMD64R14 = 14 // Go's g register
 	AMD64R15 = 15
 	AMD64RIP = 16
 

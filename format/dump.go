@@ -100,13 +100,24 @@ func DumpEvent(ev *Event) string {
 		return s
 	case KindSpanBegin:
 		e := ev.SpanBegin
-		return fmt.Sprintf("SpanBegin t=%d tid=%d id=%d parent=%d name=%d stack=%d", e.Time, e.Tid, e.ID, e.Parent, e.Name, e.Stack)
+		s := fmt.Sprintf("SpanBegin t=%d tid=%d id=%d parent=%d name=%d stack=%d", e.Time, e.Tid, e.ID, e.Parent, e.Name, e.Stack)
+		if e.Goroutine != 0 || e.GoStart != 0 {
+			s += fmt.Sprintf(" goroutine=%d gostart=%d", e.Goroutine, e.GoStart)
+		}
+		if !e.Link.IsZero() {
+			s += fmt.Sprintf(" link=%x/%x", e.Link.TraceID, e.Link.SpanID)
+		}
+		return s
 	case KindSpanEnd:
 		e := ev.SpanEnd
 		return fmt.Sprintf("SpanEnd t=%d tid=%d id=%d", e.Time, e.Tid, e.ID)
 	case KindMarker:
 		e := ev.Marker
-		return fmt.Sprintf("Marker t=%d tid=%d name=%d stack=%d", e.Time, e.Tid, e.Name, e.Stack)
+		s := fmt.Sprintf("Marker t=%d tid=%d name=%d stack=%d", e.Time, e.Tid, e.Name, e.Stack)
+		if e.Goroutine != 0 {
+			s += fmt.Sprintf(" goroutine=%d", e.Goroutine)
+		}
+		return s
 	case KindCounter:
 		e := ev.Counter
 		return fmt.Sprintf("Counter t=%d name=%d value=%g", e.Time, e.Name, e.Value)

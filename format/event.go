@@ -389,6 +389,14 @@ type SpanBegin struct {
 	Parent uint64 // enclosing span, 0 if none
 	Name   uint64 // String id
 	Stack  uint64 // Stack id of the begin site, or 0
+	// Goroutine is the Go goroutine that opened the span, 0 if unknown
+	// or not Go; GoStart the Stack id of one frame, the function the
+	// goroutine started with (0: unknown). Link is the OpenTelemetry
+	// span the span is linked to, zero if none. (SPEC.md §6.12,
+	// optional.)
+	Goroutine uint64
+	GoStart   uint64
+	Link      SpanLink
 }
 
 // SpanEnd closes span ID.
@@ -400,10 +408,11 @@ type SpanEnd struct {
 
 // Marker is an instant event with a name and an optional stack.
 type Marker struct {
-	Time  int64
-	Tid   uint32
-	Name  uint64 // String id
-	Stack uint64 // Stack id, or 0
+	Time      int64
+	Tid       uint32
+	Name      uint64 // String id
+	Stack     uint64 // Stack id, or 0
+	Goroutine uint64 // the Go goroutine that recorded it, 0 if unknown (SPEC.md §6.14, optional)
 }
 
 // Counter records the value of counter Name at Time.

@@ -488,6 +488,15 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		s.Parent = d.uv()
 		s.Name = d.uv()
 		s.Stack = d.uv()
+		s.Goroutine, s.GoStart, s.Link = 0, 0, SpanLink{}
+		if len(d.b) > 0 { // appended with goroutine tracks, optional
+			s.Goroutine = d.uv()
+			s.GoStart = d.uv()
+		}
+		if len(d.b) > 0 {
+			copy(s.Link.TraceID[:], d.fixed(16))
+			copy(s.Link.SpanID[:], d.fixed(8))
+		}
 	case KindSpanEnd:
 		s := &ev.SpanEnd
 		s.Time = r.time(&d)
@@ -499,6 +508,10 @@ func (r *Reader) decodeEvent() (*Event, error) {
 		m.Tid = d.u32()
 		m.Name = d.uv()
 		m.Stack = d.uv()
+		m.Goroutine = 0
+		if len(d.b) > 0 { // appended with goroutine tracks, optional
+			m.Goroutine = d.uv()
+		}
 	case KindCounter:
 		c := &ev.Counter
 		c.Time = r.time(&d)

@@ -518,7 +518,7 @@ func (w *Writer) WriteRawStack(e *RawStack) error {
 // writes at the highest rate (every span is two), so they are encoded
 // with one capacity check and no per-field append: their bodies are at
 // most smallMax bytes, so the length byte is known to be one byte.
-const smallMax = 2 + 6*binary.MaxVarintLen64
+const smallMax = 2 + 8*binary.MaxVarintLen64 + 24 // SpanBegin with its link
 
 // small starts a small event of kind k and returns the buffer, extended
 // by smallMax bytes, and the offset of the body.
@@ -573,6 +573,14 @@ func (w *Writer) WriteSpanBegin(e SpanBegin) error {
 	i = putUvarint(b, i, e.Parent)
 	i = putUvarint(b, i, e.Name)
 	i = putUvarint(b, i, e.Stack)
+	if link := !e.Link.IsZero(); e.Goroutine != 0 || e.GoStart != 0 || link { // optional: absent means 0
+		i = putUvarint(b, i, e.Goroutine)
+		i = putUvarint(b, i, e.GoStart)
+		if link {
+			i += copy(b[i:], e.Link.TraceID[:])
+			i += copy(b[i:], e.Link.SpanID[:])
+		}
+	}
 	return w.endSmall(b, body, i)
 }
 
@@ -598,6 +606,9 @@ func (w *Writer) WriteMarker(e Marker) error {
 	i = putUvarint(b, i, uint64(e.Tid))
 	i = putUvarint(b, i, e.Name)
 	i = putUvarint(b, i, e.Stack)
+	if e.Goroutine != 0 { // optional
+		i = putUvarint(b, i, e.Goroutine)
+	}
 	return w.endSmall(b, body, i)
 }
 

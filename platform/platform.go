@@ -136,6 +136,13 @@ type Config struct {
 	// pprof labels from the target's memory (the g register from the
 	// sample's user registers, field offsets from the executable's DWARF).
 	Goroutines bool
+	// SampleG records on each sample of user code the g register (R14
+	// on amd64, X28 on arm64: the running goroutine's g in Go code) as
+	// Sample.G. The in-process tracer sets it to find the goroutine of
+	// each sample, which its spans' links follow. It costs 24 bytes a
+	// sample in frame-pointer mode; the DWARF modes sample the registers
+	// already.
+	SampleG bool
 	// Alloc records native heap allocations (either back end on Linux),
 	// sampled by bytes in the target by the allocation sampler
 	// (preloaded into a command, injected into a running process) or,
@@ -153,6 +160,21 @@ type Config struct {
 	// carries the thread's Python frames, read from the interpreter's
 	// state in the target's memory; package platform/linux/cpython).
 	NoPython bool
+	// BuildIDCache is the directory of the build-id cache (package
+	// internal/idcache) the recorder copies into, while the processes
+	// live, the files of the modules the host could not name later: a
+	// module whose recorded path, in the host's mount namespace, is not
+	// the file the process mapped (a container's), and a debug file the
+	// process's root holds; "" means the default
+	// ($RAWSTACK_BUILDID_CACHE, else the user cache directory's
+	// rawstack/buildid). Every symbolizing command looks there first.
+	BuildIDCache string
+	// BuildIDCacheMax caps the cache's bytes (least recently used files
+	// go first); 0 means 2 GiB.
+	BuildIDCacheMax int64
+	// NoBuildIDCache turns the cache off: modules of other mount
+	// namespaces then stay module+offset once their files are gone.
+	NoBuildIDCache bool
 }
 
 // How Config.Alloc samples (Stats.AllocMode). A launched command gets
@@ -302,6 +324,10 @@ type Sample struct {
 	Goroutine uint64
 	LabelSet  uint64
 	NewLabels []format.Label
+	// G is the g register at the sample (Config.SampleG; 0: not
+	// sampled): in Go code, the address of the running goroutine's g;
+	// in other code, whatever the register held.
+	G uint64
 	// Python holds the thread's Python frames, leaf first (none when
 	// Config.NoPython is set or the thread runs no Python code);
 	// NewPyCodes the code objects they refer to that no earlier sample
@@ -367,6 +393,11 @@ type Stats struct {
 	// the interpreters found but not read (an unknown version), "" if none.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Config.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read (no DWARF, out of process).
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts the samples of PythonSamples whose frames
 	// were read at the sample (in BPF, the eBPF back end), not when the
 	// recorder drained it.
@@ -383,6 +414,11 @@ type Stats struct {
 	// AllocMode says how Config.Alloc samples allocations, "" without
 	// it: AllocPreload or AllocUprobes.
 	AllocMode string
+
+	// BuildIDCache says what the build-id cache (Config.BuildIDCache)
+	// got: files copied from processes' roots and bytes, copies that
+	// failed; "" when nothing was copied.
+	BuildIDCache string
 	// AllocFallback says why a running process was not given the
 	// injected sampler, when AllocMode is AllocUprobes for it ("" else).
 	AllocFallback string

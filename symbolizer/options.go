@@ -32,6 +32,13 @@ type Options struct {
 	// /usr/lib/debug: DIR/.build-id/xx/rest.debug, and for a
 	// .gnu_debuglink name N: DIR/N and DIR/<binary's dir>/N.
 	DebugDirs []string
+	// BuildIDCache is the build-id cache a recorder filled with the files
+	// of other mount namespaces' modules (containers); "" means the
+	// default one ($RAWSTACK_BUILDID_CACHE, else the user cache
+	// directory's rawstack/buildid). It is searched before the debug
+	// directories. NoBuildIDCache leaves it out.
+	BuildIDCache   string
+	NoBuildIDCache bool
 	// DebuginfodURLs are debuginfod servers; nil means the
 	// DEBUGINFOD_URLS environment variable (space separated).
 	DebuginfodURLs []string

@@ -1,6 +1,7 @@
 package symbolizer
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/rawstack/rawstack/format"
@@ -10,6 +11,13 @@ import (
 // time and thread, the spans, markers and counters, per thread. Build
 // keeps it (in Profile.Timeline) when Options.Timeline is set. Stacks are
 // indices into Profile.Locations, leaf first, as in Profile.Samples.
+//
+// In a Go program the goroutine, not the thread, is the unit of work: a
+// span or marker recorded by a goroutine (format.SpanBegin.Goroutine) is
+// on its goroutine's track, a Thread whose Goroutine is set, named
+// "goroutine ID FUNCTION" after the goroutine's id and the function it
+// started with, with no samples; samples stay on their thread and carry
+// their goroutine where the trace knows it.
 type Timeline struct {
 	// Processes seen, in order of first appearance.
 	Processes []*Process
@@ -30,14 +38,24 @@ type Process struct {
 	Name string
 }
 
-// Thread is one thread's samples, spans and markers, each in time order.
+// Thread is one thread's samples, spans and markers, each in time order,
+// or one goroutine's spans and markers (Goroutine not 0; Tid is then
+// GoroutineTid(Goroutine), a number no thread has, for outputs that key
+// tracks by thread id).
 type Thread struct {
-	Pid, Tid uint32
-	Name     string
-	Samples  []TimedSample
-	Spans    []Span
-	Markers  []Marker
+	Pid, Tid  uint32
+	Name      string
+	Goroutine uint64
+	Samples   []TimedSample
+	Spans     []Span
+	Markers   []Marker
+
+	start int // a goroutine's start function's location, -1: unknown
 }
+
+// GoroutineTid is the thread id of goroutine goid's track: the high bit
+// set, which no Linux or Windows thread id has.
+func GoroutineTid(goid uint64) uint32 { return 1<<31 | uint32(goid&(1<<31-1)) }
 
 // TimedSample is one sample.
 type TimedSample struct {
@@ -45,6 +63,8 @@ type TimedSample struct {
 	Locs   []int // leaf first; shared between samples, do not modify
 	Weight int64 // ns on CPU (the sampling period) or off CPU
 	OffCPU bool
+	// Goroutine is the Go goroutine the thread ran, 0 if not known.
+	Goroutine uint64
 
 	python uint64 // the PyStack spliced into Locs after symbolization (python.go)
 }
@@ -62,6 +82,10 @@ type Span struct {
 	Locs       []int // begin site, leaf first; nil when not captured
 	Open       bool
 	Clipped    bool
+	// Tid is the thread the span began on; Link the OpenTelemetry span
+	// it is linked to (zero: none).
+	Tid  uint32
+	Link format.SpanLink
 }
 
 // Marker is an instant event of a thread.
@@ -89,11 +113,17 @@ type timelineBuilder struct {
 	strings  map[uint64]string
 	procs    map[uint32]*Process
 	threads  map[uint32]*Thread // by tid
+	gos      map[goKey]*Thread
 	counters map[string]*CounterTrack
 	open     map[uint64]openSpan // span id → where it is
 	mainPid  uint32
 	first    bool
 	clock    format.ClockSync
+}
+
+type goKey struct {
+	pid  uint32
+	goid uint64
 }
 
 type openSpan struct {
@@ -107,6 +137,7 @@ func newTimelineBuilder() *timelineBuilder {
 		strings:  map[uint64]string{},
 		procs:    map[uint32]*Process{},
 		threads:  map[uint32]*Thread{},
+		gos:      map[goKey]*Thread{},
 		counters: map[string]*CounterTrack{},
 		open:     map[uint64]openSpan{},
 		first:    true,
@@ -152,6 +183,40 @@ func (tb *timelineBuilder) thread(pid, tid uint32) *Thread {
 	return th
 }
 
+// goroutine returns goroutine goid's track in process pid.
+func (tb *timelineBuilder) goroutine(pid uint32, goid uint64) *Thread {
+	k := goKey{pid, goid}
+	g := tb.gos[k]
+	if g == nil {
+		g = &Thread{Pid: pid, Tid: GoroutineTid(goid), Goroutine: goid, Name: fmt.Sprintf("goroutine %d", goid), start: -1}
+		tb.gos[k] = g
+		tb.tl.Threads = append(tb.tl.Threads, g)
+	}
+	return g
+}
+
+// track returns where a span or marker of thread tid and goroutine goid
+// goes: its goroutine's track, else its thread's.
+func (tb *timelineBuilder) track(tid uint32, goid uint64) *Thread {
+	th := tb.thread(0, tid)
+	if goid == 0 {
+		return th
+	}
+	return tb.goroutine(th.Pid, goid)
+}
+
+// nameGoroutines names goroutine tracks after their start function,
+// once the locations are symbolized.
+func (tb *timelineBuilder) nameGoroutines(p *Profile) {
+	for _, g := range tb.gos {
+		if g.start >= 0 && g.start < len(p.Locations) {
+			if fn := p.Locations[g.start].FunctionName(0); fn != "" {
+				g.Name = fmt.Sprintf("goroutine %d %s", g.Goroutine, fn)
+			}
+		}
+	}
+}
+
 // event takes the events the aggregate profile does not use.
 func (tb *timelineBuilder) event(b *builder, ev *format.Event) {
 	switch ev.Kind {
@@ -171,10 +236,15 @@ func (tb *timelineBuilder) event(b *builder, ev *format.Event) {
 	case format.KindSpanBegin:
 		e := &ev.SpanBegin
 		tb.at(e.Time)
-		th := tb.thread(0, e.Tid)
-		s := Span{Name: tb.strings[e.Name], Begin: e.Time, End: -1, ID: e.ID, Parent: e.Parent}
+		th := tb.track(e.Tid, e.Goroutine)
+		s := Span{Name: tb.strings[e.Name], Begin: e.Time, End: -1, ID: e.ID, Parent: e.Parent, Tid: e.Tid, Link: e.Link}
 		if e.Stack != 0 {
 			s.Locs = b.stackLocs(th.Pid, e.Stack, e.Time)
+		}
+		if e.GoStart != 0 && th.Goroutine != 0 && th.start < 0 {
+			if locs := b.stackLocs(th.Pid, e.GoStart, e.Time); len(locs) > 0 {
+				th.start = locs[0]
+			}
 		}
 		tb.open[e.ID] = openSpan{th, len(th.Spans)}
 		th.Spans = append(th.Spans, s)
@@ -188,7 +258,7 @@ func (tb *timelineBuilder) event(b *builder, ev *format.Event) {
 	case format.KindMarker:
 		e := &ev.Marker
 		tb.at(e.Time)
-		th := tb.thread(0, e.Tid)
+		th := tb.track(e.Tid, e.Goroutine)
 		m := Marker{Time: e.Time, Name: tb.strings[e.Name]}
 		if e.Stack != 0 {
 			m.Locs = b.stackLocs(th.Pid, e.Stack, e.Time)
@@ -208,10 +278,10 @@ func (tb *timelineBuilder) event(b *builder, ev *format.Event) {
 	}
 }
 
-func (tb *timelineBuilder) sample(t int64, pid, tid uint32, weight uint64, flags format.SampleFlags, locs []int, python uint64) {
+func (tb *timelineBuilder) sample(t int64, pid, tid uint32, weight uint64, flags format.SampleFlags, locs []int, python, goid uint64) {
 	tb.at(t)
 	th := tb.thread(pid, tid)
-	th.Samples = append(th.Samples, TimedSample{Time: t, Locs: locs, Weight: int64(weight), OffCPU: flags&format.SampleOffCPU != 0, python: python})
+	th.Samples = append(th.Samples, TimedSample{Time: t, Locs: locs, Weight: int64(weight), OffCPU: flags&format.SampleOffCPU != 0, Goroutine: goid, python: python})
 }
 
 // finish sorts each thread's events by time, closes open spans at the

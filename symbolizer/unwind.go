@@ -71,7 +71,7 @@ func (b *builder) rawStack(ev *format.RawStack) {
 	}
 	b.addGo(locs, ev.Weight, ev.Flags, 0, 0, ev.Python)
 	if b.tl != nil {
-		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs, ev.Python)
+		b.tl.sample(ev.Time, ev.Pid, ev.Tid, ev.Weight, ev.Flags, locs, ev.Python, 0)
 	}
 }
 

@@ -143,8 +143,14 @@ func mustAbs(t *testing.T, p string) string {
 
 // TestGoroutineLabelsSelf runs a program that profiles itself with the
 // tracer: the goroutine of each sample is read from the tracer's own
-// process.
+// process, whose layout the tracer learns by itself: again from a binary
+// built -ldflags="-s -w", without DWARF.
 func TestGoroutineLabelsSelf(t *testing.T) {
+	t.Run("dwarf", func(t *testing.T) { goroutineLabelsSelf(t, nil) })
+	t.Run("-s-w", func(t *testing.T) { goroutineLabelsSelf(t, []string{"-ldflags=-s -w"}) })
+}
+
+func goroutineLabelsSelf(t *testing.T, flags []string) {
 	needPerf(t)
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		testbuild.Impossible(t, "g-register")
@@ -152,8 +158,8 @@ func TestGoroutineLabelsSelf(t *testing.T) {
 	// The fixture links the tracer: every package it builds from keys the
 	// cache.
 	bin := testbuild.Build(t, testbuild.Cmd{
-		Tool: "go", Args: []string{"build", "-o", "{dir}/selflabelled", "."},
-		Inputs: []string{"testdata/selflabelled", ".", "../platform", "../format", "../internal", "../arch", "../go.mod"},
+		Tool: "go", Args: append(append([]string{"build"}, flags...), "-o", "{dir}/selflabelled", "."),
+		Inputs: []string{"testdata/selflabelled", ".", "../platform", "../format", "../internal", "../arch", "../go.mod", "../go.sum"},
 		Out:    "selflabelled",
 		Env:    []string{"CGO_ENABLED=0", "GOFLAGS="}, Dir: mustAbs(t, "testdata/selflabelled"),
 	})

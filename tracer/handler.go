@@ -103,9 +103,21 @@ func (h *handler) Sample(s *platform.Sample) {
 		t.labelSets = append(t.labelSets, s.NewLabels)
 		t.w.WriteLabelSet(s.LabelSet, s.NewLabels)
 	}
+	var link Link
+	goid := s.Goroutine
+	if t.links.used.Load() {
+		if s.Time >= t.links.drained {
+			t.drainSpansLocked() // the spans begun before the sample
+		}
+		var lg uint64
+		link, lg = t.linkOf(s.G, s.Tid, s.Time)
+		if goid == 0 {
+			goid = lg
+		}
+	}
 	t.inChunk++
 	t.w.WriteSample(format.Sample{Time: s.Time, Pid: s.Pid, Tid: s.Tid, CPU: s.CPU, Weight: s.Weight, Stack: id, Flags: s.Flags,
-		Goroutine: s.Goroutine, Labels: s.LabelSet, Python: py, Link: t.links.at(s.Tid, s.Time)})
+		Goroutine: goid, Labels: s.LabelSet, Python: py, Link: link})
 	t.mu.Unlock()
 }
 

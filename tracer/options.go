@@ -11,5 +11,9 @@ func (o *Options) config() platform.Config {
 		Unwind: o.Unwind, StackSize: o.StackSize, KeepRaw: o.KeepRaw,
 		Backend: o.Backend, System: o.System, OffCPU: o.OffCPU,
 		NoJIT: o.NoJIT, JITCodeBytes: o.JITCodeBytes, Goroutines: o.Goroutines,
-		Alloc: o.Alloc, AllocRate: o.AllocRate, NoPython: o.NoPython}
+		Alloc: o.Alloc, AllocRate: o.AllocRate, NoPython: o.NoPython,
+		BuildIDCache: o.BuildIDCache, BuildIDCacheMax: o.BuildIDCacheMax, NoBuildIDCache: o.NoBuildIDCache,
+		// The own process's samples carry their goroutine's g: linked
+		// spans follow goroutines (spanlink.go).
+		SampleG: o.Pid == 0 && o.Command == nil && !o.System}
 }

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/goself"
 )
 
 // Spans, markers and counters
@@ -76,15 +77,19 @@ const (
 	recCounter
 )
 
-// spanRec is one buffered record: fixed size (48 bytes), raw values, no
+// spanRec is one buffered record: fixed size (72 bytes), raw values, no
 // encoding on the hot path.
 type spanRec struct {
 	time int64  // spanTick: TSC or monotonic ns
 	id   uint64 // span id (SpanBegin, SpanEnd)
 	aux  uint64 // parent span id (SpanBegin) or the value's bits (Counter)
 	name string
-	tid  uint32
-	kind spanKind
+	link *linkSpan // a linked span's begin and end (spanlink.go)
+	// The goroutine that recorded a SpanBegin or Marker, and the pc of
+	// the function it started with (0: unknown).
+	goid, gostart uint64
+	tid           uint32
+	kind          spanKind
 }
 
 // spanRing is one P's ring. head is written only by the pinned producer
@@ -117,6 +122,10 @@ type spanState struct {
 	heads    []uint64
 	clk      spanClock
 	names    [spanNameCache]spanName
+	// interned one-frame stacks of goroutines' start functions, by pc,
+	// and the stack table's resets when they were
+	gostarts map[uint64]uint64
+	gen      int
 	noHelp   bool // tests: drop on a full ring instead of draining it
 }
 
@@ -135,6 +144,10 @@ var (
 	spanUseTSC   bool
 	spanFast     bool // stamp and publish with spanCommit
 	spanTSCProbe sync.Once
+	// Offsets in the runtime's g and m (package internal/goself; 0:
+	// not known): a record's goroutine and its start function, the
+	// thread id of an m.
+	spanGoidOff, spanStartOff, spanProcidOff uintptr
 )
 
 // spanTick is a record's time stamp: TSC ticks or monotonic nanoseconds.
@@ -197,15 +210,18 @@ type spanCtxKey struct{}
 // The zero Span, returned when the tracer is nil, stopped or records
 // another process, does nothing.
 type Span struct {
-	t      *Tracer
-	id     uint64
-	linked bool // opened by SpanLink
+	t  *Tracer
+	id uint64
+	lk *linkSpan // opened by SpanLink
 }
 
-// Span opens a span named name on the calling goroutine's thread, now.
-// Its parent is the span carried by ctx (see [Span.Context]), if any;
-// spans also nest by time on their thread. name should be a constant or
-// otherwise long-lived string: it is interned when the span is encoded.
+// Span opens a span named name on the calling goroutine, now. Its parent
+// is the span carried by ctx (see [Span.Context]), if any; spans also
+// nest by time on their goroutine. The trace records the goroutine (id
+// and start function) and the OS thread it ran on when the span began:
+// timelines draw a Go span on its goroutine's track. name should be a
+// constant or otherwise long-lived string: it is interned when the span
+// is encoded.
 //
 //	sp := t.Span(ctx, "parse")
 //	defer sp.End()
@@ -222,6 +238,11 @@ func (t *Tracer) Span(ctx context.Context, name string) Span {
 }
 
 func (t *Tracer) span(ctx context.Context, name string) Span {
+	return t.spanOpen(ctx, name, nil)
+}
+
+// spanOpen opens a span, linked when lk is not nil.
+func (t *Tracer) spanOpen(ctx context.Context, name string, lk *linkSpan) Span {
 	var parent uint64
 	if ctx != nil && !isBackground(ctx) {
 		if v, ok := ctx.Value(spanCtxKey{}).(uint64); ok {
@@ -236,12 +257,12 @@ func (t *Tracer) span(ctx context.Context, name string) Span {
 	}
 	r := rings[p]
 	id := r.nextSeq()*uint64(len(rings)) + uint64(p) + 1
-	ok := r.put(recBegin, id, parent, name)
+	ok := r.put(recBegin, id, parent, name, lk)
 	procUnpin()
 	if !ok {
-		t.sp.full(recBegin, id, parent, name)
+		t.sp.full(recBegin, id, parent, name, lk)
 	}
-	return Span{t: t, id: id}
+	return Span{t: t, id: id, lk: lk}
 }
 
 // isBackground says ctx is context.Background() without calling its Value
@@ -256,22 +277,22 @@ func isBackground(ctx context.Context) bool {
 // End closes the span now. Calling End on the zero Span does nothing.
 func (s Span) End() {
 	if s.t != nil {
-		s.t.spanEnd(s.id, s.linked) // End inlines into the caller: one call
+		s.t.spanEnd(s.id, s.lk) // End inlines into the caller: one call
 	}
 }
 
-func (t *Tracer) spanEnd(id uint64, linked bool) {
+func (t *Tracer) spanEnd(id uint64, lk *linkSpan) {
 	if t.sp.on.Load() {
 		p := procPin()
 		rings := t.sp.rings
-		ok := uint(p) >= uint(len(rings)) || rings[p].put(recEnd, id, 0, "")
+		ok := uint(p) >= uint(len(rings)) || rings[p].put(recEnd, id, 0, "", lk)
 		procUnpin()
 		if !ok {
-			t.sp.full(recEnd, id, 0, "")
+			t.sp.full(recEnd, id, 0, "", lk)
 		}
 	}
-	if linked {
-		t.links.end(id, spanNow())
+	if lk != nil {
+		lk.restoreLabels()
 	}
 }
 
@@ -313,10 +334,10 @@ func (s *spanState) record(k spanKind, aux uint64, name string) {
 		return
 	}
 	p := procPin()
-	ok := uint(p) >= uint(len(s.rings)) || s.rings[p].put(k, 0, aux, name)
+	ok := uint(p) >= uint(len(s.rings)) || s.rings[p].put(k, 0, aux, name, nil)
 	procUnpin()
 	if !ok {
-		s.full(k, 0, aux, name)
+		s.full(k, 0, aux, name, nil)
 	}
 }
 
@@ -325,7 +346,7 @@ func (s *spanState) record(k spanKind, aux uint64, name string) {
 // is dropped, and counted, only when the tracer stops meanwhile.
 //
 //go:noinline
-func (s *spanState) full(k spanKind, id, aux uint64, name string) {
+func (s *spanState) full(k spanKind, id, aux uint64, name string, lk *linkSpan) {
 	for try := 0; try < spanFullTries && !s.noHelp && s.on.Load(); try++ {
 		switch {
 		case try < spanFullTries/2:
@@ -345,7 +366,7 @@ func (s *spanState) full(k spanKind, id, aux uint64, name string) {
 			s.t.drainSpans() // wait for the lock
 		}
 		p := procPin()
-		ok := p >= len(s.rings) || s.rings[p].put(k, id, aux, name)
+		ok := p >= len(s.rings) || s.rings[p].put(k, id, aux, name, lk)
 		procUnpin()
 		if ok {
 			return
@@ -360,7 +381,7 @@ func (s *spanState) full(k spanKind, id, aux uint64, name string) {
 
 // put appends a record and reports whether it fit. Called pinned to the
 // ring's P, the only writer of its head.
-func (r *spanRing) put(k spanKind, id, aux uint64, name string) bool {
+func (r *spanRing) put(k spanKind, id, aux uint64, name string, lk *linkSpan) bool {
 	h := atomic.LoadUint64(&r.head) // a plain MOV on amd64
 	if h >= r.limit || h == r.kickAt {
 		if !r.refresh(h) {
@@ -368,7 +389,17 @@ func (r *spanRing) put(k spanKind, id, aux uint64, name string) bool {
 		}
 	}
 	e := &r.recs[h%spanRingSize]
-	e.name = name // a pointer: stored from Go, with the GC's write barrier
+	e.name = name // pointers: stored from Go, with the GC's write barrier
+	e.link = lk
+	if k != recEnd && spanGoidOff != 0 {
+		// The goroutine (g never freed, so its fields are readable).
+		g := goself.G()
+		e.goid = goself.Word(g + spanGoidOff)
+		e.gostart = 0
+		if spanStartOff != 0 {
+			e.gostart = goself.Word(g + spanStartOff)
+		}
+	}
 	if spanFast && spanCommit(r, e, h, id, aux, k) {
 		return true
 	}
@@ -404,7 +435,11 @@ func (r *spanRing) refresh(h uint64) bool {
 func (r *spanRing) commit(e *spanRec, h, id, aux uint64, k spanKind) {
 	m := curM()
 	if m == 0 || m != r.m {
-		r.tid = uint32(gettid())
+		if m != 0 && spanProcidOff != 0 {
+			r.tid = uint32(goself.Word(m + spanProcidOff)) // the runtime's copy of gettid
+		} else {
+			r.tid = uint32(gettid())
+		}
 		r.m = m
 	}
 	e.time = spanTick()
@@ -422,6 +457,18 @@ func (t *Tracer) startSpans() {
 	spanTSCProbe.Do(func() {
 		spanUseTSC = tscTrusted()
 		spanFast = haveSpanCommit && spanUseTSC && mOK
+		if l, err := goself.Self(); err == nil {
+			spanGoidOff = l.GGoid
+			if l.HasStartPC {
+				spanStartOff = l.GStartPC
+			}
+			if l.HasProcid && mOK {
+				spanProcidOff = l.MProcid
+			}
+			if l.HasLabels && l.LabelList {
+				linkLabelsOff = l.GLabels
+			}
+		}
 	})
 	t.sp.t = t
 	t.sp.rings = make([]*spanRing, n)
@@ -492,6 +539,10 @@ func (t *Tracer) drainSpansLocked() {
 		return
 	}
 	s := &t.sp
+	// Records stamped before now are in the rings (published within
+	// the few instructions after their stamp): linked spans are known up
+	// to here once they are drained.
+	t.links.drained = spanNow()
 	for i, r := range s.rings {
 		s.heads[i] = atomic.LoadUint64(&r.head)
 	}
@@ -516,11 +567,13 @@ func (t *Tracer) drainSpansLocked() {
 				}
 				// Begin and end, nearly every record, without a call of
 				// their own.
-				switch e.kind {
-				case recEnd:
+				switch {
+				case e.link != nil:
+					t.writeSpanRec(e, ts)
+				case e.kind == recEnd:
 					t.inChunkSpans++
 					t.w.WriteSpanEnd(format.SpanEnd{Time: ts, Tid: e.tid, ID: e.id})
-				case recBegin:
+				case e.kind == recBegin && e.goid == 0:
 					t.inChunkSpans++
 					t.w.WriteSpanBegin(format.SpanBegin{Time: ts, Tid: e.tid, ID: e.id, Parent: e.aux, Name: t.spanName(e.name)})
 				default:
@@ -535,6 +588,27 @@ func (t *Tracer) drainSpansLocked() {
 		t.w.WriteLost(format.Lost{Time: spanNow(), Count: lost - s.lostSeen, Reason: format.LostBackpressure})
 		s.lostSeen = lost
 	}
+}
+
+// goStart returns the id of the one-frame stack of a goroutine's start
+// function at pc (0: none), interned once per function. Called with t.mu
+// held.
+func (t *Tracer) goStart(pc uint64) uint64 {
+	if pc == 0 {
+		return 0
+	}
+	s := &t.sp
+	if s.gostarts == nil || s.gen != t.stacks.resets {
+		// New, or the stack table started afresh: its ids are not
+		// defined in what follows.
+		s.gostarts, s.gen = map[uint64]uint64{}, t.stacks.resets
+	}
+	id, ok := s.gostarts[pc]
+	if !ok {
+		id = t.internStack([]uint64{pc})
+		s.gostarts[pc] = id
+	}
+	return id
 }
 
 // spanName returns the interned id of a record's name. Called with t.mu
@@ -557,11 +631,20 @@ func (t *Tracer) writeSpanRec(e *spanRec, ts int64) {
 	t.inChunkSpans++
 	switch e.kind {
 	case recBegin:
-		t.w.WriteSpanBegin(format.SpanBegin{Time: ts, Tid: e.tid, ID: e.id, Parent: e.aux, Name: t.spanName(e.name)})
+		b := format.SpanBegin{Time: ts, Tid: e.tid, ID: e.id, Parent: e.aux, Name: t.spanName(e.name),
+			Goroutine: e.goid, GoStart: t.goStart(e.gostart)}
+		if e.link != nil {
+			b.Link = e.link.link
+			t.links.begin(e.link, e.tid, ts)
+		}
+		t.w.WriteSpanBegin(b)
 	case recEnd:
 		t.w.WriteSpanEnd(format.SpanEnd{Time: ts, Tid: e.tid, ID: e.id})
+		if e.link != nil {
+			t.links.end(e.link, ts)
+		}
 	case recMarker:
-		t.w.WriteMarker(format.Marker{Time: ts, Tid: e.tid, Name: t.spanName(e.name)})
+		t.w.WriteMarker(format.Marker{Time: ts, Tid: e.tid, Name: t.spanName(e.name), Goroutine: e.goid})
 	case recCounter:
 		t.w.WriteCounter(format.Counter{Time: ts, Name: t.spanName(e.name), Value: math.Float64frombits(e.aux)})
 	}

@@ -301,6 +301,12 @@ func TestSpanAllocs(t *testing.T) {
 // alone; BenchmarkSpanDrain is the encoding cost paid by the drain
 // goroutine.
 func BenchmarkSpan(b *testing.B) {
+	benchSpans(b, func(tr *Tracer, ctx context.Context) { tr.Span(ctx, "bench").End() })
+}
+
+// benchSpans runs span b.N times on a tracer, draining its rings while
+// the timer is stopped.
+func benchSpans(b *testing.B, span func(*Tracer, context.Context)) {
 	tr := spanTracer(b, io.Discard)
 	defer reportLost(b, tr)
 	ctx := context.Background()
@@ -312,13 +318,32 @@ func BenchmarkSpan(b *testing.B) {
 			tr.drainSpans()
 			b.StartTimer()
 		}
-		tr.Span(ctx, "bench").End()
+		span(tr, ctx)
 	}
+}
+
+// BenchmarkSpanLink is BenchmarkSpan for a span linked to an
+// OpenTelemetry span (Tracer.SpanLink), and BenchmarkSpanLinkDrain
+// BenchmarkSpanDrain for it.
+func BenchmarkSpanLink(b *testing.B) {
+	link := Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
+	benchSpans(b, func(tr *Tracer, ctx context.Context) { tr.SpanLink(ctx, "bench", link).End() })
+}
+
+func BenchmarkSpanLinkDrain(b *testing.B) {
+	link := Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
+	benchDrain(b, func(tr *Tracer, ctx context.Context) { tr.SpanLink(ctx, "bench", link).End() })
 }
 
 // BenchmarkSpanDrain: encoding one span (begin and end records) into the
 // stream, done by the tracer's drain goroutine.
 func BenchmarkSpanDrain(b *testing.B) {
+	benchDrain(b, func(tr *Tracer, ctx context.Context) { tr.Span(ctx, "bench").End() })
+}
+
+// benchDrain times the drain of b.N spans, made while the timer is
+// stopped.
+func benchDrain(b *testing.B, span func(*Tracer, context.Context)) {
 	tr := spanTracer(b, io.Discard)
 	defer reportLost(b, tr)
 	ctx := context.Background()
@@ -329,7 +354,7 @@ func BenchmarkSpanDrain(b *testing.B) {
 	for i := 0; i < b.N; i += spanRingSize / 4 {
 		b.StopTimer()
 		for j := 0; j < spanRingSize/4 && i+j < b.N; j++ {
-			tr.Span(ctx, "bench").End()
+			span(tr, ctx)
 		}
 		b.StartTimer()
 		tr.drainSpans()

@@ -115,6 +115,13 @@ type Options struct {
 	// NoPython turns off reading the Python frames of CPython threads
 	// (platform.Config.NoPython; on by default on Linux).
 	NoPython bool
+	// BuildIDCache, BuildIDCacheMax and NoBuildIDCache set the build-id
+	// cache the recorder fills with the files of modules of other mount
+	// namespaces (containers) while they live (platform.Config's fields
+	// of the same names; on by default, in the user cache directory).
+	BuildIDCache    string
+	BuildIDCacheMax int64
+	NoBuildIDCache  bool
 	// NoJIT turns off recording the code JIT runtimes publish in perf
 	// maps and jitdump files (node --perf-basic-prof or --perf-prof, the
 	// JVM's -XX:+DumpPerfMapAtExit, python -X perf); by default their
@@ -222,6 +229,14 @@ type Stats struct {
 	// filled in); PythonWarning names interpreters found but not read.
 	PythonSamples, PythonCut uint64
 	PythonWarning            string
+	// GoSamples counts the samples that carry their goroutine
+	// (Options.Goroutines); GoWarning names a Go program whose
+	// goroutines were not read: out of process, goroutines and labels
+	// are read at offsets from the executable's DWARF, which a binary
+	// built -ldflags=-w (or stripped) lacks. Stacks and symbols need
+	// none (the Go symbol table stays); the own process needs none.
+	GoSamples uint64
+	GoWarning string
 	// PythonAtSample counts those of PythonSamples read at the sample
 	// (in BPF) rather than when the recorder drained it.
 	PythonAtSample uint64
@@ -239,6 +254,9 @@ type Stats struct {
 	// be, platform.AllocUprobes, with the reason in AllocFallback.
 	AllocMode     string
 	AllocFallback string
+	// BuildIDCache says what the build-id cache got (files of other
+	// mount namespaces' modules copied), "" when nothing.
+	BuildIDCache string
 }
 
 // backend is what a per-OS back end provides.
@@ -527,11 +545,14 @@ func (t *Tracer) Stats() Stats {
 		PythonSamples:  bs.PythonSamples,
 		PythonCut:      bs.PythonCut,
 		PythonWarning:  bs.PythonWarning,
+		GoSamples:      bs.GoSamples,
+		GoWarning:      bs.GoWarning,
 		PythonAtSample: bs.PythonAtSample,
 		JITSamples:     bs.JITSamples,
 		JITCut:         bs.JITCut,
 		JITWarning:     bs.JITWarning,
 		AllocMode:      bs.AllocMode,
+		BuildIDCache:   bs.BuildIDCache,
 		AllocFallback:  bs.AllocFallback,
 	}
 }

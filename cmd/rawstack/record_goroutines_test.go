@@ -69,3 +69,26 @@ func TestRecordGoroutinesPprofTags(t *testing.T) {
 		t.Errorf("no goroutine tag in go tool pprof -tags:\n%s", out)
 	}
 }
+
+// TestRecordGoroutinesNoDWARF records a Go program built -ldflags="-s -w"
+// with --goroutines: out of process the goroutines' layout comes from
+// DWARF, which it lacks, so the summary line must say that goroutines and
+// labels were not read (stacks and symbols were), never stay silent.
+func TestRecordGoroutinesNoDWARF(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	src, _ := filepath.Abs("../../tracer/testdata/labelled")
+	bin := testbuild.Build(t, testbuild.Cmd{
+		Tool: "go", Args: []string{"build", "-ldflags=-s -w", "-o", "{dir}/labelled", "."},
+		Inputs: []string{src}, Out: "labelled", Env: []string{"CGO_ENABLED=0", "GOFLAGS="}, Dir: src,
+	})
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.rawstack")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"record", "--goroutines", "-q", "-o", trace, "--", bin, "0.2", filepath.Join(dir, "split")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	t.Logf("%s", stderr.String())
+	if !regexp.MustCompile(`samples, 0 with their goroutine; goroutines and labels not read, stacks and symbols are: pid \d+: .*no DWARF`).MatchString(stderr.String()) {
+		t.Errorf("the summary does not say the goroutines were not read:\n%s", stderr.String())
+	}
+}

@@ -11,13 +11,15 @@ func TestCheckConfig(t *testing.T) {
 	t.Run("perf", func(t *testing.T) {
 		optiontest.Check(t, checkConfig, platform.Config{},
 			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize", "KeepRaw",
-			"NoJIT", "JITCodeBytes", "Goroutines", "Alloc", "NoPython",
+			"NoJIT", "JITCodeBytes", "Goroutines", "Alloc", "NoPython", "SampleG",
+			"BuildIDCache", "BuildIDCacheMax", "NoBuildIDCache",
 			"Backend") // Backend+1 is ebpf, the other back end
 	})
 	t.Run("ebpf", func(t *testing.T) {
 		optiontest.Check(t, checkConfig, platform.Config{Backend: platform.BackendEBPF},
 			"Pid", "Frequency", "NoKernel", "RingPages", "Unwind", "StackSize",
-			"System", "OffCPU", "NoJIT", "JITCodeBytes", "Alloc", "NoPython")
+			"System", "OffCPU", "NoJIT", "JITCodeBytes", "Alloc", "NoPython", "SampleG",
+			"BuildIDCache", "BuildIDCacheMax", "NoBuildIDCache")
 	})
 	// AllocRate is honoured with Alloc, by both.
 	for _, be := range []platform.Backend{platform.BackendPerf, platform.BackendEBPF} {

@@ -31,5 +31,9 @@ func checkConfig(cfg platform.Config) error {
 	case cfg.AllocRate != 0:
 		return bad("AllocRate", "native allocations are recorded on Linux (an ELF allocation sampler, preloaded or injected, or eBPF uprobes)")
 	}
+	// BuildIDCache, BuildIDCacheMax and NoBuildIDCache are honoured by
+	// having nothing to copy: the cache keeps files of other mount
+	// namespaces, and a Windows process (or one under Wine) maps its
+	// images from the file system the recorder sees.
 	return nil
 }

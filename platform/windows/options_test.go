@@ -9,5 +9,6 @@ import (
 
 func TestCheckConfig(t *testing.T) {
 	optiontest.Check(t, checkConfig, platform.Config{},
-		"Pid", "Frequency", "StackSize", "NoKernel", "NoJIT", "Unwind", "OffCPU", "NoPython")
+		"Pid", "Frequency", "StackSize", "NoKernel", "NoJIT", "Unwind", "OffCPU", "NoPython", "SampleG",
+		"BuildIDCache", "BuildIDCacheMax", "NoBuildIDCache")
 }

@@ -518,6 +518,9 @@ func (s *Session) emit(j int, t *thread) {
 		return
 	}
 	s.sample = platform.Sample{Time: s.qpcNs(sl.t0), Pid: s.pid, Tid: t.tid, Weight: uint64(t.weight), PCs: s.pcs}
+	if s.cfg.SampleG {
+		s.sample.G = c.Regs.R[arch.AMD64R14]
+	}
 	s.samples.Add(1)
 	s.onCPU.Add(1)
 	s.cpuNs.Add(t.weight)

@@ -1,11 +1,13 @@
 package elfsrc
 
 import (
+	"cmp"
 	"debug/elf"
 	"fmt"
 	"strings"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/idcache"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/locate"
 )
@@ -40,7 +42,8 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 }
 
 // LocateConfig is where every command looks for separate debug files:
-// opts.DebugDirs, then /usr/lib/debug (by build id, then .gnu_debuglink
+// the build-id cache (where it also finds a binary the recorded path does
+// not hold), opts.DebugDirs, then /usr/lib/debug (by build id, then .gnu_debuglink
 // with its CRC checked), then debuginfod unless opts.NoDebuginfod. report,
 // convert, snapshot and addr2line all take their configuration from here,
 // so they find the same files.
@@ -49,6 +52,11 @@ func LocateConfig(opts *symbolizer.Options) *locate.Config {
 		opts = &symbolizer.Options{}
 	}
 	cfg := &locate.Config{DebugDirs: opts.DebugDirs}
+	if !opts.NoBuildIDCache {
+		if d := cmp.Or(opts.BuildIDCache, idcache.DefaultDir()); d != "" {
+			cfg.BuildIDDirs = []string{d}
+		}
+	}
 	if opts.NoDebuginfod {
 		return cfg
 	}

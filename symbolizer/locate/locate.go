@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 
 	"github.com/rawstack/rawstack/internal/elfnote"
+	"github.com/rawstack/rawstack/internal/idcache"
 )
 
 // DefaultDebugDir is the system's directory of separate debug files.
@@ -32,7 +33,15 @@ type Request struct {
 
 // Config says where to look.
 type Config struct {
-	// DebugDirs are searched before DefaultDebugDir.
+	// BuildIDDirs are build-id caches (package internal/idcache: the
+	// files a recorder copied from processes' roots, DIR/.build-id/xx/rest
+	// and rest.debug): searched for the binary by its build id when the
+	// recorded path does not hold it, and first of all for its debug
+	// file.
+	BuildIDDirs []string
+	// DebugDirs are searched before DefaultDebugDir: for debug files,
+	// and for the binary by its build id (DIR/.build-id/xx/rest, the
+	// cache's layout) when the recorded path does not hold it.
 	DebugDirs []string
 	// Debuginfod, if set, is asked when local files are missing.
 	Debuginfod *Client
@@ -61,6 +70,26 @@ func Find(req Request, cfg *Config) (Result, error) {
 	var debuglink string
 	var linkCRC uint32
 	hasLink := false
+	byID := func(dirs []string) bool {
+		if len(req.BuildID) < 2 {
+			return false
+		}
+		for _, d := range dirs {
+			p := idcache.Path(d, req.BuildID, false)
+			info, err := inspect(p)
+			if err != nil {
+				continue
+			}
+			if !bytes.Equal(info.buildID, req.BuildID) {
+				note("%s: build id %x, want %x", p, info.buildID, req.BuildID)
+				continue
+			}
+			res.Binary = p
+			debuglink, linkCRC, hasLink = info.debuglink, info.linkCRC, info.debuglink != ""
+			return info.hasDWARF
+		}
+		return false
+	}
 	if req.Path != "" {
 		info, err := inspect(req.Path)
 		switch {
@@ -79,7 +108,12 @@ func Find(req Request, cfg *Config) (Result, error) {
 			}
 		}
 	}
-	dirs := append(append([]string(nil), cfg.DebugDirs...), DefaultDebugDir)
+	// Not at the recorded path (a container's file, a module rebuilt
+	// since): by build id in the caches, then in the debug directories.
+	if res.Binary == "" && (byID(cfg.BuildIDDirs) || res.Binary == "" && byID(cfg.DebugDirs)) {
+		return res, nil
+	}
+	dirs := append(append(append([]string(nil), cfg.BuildIDDirs...), cfg.DebugDirs...), DefaultDebugDir)
 	if len(req.BuildID) >= 2 {
 		h := hex.EncodeToString(req.BuildID)
 		for _, d := range dirs {

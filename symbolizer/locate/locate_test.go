@@ -222,3 +222,38 @@ func FuzzParseNotes(f *testing.F) {
 		}
 	})
 }
+
+// TestFindBuildIDCache finds a module whose recorded path the host does
+// not have (a container's, gone) by its build id in a build-id cache
+// (internal/idcache's layout), with its debug file there; in a debug
+// directory too (the Collector processor's debug_dirs given a host's
+// cache); and never a cached file whose build id is another.
+func TestFindBuildIDCache(t *testing.T) {
+	_, dbg, bare, id := split(t)
+	cache := t.TempDir()
+	h := hex.EncodeToString(id)
+	bin := filepath.Join(cache, ".build-id", h[:2], h[2:])
+	copyFile(t, bare, bin)
+	copyFile(t, dbg, bin+".debug")
+	gone := "/app/no/such/prog"
+	for _, cfg := range []*Config{{BuildIDDirs: []string{cache}}, {DebugDirs: []string{cache}}} {
+		res, err := Find(Request{Path: gone, BuildID: id}, cfg)
+		if err != nil || res.Binary != bin || res.Debug != bin+".debug" {
+			t.Errorf("%+v: %+v, %v; want binary %s and its debug file", cfg, res, err, bin)
+		}
+	}
+	// The recorded path, when it holds the build id, comes first.
+	res, err := Find(Request{Path: bare, BuildID: id}, &Config{BuildIDDirs: []string{cache}})
+	if err != nil || res.Binary != bare || res.Debug != bin+".debug" {
+		t.Errorf("recorded path present: %+v, %v", res, err)
+	}
+	// A cached file of another build (a collision, a corrupted cache) is
+	// refused.
+	other := append([]byte{}, id...)
+	other[len(other)-1] ^= 1
+	oh := hex.EncodeToString(other)
+	copyFile(t, bare, filepath.Join(cache, ".build-id", oh[:2], oh[2:]))
+	if res, err := Find(Request{Path: gone, BuildID: other}, &Config{BuildIDDirs: []string{cache}}); err == nil || res.Binary != "" {
+		t.Errorf("a cached file of build id %x taken for %x: %+v", id, other, res)
+	}
+}

@@ -55,6 +55,8 @@ type Flags struct {
 	Kallsyms     string
 	SymbolPath   string
 	SymbolCache  string
+	IDCache      string
+	NoIDCache    bool
 	Workers      int
 }
 
@@ -69,7 +71,8 @@ func (m multiFlag) String() string {
 func (m multiFlag) Set(s string) error { *m.p = append(*m.p, s); return nil }
 
 // Register defines the flags on fs: --path-map, --debug-dir,
-// --no-debuginfod, --kallsyms, --symbol-path, --symbol-cache and -j.
+// --no-debuginfod, --kallsyms, --symbol-path, --symbol-cache,
+// --buildid-cache, --no-buildid-cache and -j.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.Var(multiFlag{&f.PathMaps}, "path-map", "OLD=NEW: read files recorded under OLD from NEW (repeatable)")
 	fs.Var(multiFlag{&f.DebugDirs}, "debug-dir", "directory of separate debug files (ELF by build id and debuglink; PE images and PDBs, flat or as a symbol store), searched before /usr/lib/debug (repeatable)")
@@ -77,6 +80,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Kallsyms, "kallsyms", "", "kernel symbol table of the recorded kernel (default: /proc/kallsyms if the running kernel is the recorded one)")
 	fs.StringVar(&f.SymbolPath, "symbol-path", "", "where PE modules' images and PDBs are searched, in _NT_SYMBOL_PATH syntax, symbol servers included (default: $_NT_SYMBOL_PATH)")
 	fs.StringVar(&f.SymbolCache, "symbol-cache", "", "where symbol-server downloads go for symbol-path elements that name no cache (default: the user cache directory's rawstack/symbols)")
+	fs.StringVar(&f.IDCache, "buildid-cache", "", "the build-id cache a recording filled with the files of containers' modules, searched first (default $RAWSTACK_BUILDID_CACHE, else ~/.cache/rawstack/buildid)")
+	fs.BoolVar(&f.NoIDCache, "no-buildid-cache", false, "do not look in the build-id cache")
 	fs.IntVar(&f.Workers, "j", 2, "modules symbolized in parallel")
 }
 
@@ -103,6 +108,12 @@ func (f *Flags) Args() []string {
 	if f.SymbolCache != "" {
 		a = append(a, "--symbol-cache", f.SymbolCache)
 	}
+	if f.IDCache != "" {
+		a = append(a, "--buildid-cache", f.IDCache)
+	}
+	if f.NoIDCache {
+		a = append(a, "--no-buildid-cache")
+	}
 	if f.Workers != 0 {
 		a = append(a, "-j", strconv.Itoa(f.Workers))
 	}
@@ -113,7 +124,8 @@ func (f *Flags) Args() []string {
 // --path-map is an error.
 func (f *Flags) Options() (*symbolizer.Options, error) {
 	o := &symbolizer.Options{DebugDirs: f.DebugDirs, NoDebuginfod: f.NoDebuginfod, Kallsyms: f.Kallsyms,
-		SymbolPath: f.SymbolPath, SymbolCache: f.SymbolCache, Workers: f.Workers}
+		SymbolPath: f.SymbolPath, SymbolCache: f.SymbolCache, Workers: f.Workers,
+		BuildIDCache: f.IDCache, NoBuildIDCache: f.NoIDCache}
 	for _, pm := range f.PathMaps {
 		m, err := symbolizer.ParsePathMap(pm)
 		if err != nil {

@@ -190,7 +190,7 @@ func main() {
 		stop()
 	}
 	if *stats {
-		cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano())
+		cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 		fmt.Fprintf(os.Stderr, "%d requests in %v: CPU %v (%.1f us/request), %d voluntary and %d involuntary context switches (%.2f, %.2f per ms)\n",
 			n, el.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(n),
 			ru1.Nvcsw-ru0.Nvcsw, ru1.Nivcsw-ru0.Nivcsw, float64(ru1.Nvcsw-ru0.Nvcsw)/float64(el.Milliseconds()), float64(ru1.Nivcsw-ru0.Nivcsw)/float64(el.Milliseconds()))

@@ -14,7 +14,7 @@ import (
 )
 
 // AgentUsage is agent's usage line (after "rawstack agent").
-const AgentUsage = "--otlp-endpoint HOST:PORT [--otlp-raw=false] [--otlp-interval D] [--otlp-queue N] [--otlp-tls] [--otlp-ca FILE] [--otlp-header K=V]... [-F HZ] [--off-cpu] [--no-kernel] [--unwind fp|dwarf] [--no-jit] [--duration D] [--verbose]"
+const AgentUsage = "--otlp-endpoint HOST:PORT [--otlp-raw=false] [--otlp-interval D] [--otlp-queue N] [--otlp-tls] [--otlp-ca FILE] [--otlp-header K=V]... [-F HZ] [--off-cpu] [--no-kernel] [--unwind fp|dwarf] [--no-jit] [--buildid-cache DIR | --no-buildid-cache] [--duration D] [--verbose]"
 
 // Agent defaults: what the daemons of the field use (the OpenTelemetry
 // eBPF profiler samples at 20 Hz; 19 keeps clear of lock-step with
@@ -49,7 +49,7 @@ const (
 func agentFlag(name string) bool {
 	switch name {
 	case "F", "duration", "no-kernel", "unwind", "stack-size",
-		"no-jit", "off-cpu", "goroutines",
+		"no-jit", "off-cpu", "goroutines", "buildid-cache", "buildid-cache-size", "no-buildid-cache",
 		"otlp-endpoint", "otlp-raw", "otlp-interval", "otlp-queue", "otlp-tls",
 		"otlp-ca", "otlp-header", "otlp-service", "otlp-compression":
 		return true

@@ -29,6 +29,9 @@ type Flags struct {
 	Goroutines bool
 	Alloc      bool
 	AllocRate  int
+	IDCache    string
+	IDCacheMax int64
+	NoIDCache  bool
 
 	otlp otlpFlags
 	fs   *flag.FlagSet
@@ -65,6 +68,9 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
 	fs.BoolVar(&f.Alloc, "alloc", false, "record native heap allocations (a command: a sampler preloaded into it; -p: the sampler injected, uprobes on its malloc/free where it cannot be; -a: uprobes; selects --backend ebpf unless --backend perf, which has no uprobes): convert --value alloc_space|alloc_objects|inuse_space|inuse_objects")
 	fs.IntVar(&f.AllocRate, "alloc-rate", 0, "with --alloc: sample one allocation per this many bytes allocated, on average (default 524288)")
+	fs.StringVar(&f.IDCache, "buildid-cache", "", "the build-id cache the files of other mount namespaces' modules (containers) are copied into while they live, for every command to name them later (default $RAWSTACK_BUILDID_CACHE, else ~/.cache/rawstack/buildid)")
+	fs.Int64Var(&f.IDCacheMax, "buildid-cache-size", 0, "cap of the build-id cache in bytes, least recently used files removed first (default 2 GiB)")
+	fs.BoolVar(&f.NoIDCache, "no-buildid-cache", false, "copy no module files into the build-id cache")
 	f.otlp.register(fs)
 	return f
 }
@@ -162,6 +168,12 @@ func flagOf(field string) string {
 		return "--alloc-rate"
 	case "NoPython":
 		return "--no-python"
+	case "BuildIDCache":
+		return "--buildid-cache"
+	case "BuildIDCacheMax":
+		return "--buildid-cache-size"
+	case "NoBuildIDCache":
+		return "--no-buildid-cache"
 	}
 	return ""
 }
@@ -172,7 +184,8 @@ func (f *Flags) Options(be platform.Backend, mode platform.UnwindMode) tracer.Op
 	o := tracer.Options{Frequency: f.Hz, Pid: f.Pid, NoKernel: f.NoKernel,
 		Unwind: mode, StackSize: f.StackSize, KeepRaw: f.KeepRaw, NoJIT: f.NoJIT, JITCodeBytes: f.JITCode,
 		Backend: be, System: f.System, OffCPU: f.OffCPU, Goroutines: f.Goroutines,
-		Alloc: f.Alloc, AllocRate: f.AllocRate, NoPython: f.NoPython}
+		Alloc: f.Alloc, AllocRate: f.AllocRate, NoPython: f.NoPython,
+		BuildIDCache: f.IDCache, BuildIDCacheMax: f.IDCacheMax, NoBuildIDCache: f.NoIDCache}
 	if f.agent {
 		o.FlushInterval = agentFlush
 		if iv := f.otlp.interval; iv > 0 && iv < agentFlush {

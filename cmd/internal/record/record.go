@@ -26,12 +26,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rawstack/rawstack/internal/idcache"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/tracer"
 )
 
 // Usage is record's usage line (after "rawstack record").
-const Usage = "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] [--alloc [--alloc-rate BYTES]] [--no-python] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
+const Usage = "[-o FILE] [--otlp-endpoint HOST:PORT [--otlp-raw] [--otlp-interval D] [--otlp-tls] [--otlp-header K=V]...] [-F HZ] [--backend perf|ebpf [--off-cpu]] [--unwind fp|dwarf|auto [--stack-size N] [--keep-raw]] [--no-jit] [--jit-code] [--goroutines] [--alloc [--alloc-rate BYTES]] [--no-python] [--buildid-cache DIR [--buildid-cache-size BYTES] | --no-buildid-cache] [-q] (-a | -p PID [--duration D] | -- CMD ARGS...)"
 
 // Linked reports whether the back end be is linked into the running
 // program; [Main] hands a recording whose back end is not to delegate.
@@ -139,8 +140,19 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		if be == platform.BackendEBPF {
 			event += ", eBPF"
 		}
-		fmt.Fprintf(stderr, "rawstack record: %s: %d samples, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
-			rf.Out, st.Samples, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
+		gos := ""
+		if rf.Goroutines {
+			// What --goroutines read, and, never silently, what not.
+			gos = fmt.Sprintf(", %d with their goroutine", st.GoSamples)
+			if st.GoWarning != "" {
+				gos += fmt.Sprintf("; goroutines and labels not read, stacks and symbols are: %s", st.GoWarning)
+			}
+		}
+		fmt.Fprintf(stderr, "rawstack record: %s: %d samples%s, %d lost, %d threads, %d modules, %d bytes (%s, %d Hz, %.1fs)\n",
+			rf.Out, st.Samples, gos, st.Lost+st.Dropped, st.Threads, st.Modules, s.size, event, rf.Hz, time.Since(start).Seconds())
+	}
+	if st.BuildIDCache != "" && !rf.agent {
+		fmt.Fprintf(stderr, "rawstack record: %s\n", st.BuildIDCache)
 	}
 	if st.AllocMode != "" {
 		why := ""
@@ -246,6 +258,14 @@ type sinks struct {
 
 func openSinks(rf *Flags, fs *flag.FlagSet, stderr io.Writer) (*sinks, error) {
 	s := &sinks{path: rf.Out}
+	if rf.IDCache != "" {
+		// The OTLP companion names frames on the host (without
+		// --otlp-raw) from the cache the recorder fills.
+		if rf.otlp.env == nil {
+			rf.otlp.env = map[string]string{}
+		}
+		rf.otlp.env[idcache.Env] = rf.IDCache
+	}
 	exp, err := rf.otlp.start(stderr, rf.Hz, rf.summaryLabel())
 	if err != nil {
 		return nil, err

@@ -58,6 +58,11 @@ type Reader struct {
 	// onThread each thread state found (SetOnThread).
 	onProcess func(pid uint32, w Walk)
 	onThread  func(pid, tid uint32, tstate, gil uint64)
+	// NSTid, if set, gives the id thread tid of pid has in the process's
+	// own pid namespace, the one its thread states record
+	// (native_thread_id, glibc's pthread tid): a process in a container
+	// numbers its threads from 1.
+	NSTid func(pid, tid uint32) uint32
 	// GIL is the hold on the GIL of the thread of the last Frames call:
 	// PyGILHeld when the GIL was locked with the thread's state as its
 	// last holder as the frames were read, PyGILNone otherwise.
@@ -220,7 +225,7 @@ func (r *Reader) current(pid, tid uint32, l *layout, ts tstate) (uint64, bool) {
 	} else if !r.read(pid, ts.addr, b) {
 		return 0, false
 	}
-	if r.tidOf(pid, l, b) != uint64(tid) {
+	if r.tidOf(pid, l, b) != uint64(r.nsTid(pid, tid)) {
 		r.GIL = format.PyGILNone
 		return 0, false
 	}
@@ -232,6 +237,15 @@ func (r *Reader) current(pid, tid uint32, l *layout, ts tstate) (uint64, bool) {
 		frame = le64(r.buf[:8], 0)
 	}
 	return frame, true
+}
+
+// nsTid is tid as the process numbers it (NSTid), tid itself without
+// NSTid.
+func (r *Reader) nsTid(pid, tid uint32) uint32 {
+	if r.NSTid == nil {
+		return tid
+	}
+	return r.NSTid(pid, tid)
 }
 
 // tidOf returns the kernel thread id of the thread state in b: its
@@ -251,6 +265,7 @@ func (r *Reader) tidOf(pid uint32, l *layout, b []byte) uint64 {
 // find walks every interpreter's thread list for tid's thread state, and
 // finds the GIL of its interpreter.
 func (r *Reader) find(pid, tid uint32, p *proc, l *layout) tstate {
+	tid = r.nsTid(pid, tid)
 	b := r.buf[:8]
 	if !r.read(pid, p.runtime+l.interpretersHead, b) {
 		return tstate{}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/procmaps"
@@ -19,6 +20,11 @@ type Sampling struct {
 	iov   [2]sys.RemoteIovec
 	files map[string]fileResult
 	errs  []error
+	// nsPid: per process, whether it is in another pid namespace than
+	// the recorder; nsTids: a thread's id in its process's namespace.
+	nsPid  map[uint32]bool
+	nsTids map[uint64]uint32
+	selfNS string
 }
 
 type fileResult struct {
@@ -28,8 +34,10 @@ type fileResult struct {
 
 // NewSampling returns a Sampling that reads with process_vm_readv.
 func NewSampling() *Sampling {
-	s := &Sampling{files: map[string]fileResult{}}
+	s := &Sampling{files: map[string]fileResult{}, nsPid: map[uint32]bool{}, nsTids: map[uint64]uint32{}}
+	s.selfNS, _ = os.Readlink("/proc/self/ns/pid")
 	s.r = NewReader(s.read, s.read2)
+	s.r.NSTid = s.nsTid
 	return s
 }
 
@@ -121,7 +129,10 @@ func (s *Sampling) ClearGIL() { s.r.GIL = format.PyGILNone }
 func (s *Sampling) GIL() format.PyGIL { return s.r.GIL }
 
 // Forget drops what is known of process pid (it exited or exec'd).
-func (s *Sampling) Forget(pid uint32) { s.r.Forget(pid) }
+func (s *Sampling) Forget(pid uint32) {
+	s.r.Forget(pid)
+	delete(s.nsPid, pid) // a reused pid may be of another namespace
+}
 
 // Stats returns the running counts.
 func (s *Sampling) Stats() Stats { return s.r.Stats }
@@ -154,4 +165,46 @@ func (s *Sampling) AttachMaps(pid uint32) bool {
 		}
 	}
 	return s.r.Attached(pid)
+}
+
+// nsTid returns the id thread tid of process pid has in the process's
+// own pid namespace (the last of /proc/PID/task/TID/status's NSpid), the
+// one a container's interpreter records in its thread states; tid for a
+// process in the recorder's namespace.
+func (s *Sampling) nsTid(pid, tid uint32) uint32 {
+	other, ok := s.nsPid[pid]
+	if !ok {
+		ns, err := os.Readlink("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/ns/pid")
+		other = err == nil && s.selfNS != "" && ns != s.selfNS
+		if len(s.nsPid) > 4096 {
+			clear(s.nsPid)
+		}
+		s.nsPid[pid] = other
+	}
+	if !other {
+		return tid
+	}
+	key := uint64(pid)<<32 | uint64(tid)
+	if v, ok := s.nsTids[key]; ok {
+		return v
+	}
+	v := tid
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/task/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					if n, err := strconv.ParseUint(f[len(f)-1], 10, 32); err == nil {
+						v = uint32(n)
+					}
+				}
+				break
+			}
+		}
+	}
+	if len(s.nsTids) > 1<<16 {
+		clear(s.nsTids)
+	}
+	s.nsTids[key] = v
+	return v
 }

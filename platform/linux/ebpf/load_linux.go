@@ -118,7 +118,7 @@ func load(spec bpfSpec) (*programs, error) {
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
 		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate), "python": b2u(spec.Python),
-		"wake_new": b2u(spec.WakeNew),
+		"wake_new": b2u(spec.WakeNew), "go_regs": b2u(spec.GoRegs),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)

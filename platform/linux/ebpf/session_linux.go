@@ -82,6 +82,7 @@ type offStack struct {
 	pid   uint32
 	cpu   uint32
 	flags format.SampleFlags
+	g     uint64
 	pcs   []uint64
 }
 
@@ -283,6 +284,7 @@ func (s *Session) attach() (err error) {
 		spec.AllocRate = s.AllocRate()
 	}
 	spec.Python = s.Python()
+	spec.GoRegs = s.Unwinder() == nil && s.Decoded().UserRegsMask != 0
 	b.progs, err = load(spec)
 	if err != nil {
 		return err
@@ -600,7 +602,7 @@ func (s *Session) offCPU(r *tracking.Record) {
 		b.offPending[r.Tid] = o
 	}
 	sm := s.SampleBuf()
-	o.time, o.pid, o.cpu, o.flags = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags
+	o.time, o.pid, o.cpu, o.flags, o.g = uint64(sm.Time), sm.Pid, sm.CPU, sm.Flags, sm.G
 	o.pcs = append(o.pcs[:0], sm.PCs...)
 }
 
@@ -620,6 +622,6 @@ func (s *Session) onCPU(h []byte) {
 		return // a stack from another switch: its record was lost
 	}
 	sm := s.SampleBuf()
-	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs}
+	*sm = platform.Sample{Time: int64(start), Pid: o.pid, Tid: tid, CPU: o.cpu, Weight: weight, Flags: o.flags, PCs: o.pcs, G: o.g}
 	s.Report(sm)
 }

@@ -108,7 +108,7 @@ func FuzzDecodeBPF(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r tracking.Record
 		r.PCs = make([]uint64, 0, 1024)
-		r.NUserRegs = bpfNRegs
+		r.NUserRegs, r.UserRegsMask = bpfNRegs, 0xff01ff
 		if _, err := tracking.DecodeSampleRecord(b, &r); err == nil {
 			if len(r.PCs) > 254 || len(r.UserStack) > bpfMaxStack {
 				t.Fatalf("decoded %d frames and %d stack bytes", len(r.PCs), len(r.UserStack))

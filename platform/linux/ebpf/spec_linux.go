@@ -22,4 +22,7 @@ type bpfSpec struct {
 	// Python: the cpu-clock program reads the Python frames of the
 	// threads the recorder puts in py_threads (else that map is shrunk).
 	Python bool
+	// GoRegs: in frame-pointer mode, samples carry the stack pointer and
+	// the g register (RS_GREGS), for goroutines and the g register.
+	GoRegs bool
 }

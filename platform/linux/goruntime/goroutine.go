@@ -1,6 +1,8 @@
 package goruntime
 
 import (
+	"os"
+
 	"debug/buildinfo"
 	"debug/dwarf"
 	"debug/elf"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/goself"
 )
 
 // Goroutines of sampled Go code. In Go code (ABIInternal) the current g
@@ -104,6 +107,24 @@ func goLayoutOf(path string) (*goLayout, error) {
 				l.hasLabels = l.labels != 0
 			}
 		}
+	}
+	return l, nil
+}
+
+// selfLayout is the calling process's layout, found by experiment
+// (goself.Self): no DWARF needed.
+func selfLayout() (*goLayout, error) {
+	sl, err := goself.Self()
+	if err != nil {
+		return nil, err
+	}
+	l := &goLayout{stackLo: uint64(sl.GStackLo), stackHi: uint64(sl.GStackHi), goid: uint64(sl.GGoid)}
+	l.span = max(l.stackHi, l.goid) + 8
+	if sl.HasLabels && sl.LabelList {
+		// labelMap{label.Set{List []label.Label}}, Label{Key, Value string}:
+		// the probe read its own labels so.
+		l.labels, l.listOff, l.labelSize, l.keyOff, l.valueOff, l.hasLabels = uint64(sl.GLabels), 0, 32, 0, 16, true
+		l.span = max(l.span, l.labels+8)
 	}
 	return l, nil
 }
@@ -227,6 +248,9 @@ type goReader struct {
 	read  func(pid uint32, addr uint64, buf []byte) bool
 	exe   func(pid uint32) string // the process's executable
 	procs map[uint32]*goProc
+	// warning names a Go program whose goroutines cannot be read (no
+	// DWARF), for the session's summary; "" for none.
+	warning string
 	// Label sets are numbered by content across processes, from 1.
 	ids  map[string]uint64
 	sets [][]format.Label // by id-1
@@ -248,8 +272,16 @@ func (gr *goReader) goroutine(pid uint32, g, sp uint64) (goid, set uint64, fresh
 	p := gr.procs[pid]
 	if p == nil {
 		p = &goProc{sets: map[uint64]labelEntry{}}
-		if path := gr.exe(pid); path != "" {
-			p.layout, _ = goLayoutOf(path)
+		if pid == uint32(os.Getpid()) {
+			// The own process learns its runtime's layout by itself,
+			// DWARF or not (package internal/goself).
+			p.layout, _ = selfLayout()
+		} else if path := gr.exe(pid); path != "" {
+			var err error
+			p.layout, err = goLayoutOf(path)
+			if err != nil && !errors.Is(err, errNotGo) && gr.warning == "" {
+				gr.warning = fmt.Sprintf("pid %d: %v", pid, err)
+			}
 		}
 		if p.layout != nil {
 			p.gbuf = make([]byte, p.layout.span)

@@ -27,13 +27,8 @@ type Sampling struct {
 // architecture (amd64, arm64), or nil elsewhere.
 func NewSampling() *Sampling {
 	gs := &Sampling{}
-	var g, sp int
-	switch runtime.GOARCH {
-	case "amd64":
-		g, sp = perfRegAMD64R14, perfRegAMD64SP
-	case "arm64":
-		g, sp = perfRegARM64X28, perfRegARM64SP
-	default:
+	g, sp, ok := Regs()
+	if !ok {
 		return nil
 	}
 	gs.gReg, gs.sReg, gs.Mask = g, sp, 1<<g|1<<sp
@@ -41,7 +36,19 @@ func NewSampling() *Sampling {
 	return gs
 }
 
-// place computes where the g register and the stack pointer are among
+// Regs returns the perf numbers of the g register and the stack pointer
+// of this architecture (amd64, arm64); ok false elsewhere.
+func Regs() (g, sp int, ok bool) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return perfRegAMD64R14, perfRegAMD64SP, true
+	case "arm64":
+		return perfRegARM64X28, perfRegARM64SP, true
+	}
+	return 0, 0, false
+}
+
+// Place computes where the g register and the stack pointer are among
 // the registers of mask (ascending perf numbers).
 func (gs *Sampling) Place(mask uint64) {
 	gs.gIdx = bits.OnesCount64(mask & (1<<gs.gReg - 1))
@@ -68,6 +75,11 @@ func (gs *Sampling) Goroutine(pid uint32, regs []uint64) (goid, set uint64, fres
 	}
 	return gs.gr.goroutine(pid, regs[gs.gIdx], regs[gs.sIdx])
 }
+
+// Warning names a Go program sampled whose goroutines were not read (its
+// executable has no DWARF: built -ldflags=-w, or stripped), "" for none.
+// The calling process needs none.
+func (gs *Sampling) Warning() string { return gs.gr.warning }
 
 // Forget drops what is known of process pid (it exited or exec'd).
 func (gs *Sampling) Forget(pid uint32) { gs.gr.forget(pid) }

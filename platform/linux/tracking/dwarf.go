@@ -18,6 +18,9 @@ import (
 type userStack struct {
 	NUserRegs int  // weight of sample_regs_user; 0: the session samples no user stacks
 	regsOnly  bool // REGS_USER without STACK_USER (goroutines in frame-pointer mode)
+	// UserRegsMask is sample_regs_user: which registers UserRegs holds,
+	// in ascending perf number (0: none)
+	UserRegsMask uint64
 
 	UserABI   uint64
 	UserRegs  []uint64 // aliases the decoder's buffer

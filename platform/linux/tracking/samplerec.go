@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/rawstack/rawstack/platform/linux/cpython"
 )
@@ -34,6 +35,7 @@ const (
 	SampleFlagPy         = 4  // RS_PY: the Python frames were read at the sample
 	SampleFlagPyGIL      = 8  // RS_PY_GIL: the thread held the GIL
 	SampleFlagPyCut      = 16 // RS_PY_CUT: more Python frames than MaxSamplePy
+	SampleFlagGRegs      = 32 // RS_GREGS: sp and the g register alone, no stack copy
 
 	// The records of sampled allocations: a sampled call's stack
 	// (weight: the bytes asked for), its return (header only, weight:
@@ -49,8 +51,9 @@ var ErrSampleRecord = errors.New("malformed sample record")
 
 // DecodeSampleRecord decodes a sample record (as DecodeRecord does a
 // perf sample) into r and returns its kind. The registers and the stack
-// copy are taken only when the session unwinds them (r.NUserRegs is
-// SampleNRegs). Every count is checked against the record's size: the
+// copy are taken only when the session samples user registers
+// (r.UserRegsMask): those of the mask, or sp and the g register alone
+// (SampleFlagGRegs). Every count is checked against the record's size: the
 // records of the shared ring are written by the target process.
 func DecodeSampleRecord(b []byte, r *Record) (kind uint32, err error) {
 	le := binary.LittleEndian
@@ -79,13 +82,26 @@ func DecodeSampleRecord(b []byte, r *Record) (kind uint32, err error) {
 	r.Kernel = nk > 0
 	r.UserAt = nk
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
-	if flags&SampleFlagRegs != 0 && r.NUserRegs == SampleNRegs {
+	if flags&(SampleFlagRegs|SampleFlagGRegs) != 0 && r.UserRegsMask != 0 {
+		// The registers the session samples (r.UserRegsMask, perf
+		// numbers), from the record's perf order without flags and
+		// segment registers (perf 9-15).
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
-		for i := 0; i < SampleNRegs; i++ {
+		for m := r.UserRegsMask; m != 0; m &= m - 1 {
+			p := bits.TrailingZeros64(m)
+			i := p
+			if p >= 16 {
+				i = p - 7
+			}
+			if p > 8 && p < 16 || i >= SampleNRegs {
+				continue
+			}
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[SampleHdrSize+8*i:]))
 		}
-		off := SampleKernelOff + 8*(nk+nu)
-		r.UserStack = b[off : off+stack]
+		if flags&SampleFlagRegs != 0 {
+			off := SampleKernelOff + 8*(nk+nu)
+			r.UserStack = b[off : off+stack]
+		}
 	}
 	return kind, nil
 }

@@ -90,6 +90,10 @@ type Tracker struct {
 	py        *cpython.Sampling   // nil with Config.NoPython
 	js        jsFrames            // V8's frames (v8_linux.go)
 	alloc     *allocState         // Config.Alloc (alloc_linux.go)
+	idc       *idCacher           // the build-id cache's writer (idcache_linux.go); nil when off
+	gIdx      int                 // Config.SampleG: the g register's index in a record's UserRegs; -1 without
+	goSamples atomic.Uint64
+	goWarning atomic.Pointer[string]
 	pySamples atomic.Uint64
 	// pyStale: a sample drained later than this after it was taken,
 	// of a process the back end reads at the sample since
@@ -226,9 +230,10 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 		ids:      map[idKey]elfIDs{},
 		rec:      record{PCs: make([]uint64, 0, maxCallchain)},
 		uw:       newUnwinder(cfg),
+		gIdx:     -1,
 	}
 	if s.uw != nil {
-		s.rec.NUserRegs = s.uw.nRegs()
+		s.rec.NUserRegs, s.rec.UserRegsMask = s.uw.nRegs(), s.uw.mask
 	}
 	if s.jit = jit.New(cfg, h); s.jit != nil {
 		s.jit.FileBacked = s.fileBacked
@@ -239,15 +244,24 @@ func New(cfg platform.Config, h platform.Handler) *Tracker {
 	if !cfg.NoPython {
 		s.py = cpython.NewSampling()
 	}
+	if !cfg.NoBuildIDCache {
+		s.idc = newIDCacher(cfg.BuildIDCache, cfg.BuildIDCacheMax)
+	}
 	s.js.init(s, cfg)
-	if s.gos != nil {
-		mask := s.gos.Mask
+	if g, sp, ok := goruntime.Regs(); ok && (s.gos != nil || cfg.SampleG) {
+		mask := uint64(1)<<g | 1<<sp
 		if s.uw != nil {
 			mask = s.uw.mask // holds both registers already
 		} else {
 			s.rec.NUserRegs, s.rec.regsOnly = bits.OnesCount64(mask), true
 		}
-		s.gos.Place(mask)
+		s.rec.UserRegsMask = mask
+		if s.gos != nil {
+			s.gos.Place(mask)
+		}
+		if cfg.SampleG {
+			s.gIdx = bits.OnesCount64(mask & (1<<g - 1))
+		}
 	}
 	return s
 }
@@ -282,11 +296,16 @@ func (s *Tracker) Stats() platform.Stats {
 	if w := s.pyWarning.Load(); w != nil {
 		st.PythonWarning = *w
 	}
+	st.GoSamples = s.goSamples.Load()
+	if w := s.goWarning.Load(); w != nil {
+		st.GoWarning = *w
+	}
 	st.JITSamples, st.JITCut = s.jsSamples.Load(), s.jsCut.Load()
 	if w := s.jsWarning.Load(); w != nil {
 		st.JITWarning = *w
 	}
 	s.allocStats(&st)
+	st.BuildIDCache = s.idc.summary()
 	return st
 }
 
@@ -449,6 +468,9 @@ func (s *Tracker) loadModule(t int64, pid uint32, start, end, off, dev, ino uint
 	ps.modules = append(ps.modules, liveModule{id: ml.ID, start: start, end: end, ml: &ml})
 	if ps.reported {
 		s.h.ModuleLoad(&ml)
+	}
+	if ml.Kind == format.ModuleELF {
+		s.idc.module(pid, path, ml.BuildID)
 	}
 	if s.py != nil && ml.Kind == format.ModuleELF {
 		s.pyLoaded(pid, path, start, off)
@@ -858,9 +880,17 @@ func (s *Tracker) prepareSample(r *record, flags format.SampleFlags) bool {
 	if ps := s.procs[r.Pid]; ps != nil && (!ps.reported || !ps.described) {
 		s.report(r.Pid, r.Tid, ps, int64(r.Time))
 	}
-	sm.Goroutine, sm.LabelSet, sm.NewLabels = 0, 0, nil
+	sm.Goroutine, sm.LabelSet, sm.NewLabels, sm.G = 0, 0, nil, 0
+	if s.gIdx >= 0 && r.UserABI != 0 && s.gIdx < len(r.UserRegs) {
+		sm.G = r.UserRegs[s.gIdx]
+	}
 	if s.gos != nil && r.UserABI != 0 {
 		sm.Goroutine, sm.LabelSet, sm.NewLabels = s.gos.Goroutine(r.Pid, r.UserRegs)
+		if sm.Goroutine != 0 {
+			s.goSamples.Add(1)
+		} else if w := s.gos.Warning(); w != "" && s.goWarning.Load() == nil {
+			s.goWarning.Store(&w)
+		}
 	}
 	sm.Python, sm.NewPyCodes, sm.PyGIL = nil, nil, format.PyGILNone
 	if s.py != nil && sm.Flags&format.SampleOffCPU == 0 {
@@ -986,6 +1016,9 @@ func (s *Tracker) Close() error {
 		}
 		s.FDs, s.Rings, s.Polls = nil, nil, nil
 		s.jit.Close()
+		// A container's files are copied from descriptors opened while
+		// it lived: let the copies end (a slow disk, a large binary).
+		s.idc.close(30 * time.Second)
 		s.wakeMu.Lock()
 		if s.wakeMade && s.wake >= 0 {
 			sys.Close(s.wake)
@@ -1001,7 +1034,7 @@ func (s *Tracker) Close() error {
 // thread tracking as a live session's. It serves benchmarks and fuzzing of
 // the record → handler path, and replaying captured ring contents.
 func NewReplay(pid int, h platform.Handler) *Tracker {
-	s := New(platform.Config{Pid: pid}, h)
+	s := New(platform.Config{Pid: pid, NoBuildIDCache: true}, h)
 	s.pid = pid
 	return s
 }

@@ -531,13 +531,14 @@ func unwindKey(ml *format.ModuleLoad) string {
 // SetUserAttr asks, in attr, for what the unwinder and the goroutine
 // reader take from each sample: the user registers and a copy of the
 // user stack (DWARF and auto modes), or, in frame-pointer mode with
-// goroutines, only the two registers the goroutine reader needs.
+// goroutines or the g register (Config.SampleG), only the g register and
+// the stack pointer.
 func (s *Tracker) SetUserAttr(attr *sys.PerfEventAttr) {
 	if s.uw != nil {
 		s.uw.SetAttr(attr)
-	} else if s.gos != nil {
+	} else if s.rec.regsOnly {
 		attr.Sample_type |= perfSampleRegsUser
-		attr.Sample_regs_user = s.gos.Mask
+		attr.Sample_regs_user = s.rec.UserRegsMask
 	}
 }
 

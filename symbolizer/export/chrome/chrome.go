@@ -3,7 +3,9 @@
 // by Perfetto's legacy JSON importer, chrome://tracing and speedscope.
 //
 // Processes and threads get "M" (metadata) name events; spans become "X"
-// (complete) events on their thread, markers "i" (instant, thread scope)
+// (complete) events on their thread (a Go span on its goroutine's track,
+// a thread named "goroutine ID FUNCTION" whose tid has the high bit set,
+// symbolizer.GoroutineTid; a linked span with trace_id and span_id args), markers "i" (instant, thread scope)
 // events, counters "C" events on the first process. Samples are listed in
 // the top-level "samples" array, each naming a node of "stackFrames" (a
 // tree of frames, each node with its parent), inlined functions as nodes
@@ -12,6 +14,7 @@ package chrome
 
 import (
 	"bufio"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -156,6 +159,12 @@ func Convert(p *symbolizer.Profile) (*Trace, error) {
 			}
 			if s.Open || s.Clipped {
 				e.Args = map[string]any{"open": s.Open, "clipped": s.Clipped}
+			}
+			if !s.Link.IsZero() {
+				if e.Args == nil {
+					e.Args = map[string]any{}
+				}
+				e.Args["trace_id"], e.Args["span_id"] = hex.EncodeToString(s.Link.TraceID[:]), hex.EncodeToString(s.Link.SpanID[:])
 			}
 			tr.TraceEvents = append(tr.TraceEvents, e)
 		}

@@ -84,13 +84,18 @@ const (
 
 // track_event/track_event.proto: TrackEvent.
 const (
-	fEventType        = 9  // Type
-	fEventTrackUUID   = 11 // uint64
-	fEventName        = 23 // string
-	fEventDoubleValue = 44 // double double_counter_value
-	typeSliceBegin    = 1
-	typeSliceEnd      = 2
-	typeInstant       = 3
-	typeCounter       = 4
-	fEventCategories  = 22 // repeated string
+	fEventType      = 9  // Type
+	fEventTrackUUID = 11 // uint64
+	fEventName      = 23 // string
+	// debug_annotations (4): DebugAnnotation, its name (10) and
+	// string_value (6)
+	fEventDebugAnnotations = 4
+	fAnnotationName        = 10
+	fAnnotationString      = 6
+	fEventDoubleValue      = 44 // double double_counter_value
+	typeSliceBegin         = 1
+	typeSliceEnd           = 2
+	typeInstant            = 3
+	typeCounter            = 4
+	fEventCategories       = 22 // repeated string
 )

@@ -11,7 +11,10 @@
 // its time. Each process and thread gets a TrackDescriptor; spans are
 // TrackEvent slices (begin/end) on their thread's track, markers instant
 // events there, counters TrackEvent counter values on a counter track of
-// the first process. Times are the recording's monotonic clock in ns,
+// the first process. A Go span is on its goroutine's track (a named track
+// "goroutine ID FUNCTION" under its process; symbolizer.Timeline), with
+// the OpenTelemetry trace and span ids it is linked to as debug
+// annotations trace_id and span_id. Times are the recording's monotonic clock in ns,
 // written without a clock id (Perfetto's default trace clock).
 //
 // Field numbers are in fields.go, taken from the published protos.
@@ -19,11 +22,13 @@ package perfetto
 
 import (
 	"bufio"
+	"encoding/hex"
 	"errors"
 	"io"
 	"math"
 	"strings"
 
+	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/internal/frames"
 )
@@ -271,6 +276,13 @@ func (e *encoder) run(tl *symbolizer.Timeline) {
 	for i, th := range tl.Threads {
 		d := appendVarint(nil, fTrackUUID, threadUUID(i))
 		d = appendVarint(d, fTrackParent, processUUID(procIdx[th.Pid]))
+		if th.Goroutine != 0 {
+			// A goroutine's track: named, under its process, not a
+			// thread (Perfetto merges thread tracks by tid).
+			d = appendString(d, fTrackName, th.Name)
+			e.packet(appendBytes(e.start(-1), fPacketTrackDescriptor, d))
+			continue
+		}
 		td := appendVarint(nil, fThreadPid, uint64(th.Pid))
 		td = appendVarint(td, fThreadTid, uint64(th.Tid))
 		if th.Name != "" {
@@ -292,11 +304,15 @@ func (e *encoder) run(tl *symbolizer.Timeline) {
 		// Begin and end events in time order, ends first at equal times,
 		// so slices nest on the track.
 		var stack []int64
-		slice := func(t int64, typ uint64, name string) {
+		slice := func(t int64, typ uint64, name string, link *format.SpanLink) {
 			ev := appendVarint(nil, fEventType, typ)
 			ev = appendVarint(ev, fEventTrackUUID, track)
 			if name != "" {
 				ev = appendString(ev, fEventName, name)
+			}
+			if link != nil && !link.IsZero() {
+				ev = appendBytes(ev, fEventDebugAnnotations, appendString(appendString(nil, fAnnotationName, "trace_id"), fAnnotationString, hex.EncodeToString(link.TraceID[:])))
+				ev = appendBytes(ev, fEventDebugAnnotations, appendString(appendString(nil, fAnnotationName, "span_id"), fAnnotationString, hex.EncodeToString(link.SpanID[:])))
 			}
 			if typ != typeSliceEnd {
 				ev = appendString(ev, fEventCategories, "rawstack")
@@ -305,18 +321,19 @@ func (e *encoder) run(tl *symbolizer.Timeline) {
 		}
 		closeTo := func(t int64) {
 			for len(stack) > 0 && stack[len(stack)-1] <= t {
-				slice(stack[len(stack)-1], typeSliceEnd, "")
+				slice(stack[len(stack)-1], typeSliceEnd, "", nil)
 				stack = stack[:len(stack)-1]
 			}
 		}
-		for _, s := range th.Spans {
+		for i := range th.Spans {
+			s := &th.Spans[i]
 			closeTo(s.Begin)
-			slice(s.Begin, typeSliceBegin, s.Name)
+			slice(s.Begin, typeSliceBegin, s.Name, &s.Link)
 			stack = append(stack, s.End)
 		}
 		closeTo(math.MaxInt64)
 		for _, m := range th.Markers {
-			slice(m.Time, typeInstant, m.Name)
+			slice(m.Time, typeInstant, m.Name, nil)
 		}
 	}
 	if len(tl.Counters) > 0 && len(tl.Processes) > 0 {

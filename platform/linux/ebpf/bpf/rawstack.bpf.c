@@ -5,7 +5,8 @@
  * little endian, see ebpf_linux.go's decoder):
  *
  *	struct rs_hdr  (48 bytes)
- *	u64 regs[17]   user registers in perf order (ax bx cx dx si di bp sp ip r8-r15), valid if RS_REGS
+ *	u64 regs[17]   user registers in perf order (ax bx cx dx si di bp sp ip r8-r15), valid if RS_REGS;
+ *	               with RS_GREGS instead, only sp and r14 (the Go g register), the others 0
  *	u64 kernel[nkernel]  kernel return addresses, leaf first
  *	u64 user[nuser]      user frames: the kernel's frame-pointer walk (in
  *	                     stack-copy mode too, where it continues the walk
@@ -31,7 +32,7 @@
 #define NREGS 17
 
 enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3, RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
-enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16 };
+enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16, RS_GREGS = 32 };
 #define MAX_PY 64           /* Python frames read per sample */
 #define PY_FRAME 128        /* bytes of an interpreter frame read, at most */
 #define NO_OFF 0xffffffffu
@@ -61,6 +62,7 @@ struct rs_hdr {
 const volatile __u32 all_procs = 0;     /* sample every process */
 const volatile __u32 copy_stack = 1;    /* 1: registers + stack copy; 0: frame pointers */
 const volatile __u32 stack_bytes = 8192; /* bytes of user stack to copy, <= MAX_STACK */
+const volatile __u32 go_regs = 0;       /* frame-pointer mode: record sp and r14 (RS_GREGS) */
 const volatile __u32 self_tgid = 0;     /* the recorder: never sampled off CPU */
 const volatile __u64 offcpu_min_ns = 0; /* shorter off-CPU intervals are not reported */
 /* Wake the reader only once this many bytes wait in the ring buffer (0:
@@ -303,6 +305,24 @@ static __always_inline int py_find(struct py_proc *pp, __u32 tid, struct py_thre
 	return -1;
 }
 
+/* ns_tid returns the current thread's id in its own pid namespace, the
+ * one its interpreter records (native_thread_id): a container numbers its
+ * threads from 1, the host's id (h->tid) is another. */
+static __always_inline __u32 ns_tid(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pid *p = BPF_CORE_READ(task, thread_pid);
+	unsigned int level = BPF_CORE_READ(p, level);
+	if (level > 32)
+		return 0;
+	int nr = 0;
+	__u64 at = (__u64)p + bpf_core_field_offset(struct pid, numbers) + level * bpf_core_type_size(struct upid) +
+		   bpf_core_field_offset(struct upid, nr);
+	if (bpf_probe_read_kernel(&nr, sizeof(nr), (void *)at) != 0)
+		return 0;
+	return nr;
+}
+
 /* py_read appends, at s->buf + off, the Python frames of the current
  * thread, if its process is a CPython the recorder told the program of,
  * and returns the bytes appended; h->pad gets their count and h->flags
@@ -315,10 +335,11 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 		return 0;
 	struct py_thread th = {};
 	struct py_thread *c = bpf_map_lookup_elem(&py_threads, &h->tid);
-	if (c && py_tid(pp, c->tstate) == h->tid) {
+	__u32 tid = ns_tid();
+	if (c && py_tid(pp, c->tstate) == tid) {
 		th = *c;
 	} else {
-		if (py_find(pp, h->tid, &th) != 0)
+		if (py_find(pp, tid, &th) != 0)
 			return 0;
 		bpf_map_update_elem(&py_threads, &h->tid, &th, BPF_ANY);
 	}
@@ -530,8 +551,21 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			off += got;
 		}
 	}
-	if (!(h->flags & RS_REGS))
+	if (!(h->flags & RS_REGS)) {
 		__builtin_memset(regs, 0, NREGS * 8);
+		if (user && go_regs) {
+			/* The goroutine of a Go program's sample: its g register
+			 * and stack pointer, as the thread left user space. */
+			struct pt_regs *pr = entry_sp ? (struct pt_regs *)ctx : (struct pt_regs *)bpf_task_pt_regs(task);
+			__u64 sp = 0, g = 0;
+			if (bpf_probe_read_kernel(&sp, sizeof(sp), &pr->sp) == 0 &&
+			    bpf_probe_read_kernel(&g, sizeof(g), &pr->r14) == 0) {
+				regs[7] = sp;
+				regs[15] = g;
+				h->flags |= RS_GREGS;
+			}
+		}
+	}
 	if (python && user && kind == RS_CPU)
 		off += py_read(s, h, off);
 	if (off > SCRATCH)

@@ -55,11 +55,23 @@ struct mm_struct {
 	unsigned long start_stack; /* the main thread's first stack pointer (argc) */
 } __attribute__((preserve_access_index));
 
+/* A thread's id in each pid namespace it is in, numbers[0] the host's
+ * and numbers[level] its own (include/linux/pid.h). */
+struct upid {
+	int nr;
+} __attribute__((preserve_access_index));
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int flags;
 	int pid;
 	int tgid;
 	struct mm_struct *mm;
+	struct pid *thread_pid;
 } __attribute__((preserve_access_index));
 
 #endif

@@ -96,6 +96,9 @@ func Busiest(tl *symbolizer.Timeline) []*symbolizer.Thread {
 
 // ThreadName is how exporters label a thread: its name and tid.
 func ThreadName(th *symbolizer.Thread) string {
+	if th.Goroutine != 0 {
+		return th.Name // "goroutine ID FUNCTION": its Tid is made up
+	}
 	if th.Name == "" {
 		return "thread " + itoa(th.Tid)
 	}

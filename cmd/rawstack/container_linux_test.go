@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rawstack/rawstack/internal/idcache"
+	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform/linux"
+	"github.com/rawstack/rawstack/symbolizer/locate"
+)
+
+// TestContainerNative records a program that exists only inside its
+// container, from the host, with each back end; converts the trace after
+// the container has exited and its root is deleted; and finds its call
+// chain named in the samples, from the files the recording copied into
+// the build-id cache while the program ran. Without the cache
+// (--no-buildid-cache) the same trace names none of them: the cache is
+// what names them.
+func TestContainerNative(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	bin := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "cc",
+		Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-o", "{dir}/chainpriv", "{in0}"},
+		Inputs: []string{"testdata/container/chainpriv.c"},
+		Out:    "chainpriv",
+	})
+	backends := [][]string{{"--backend", "perf"}, {"--backend", "ebpf"}}
+	for _, be := range backends {
+		t.Run(be[1], func(t *testing.T) {
+			if be[1] == "ebpf" {
+				testbuild.Feature(t, linux.ProbeBPF())
+			}
+			cache := t.TempDir()
+			t.Setenv(idcache.Env, cache)
+			root := testbuild.ContainerRoot(t, map[string]string{bin: "/app/chainpriv"}, nil, bin)
+			pid, cmd := testbuild.Container(t, root, nil, "", "/app/chainpriv", "2.5")
+			trace := filepath.Join(t.TempDir(), "t.rawstack")
+			args := append([]string{"record", "-q", "-F", "499", "-o", trace, "-p", strconv.Itoa(pid), "--duration", "1.5s"}, be...)
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != 0 {
+				t.Fatalf("%q exited %d: %s", args, code, stderr.String())
+			}
+			t.Logf("%s", strings.TrimSpace(stderr.String()))
+			if !strings.Contains(stderr.String(), "build-id cache") {
+				t.Errorf("the summary does not say what the build-id cache got: %s", stderr.String())
+			}
+			cmd.Wait()
+			os.RemoveAll(root) // the container is gone
+			share, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
+			t.Logf("%d samples, %.1f%% with main's chain named after the container was deleted", n, 100*share)
+			if share < 0.95 {
+				t.Errorf("%.1f%% of the samples name alpha_step;beta_step;gamma_step, want >= 95%%", 100*share)
+			}
+			// The control: the same trace without the cache.
+			t.Setenv(idcache.Env, t.TempDir())
+			if none, _ := foldedShare(t, trace, "gamma_step"); none > 0 {
+				t.Errorf("without the build-id cache %.1f%% of the samples still name gamma_step: the test does not test the cache", 100*none)
+			}
+		})
+	}
+}
+
+// recordContainer records the container process pid with args for
+// 1.5 s, ends the container, deletes its root and returns the trace.
+func recordContainer(t *testing.T, pid int, cmd *exec.Cmd, root string, args ...string) string {
+	t.Helper()
+	trace := filepath.Join(t.TempDir(), "t.rawstack")
+	args = append([]string{"record", "-q", "-F", "499", "-o", trace, "-p", strconv.Itoa(pid), "--duration", "1.5s"}, args...)
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("%q exited %d: %s", args, code, stderr.String())
+	}
+	t.Logf("%s", strings.TrimSpace(stderr.String()))
+	syscall.Kill(pid, syscall.SIGKILL) // the container's init: the container ends
+	cmd.Wait()
+	os.RemoveAll(root)
+	return trace
+}
+
+// TestContainerPython records a Python 3.12 whose interpreter and
+// libpython exist only inside its container (pyenv's, at /opt/py), with
+// each back end, and converts after the container is gone: the Python
+// chain is spliced at the interpreter's evaluation frames as outside a
+// container (the interpreter's state read through the process's root at
+// each sample, its native frames named from the build-id cache).
+func TestContainerPython(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	py := testbuild.Python(t, "3.12")
+	prefix := filepath.Dir(filepath.Dir(py))
+	lib := filepath.Join(prefix, "lib", "libpython3.12.so.1.0")
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	for _, be := range []string{"perf", "ebpf"} {
+		t.Run(be, func(t *testing.T) {
+			if be == "ebpf" {
+				testbuild.Feature(t, linux.ProbeBPF())
+			}
+			t.Setenv(idcache.Env, t.TempDir())
+			root := testbuild.ContainerRoot(t, map[string]string{
+				py:  "/opt/py/bin/python3.12",
+				lib: "/opt/py/lib/libpython3.12.so.1.0",
+				filepath.Join(prefix, "lib", "python3.12"): "/opt/py/lib/python3.12",
+				spin: "/app/spin.py",
+			}, []string{"test", "idlelib", "tkinter", "ensurepip", "site-packages", "lib2to3", "turtledemo", "pydoc_data", "config-3.12-x86_64-linux-gnu"}, lib)
+			pid, cmd := testbuild.Container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, "ready", "/opt/py/bin/python3.12", "-S", "/app/spin.py", "4")
+			trace := recordContainer(t, pid, cmd, root, "--backend", be)
+			in, n := foldedShare(t, trace, "_PyEval_EvalFrameDefault")
+			chain, _ := foldedShare(t, trace, "_PyEval_EvalFrameDefault", "alpha_py;beta_py;gamma_py")
+			t.Logf("%d samples, %.1f%% in the interpreter, %.1f%% of those with alpha_py;beta_py;gamma_py", n, 100*in, 100*chain/max(in, 1e-9))
+			if in < 0.5 || chain/in < 0.85 {
+				t.Errorf("%.1f%% of the interpreter's samples have the Python chain (%.1f%% in the interpreter), want >= 85%%", 100*chain/max(in, 1e-9), 100*in)
+			}
+		})
+	}
+}
+
+// TestContainerNode records node running with --perf-basic-prof inside
+// its container (node at /opt/node, its perf map in the container's
+// /tmp under its pid in the container's pid namespace) with each back
+// end: fibJit is named after the container is gone, as outside one.
+func TestContainerNode(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	node := needNode(t, "the container Node test runs node inside a container")
+	node, _ = filepath.EvalSymlinks(node)
+	app, _ := filepath.Abs("testdata/jit/app.js")
+	for _, be := range []string{"perf", "ebpf"} {
+		t.Run(be, func(t *testing.T) {
+			if be == "ebpf" {
+				testbuild.Feature(t, linux.ProbeBPF())
+			}
+			t.Setenv(idcache.Env, t.TempDir())
+			root := testbuild.ContainerRoot(t, map[string]string{node: "/opt/node/bin/node", app: "/app/app.js"}, nil, node)
+			pid, cmd := testbuild.Container(t, root, nil, "", "/opt/node/bin/node", "--perf-basic-prof", "/app/app.js", "100000")
+			trace := recordContainer(t, pid, cmd, root, "--backend", be)
+			share, n := foldedShare(t, trace, "fibJit")
+			t.Logf("%d samples, fibJit named in %.1f%%", n, 100*share)
+			if share < 0.8 {
+				t.Errorf("fibJit named in %.1f%% of the samples, want >= 80%% as outside a container", 100*share)
+			}
+		})
+	}
+}
+
+// TestContainerDebugFile records a container's stripped program whose
+// debug file only the container has (its /usr/lib/debug/.build-id, as
+// a -dbg package installs it): the recording copies the debug file into
+// the build-id cache with the program, and the chain is named after the
+// container is gone.
+func TestContainerDebugFile(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	testbuild.Need(t, "objcopy", "splits the container program's debug file")
+	dir := testbuild.Build(t, testbuild.Cmd{
+		Tool:   "sh",
+		Args:   []string{"-c", "cc -O2 -g -fno-omit-frame-pointer -Wl,--build-id -o {dir}/prog {in0} && objcopy --only-keep-debug {dir}/prog {dir}/prog.debug && objcopy --strip-all {dir}/prog {dir}/prog.stripped && mkdir -p {dir}/d && mv {dir}/prog.debug {dir}/prog.stripped {dir}/d/"},
+		Inputs: []string{"testdata/container/chainpriv.c"},
+		Out:    "d",
+	})
+	bin := filepath.Join(dir, "prog.stripped")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := locate.BuildID(f)
+	f.Close()
+	cache := t.TempDir()
+	t.Setenv(idcache.Env, cache)
+	root := testbuild.ContainerRoot(t, map[string]string{
+		bin:                              "/app/chainpriv",
+		filepath.Join(dir, "prog.debug"): idcache.Path("/usr/lib/debug", id, true),
+	}, nil, bin)
+	pid, cmd := testbuild.Container(t, root, nil, "", "/app/chainpriv", "3")
+	trace := recordContainer(t, pid, cmd, root)
+	if !idcache.Has(cache, id, true) {
+		t.Errorf("the container's debug file is not in the cache")
+	}
+	share, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
+	t.Logf("%d samples, %.1f%% with the chain named from the container's debug file", n, 100*share)
+	if share < 0.95 {
+		t.Errorf("%.1f%% of the samples name alpha_step;beta_step;gamma_step, want >= 95%%", 100*share)
+	}
+}
+
+// TestContainerChurn records the whole host with the eBPF back end (as
+// the agent does) while 50 short-lived containers a second start, each
+// running for 60 ms one of five builds of a program that exists only in
+// its container's root; the roots are deleted before the trace is
+// converted. Every sample in those programs is named: no module that
+// was sampled lost its symbols, and the cache holds every build sampled.
+func TestContainerChurn(t *testing.T) {
+	testbuild.Feature(t, linux.ProbeBPF())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	testbuild.NeedAll(t, "runs the containers", "unshare", "sh", "mount", "pivot_root")
+	cache := t.TempDir()
+	t.Setenv(idcache.Env, cache)
+	const builds = 5
+	var roots []string
+	for i := 0; i < builds; i++ {
+		bin := testbuild.Build(t, testbuild.Cmd{
+			Tool:   "cc",
+			Args:   []string{"-O2", "-g", "-fno-omit-frame-pointer", "-DBUILD=" + strconv.Itoa(i), "-o", "{dir}/chainpriv", "{in0}"},
+			Inputs: []string{"testdata/container/chainpriv.c"},
+			Out:    "chainpriv",
+			Key:    strconv.Itoa(i),
+		})
+		roots = append(roots, testbuild.ContainerRoot(t, map[string]string{bin: "/app/chainpriv"}, nil, bin))
+	}
+	trace := filepath.Join(t.TempDir(), "t.rawstack")
+	done := make(chan int, 1)
+	var stdout, stderr bytes.Buffer
+	go func() {
+		done <- run([]string{"record", "-q", "--backend", "ebpf", "-a", "-F", "199", "--duration", "4s", "-o", trace}, &stdout, &stderr)
+	}()
+	time.Sleep(1500 * time.Millisecond) // the session starts
+	started := 0
+	tk := time.NewTicker(20 * time.Millisecond)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tk.C {
+		root := roots[started%builds]
+		go func() {
+			c := exec.Command("unshare", "--mount", "--pid", "--fork", "sh", "-c", testbuild.EnterRoot, "sh", root, "/app/chainpriv", "0.06")
+			if c.Start() == nil {
+				c.Wait()
+			}
+		}()
+		started++
+	}
+	tk.Stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("record exited %d: %s", code, stderr.String())
+	}
+	t.Logf("%d containers started; %s", started, strings.TrimSpace(stderr.String()))
+	time.Sleep(200 * time.Millisecond)
+	for _, r := range roots {
+		os.RemoveAll(r)
+	}
+	named, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
+	lost, _ := foldedShare(t, trace, "chainpriv+0x")
+	t.Logf("whole host: %d samples, %.2f%% in the containers' chain, %.2f%% in their program unnamed; the cache holds %d bytes", n, 100*named, 100*lost, idcache.Usage(cache))
+	if named == 0 || lost > 0 {
+		t.Errorf("%.2f%% of the samples name the containers' chain, %.2f%% are in their program unnamed: want some, and none", 100*named, 100*lost)
+	}
+}
