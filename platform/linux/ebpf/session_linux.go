@@ -396,7 +396,7 @@ func (s *Session) attach() (err error) {
 	cpus := procfs.OnlineCPUs()
 	s.Rings = make([]*tracking.Ring, len(cpus))
 	for i, cpu := range cpus {
-		fd, err := sys.PerfEventOpen(&attr, -1, cpu, -1)
+		fd, err := s.OpenSampling(&attr, -1, cpu)
 		if err != nil {
 			if err == sys.EACCES || err == sys.EPERM {
 				return &platform.PermissionError{Op: fmt.Sprintf("perf_event_open on cpu %d (all processes)", cpu), Need: "CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}
