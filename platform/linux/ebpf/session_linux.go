@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package ebpf
 
@@ -28,7 +28,6 @@ import (
 // Record layout written by the BPF programs (bpf/rawstack.bpf.c).
 const (
 	bpfHdrSize   = 48
-	bpfNRegs     = 17
 	bpfKernelOff = bpfHdrSize + 8*bpfNRegs
 	bpfMaxStack  = 16384 // MAX_STACK in bpf/rawstack.bpf.c; platform/linux.checkConfig refuses a StackSize above it
 
@@ -184,10 +183,11 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 // With cfg.Alloc, the command gets the allocation sampler preloaded
 // (package allocshim, through LD_PRELOAD), which samples in the process:
 // the recorder's uprobes are on the sampler's two markers instead of on
-// every allocator call.
+// every allocator call. Where the sampler is not built (arm64), the
+// uprobes are on the command's allocator, as for a running process.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := newSession(cfg, h)
-	if cfg.Alloc {
+	if cfg.Alloc && shimBuilt {
 		if err := s.preload(cmd); err != nil {
 			return nil, err
 		}
