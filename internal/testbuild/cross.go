@@ -58,9 +58,21 @@ var crossTools = map[string]map[string]crossTool{
 }
 
 // crossKey is the key of c's build for arch, computed alike on the host
-// and in the VM (paths of inputs as the test names them, relative to its
-// package).
+// and in the VM: paths are taken relative to the test's directory (its
+// package), where the repository's copy in the VM has the same files.
 func crossKey(c Cmd, arch string) (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	rel := func(p string) string {
+		if filepath.IsAbs(p) {
+			if r, err := filepath.Rel(wd, p); err == nil {
+				p = r
+			}
+		}
+		return filepath.ToSlash(filepath.Clean(p))
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "rawstack-cross-1\x00%s\x00%s\x00", arch, c.Tool)
 	for _, a := range c.Args {
@@ -69,9 +81,9 @@ func crossKey(c Cmd, arch string) (string, error) {
 	for _, e := range c.Env {
 		fmt.Fprintf(h, "e%s\x00", e)
 	}
-	fmt.Fprintf(h, "k%s\x00o%s\x00d%s\x00", c.Key, c.Out, c.Dir)
+	fmt.Fprintf(h, "k%s\x00o%s\x00d%s\x00", c.Key, c.Out, rel(c.Dir))
 	for _, in := range c.Inputs {
-		fmt.Fprintf(h, "i%s\x00", filepath.ToSlash(filepath.Clean(in)))
+		fmt.Fprintf(h, "i%s\x00", rel(in))
 		if err := hashTree(h, in); err != nil {
 			return "", fmt.Errorf("testbuild: input %s: %w", in, err)
 		}
