@@ -76,7 +76,10 @@ func TestRecordChainShares(t *testing.T) {
 					whole, hot := chainShare(t, out, f.chain)
 					share := float64(whole) / float64(max(hot, 1))
 					t.Logf("chain share %s: %.1f%% of %d samples in %s hold %s", name, 100*share, hot, f.chain[len(f.chain)-1], strings.Join(f.chain, "→"))
-					if hot < 100 {
+					// 250 are due; an emulated CPU's cycles event (perf's
+					// choice where the PMU has one) gave 83 to 143 in the
+					// arm64 VM, which still measures a share to a few points.
+					if hot < 50 {
 						t.Fatalf("only %d samples in %s in 1 s of CPU at 250 Hz", hot, f.chain[len(f.chain)-1])
 					}
 					if share < 0.90 {

@@ -52,7 +52,7 @@ type suite struct {
 //     dynamic loader's first run of each page of code) a tenth of a
 //     short run, and the recorder's own work several times slower
 //     (TestLaunchChain, TestDWARFChain, TestAutoUnwind, TestForkExec,
-//     TestSelfProfile, TestAllocAttach, TestEBPFSystemWide,
+//     TestSelfProfile, TestAllocAttach, TestEBPFSystemWide, TestEBPFExecExit,
 //     TestEBPFKernelFrames: an emulated CPU's interrupts are slow enough
 //     to hold a tenth of the samples of a program that lives in short
 //     system calls); and the
@@ -76,7 +76,7 @@ var suites = []suite{
 	{name: "snapshot", pkg: "platform/snapshot", timeout: 2 * time.Minute,
 		run: "^(TestProcessOptions|TestProcessChurn|TestProcessReleasesOnError|TestProcessStopped|TestProcessKeepsSignals|TestProcessProcMem|TestFrozen)$"},
 	{name: "tracer", pkg: "tracer", timeout: 3 * time.Minute,
-		run: "^(TestEBPFChain|TestEBPFOffCPU|TestEBPFExecExit|TestThreads|TestAutoRepairsShrinkWrappedLeaf)$"},
+		run: "^(TestEBPFChain|TestEBPFOffCPU|TestThreads|TestAutoRepairsShrinkWrappedLeaf)$"},
 	{name: "cmd", pkg: "cmd/rawstack", timeout: 5 * time.Minute,
 		run: "^(TestRecordChainShares|TestRecordAlloc|TestAgentOTLP|TestSnapshotThreadChains|TestRecordCommand)$"},
 }
@@ -162,9 +162,12 @@ func run(runRE string, keep bool, timeout time.Duration, script string) error {
 		"CI=" + os.Getenv("CI")}}
 	for _, s := range chosen {
 		fmt.Printf("arm64vm: %s: the host's run of the suite, which builds its fixtures for arm64\n", s.name)
+		// A test that fails here is the host test run's to report (CI
+		// runs it first); its fixtures are built before it checks
+		// anything, and one it did not reach is named in the VM.
 		if err := goCmd(root, []string{"RAWSTACK_CROSS_FIXTURES=arm64:" + fixtures},
 			"test", "-count=1", "-run", s.run, "./"+s.pkg); err != nil {
-			return fmt.Errorf("%s: the host's run: %w", s.name, err)
+			fmt.Printf("arm64vm: %s: the host's run failed (%v); the VM runs the suite with the fixtures it built\n", s.name, err)
 		}
 		bin := filepath.Join(work, "bin", s.name+".test")
 		if err := goCmd(root, []string{"GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0"},
