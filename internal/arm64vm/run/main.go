@@ -298,7 +298,7 @@ func pack(out, root, init, busybox, bins, fixtures, crossLibs string, plan arm64
 
 // busyboxCommands are the commands tests run (sh and the few they call
 // by name), linked to busybox.
-var busyboxCommands = []string{"sh", "true", "false", "sleep", "timeout", "cat", "echo", "env", "kill", "ls", "ps", "yes", "dd", "head"}
+var busyboxCommands = []string{"sh", "true", "false", "sleep", "timeout", "cat", "echo", "env", "kill", "ls", "ps", "yes", "dd", "head", "base64"}
 
 // addTree adds the files below dir as below name, following symbolic
 // links (a fixture directory is a link into the fixture cache; the
