@@ -3,11 +3,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -96,31 +94,19 @@ func TestRecordChainShares(t *testing.T) {
 // how many of those have the whole chain, consecutive, down to it.
 func chainShare(t *testing.T, trace string, chain []string) (whole, hot int64) {
 	t.Helper()
-	var so, se bytes.Buffer
-	if code := run([]string{"convert", trace, "--to", "folded", "--no-debuginfod"}, &so, &se); code != 0 {
-		t.Fatalf("convert exited %d: %s", code, se.String())
-	}
-	last := chain[len(chain)-1]
-	sc := bufio.NewScanner(&so)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		line := sc.Text()
-		sp := strings.LastIndexByte(line, ' ')
-		n, err := strconv.ParseInt(line[sp+1:], 10, 64)
-		if err != nil {
-			t.Fatalf("folded line %q", line)
-		}
-		frames := strings.Split(line[:sp], ";")
+	last, want := chain[len(chain)-1], strings.Join(chain, ";")
+	eachFolded(t, trace, func(stack string, n int64) {
+		frames := strings.Split(stack, ";")
 		for i, fr := range frames {
 			if fr != last {
 				continue
 			}
 			hot += n
-			if i+1 >= len(chain) && strings.Join(frames[i+1-len(chain):i+1], ";") == strings.Join(chain, ";") {
+			if i+1 >= len(chain) && strings.Join(frames[i+1-len(chain):i+1], ";") == want {
 				whole += n
 			}
-			break
+			return
 		}
-	}
+	})
 	return whole, hot
 }
