@@ -17,3 +17,16 @@ const (
 	// is built for this architecture.
 	shimBuilt = true
 )
+
+// recordReg returns the index in a record's registers of perf register
+// p: the record holds perf's order without the flags and segment
+// registers (perf 9-15).
+func recordReg(p int) (int, bool) {
+	switch {
+	case p <= 8:
+		return p, true
+	case p >= 16 && p-7 < bpfNRegs:
+		return p - 7, true
+	}
+	return 0, false
+}

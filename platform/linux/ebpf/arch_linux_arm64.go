@@ -18,3 +18,7 @@ const (
 	// command's allocator gets the uprobes a running process's gets.
 	shimBuilt = false
 )
+
+// recordReg returns the index in a record's registers of perf register
+// p: the record holds perf's arm64 order, x0-x30, sp, pc.
+func recordReg(p int) (int, bool) { return p, p >= 0 && p < bpfNRegs }

@@ -43,7 +43,7 @@ const (
 	bpfFlagPyCut      = 16 // RS_PY_CUT: more Python frames than bpfMaxPy
 	bpfMaxPy          = 64 // MAX_PY
 	bpfFlagStackFault = 2
-	bpfFlagGRegs      = 32 // RS_GREGS: sp and r14 alone
+	bpfFlagGRegs      = 32 // RS_GREGS: sp and the g register (r14, x28) alone
 
 	bpfRingBytes = 4 << 20 // default BPF ring buffer size
 	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
@@ -633,16 +633,11 @@ func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
 	if flags&(bpfFlagRegs|bpfFlagGRegs) != 0 && r.UserRegsMask != 0 {
 		// The registers the session samples (r.UserRegsMask, perf
-		// numbers), from the record's perf order without flags and
-		// segment registers (perf 9-15).
+		// numbers), from the record's perf order (recordReg).
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
 		for m := r.UserRegsMask; m != 0; m &= m - 1 {
-			p := bits.TrailingZeros64(m)
-			i := p
-			if p >= 16 {
-				i = p - 7
-			}
-			if p > 8 && p < 16 || i >= bpfNRegs {
+			i, ok := recordReg(bits.TrailingZeros64(m))
+			if !ok {
 				continue
 			}
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
