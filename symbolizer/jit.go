@@ -67,6 +67,7 @@ func (j *jitDB) code(e *format.JITCode) {
 		return
 	}
 	p := j.pid(e.Pid)
+	j.final = false // a stream's reader names code between events
 	j.seq++
 	en := &jitEntry{start: e.Addr, end: e.Addr + e.Size, t: e.Time, until: math.MaxInt64, seq: j.seq, name: e.Name}
 	if len(e.Lines) > 0 {
@@ -84,12 +85,15 @@ func (j *jitDB) unload(e *format.JITUnload) {
 		return
 	}
 	p := j.pid(e.Pid)
+	j.final = false
 	p.unloads = append(p.unloads, jitUnload{e.Time, e.Addr, e.Addr + e.Size})
 	p.times = append(p.times, e.Time)
 }
 
 // finalize sorts each process's entries and computes how long each stays
-// valid: until the first later entry that overlaps it, or an unload.
+// valid: until the first later entry that overlaps it, or an unload. It
+// runs again after new events (each pass only shortens validities, so
+// a second one over more entries gives what one pass over all would).
 func (j *jitDB) finalize() {
 	if j.final {
 		return
@@ -259,7 +263,7 @@ func (b *builder) resolvePending() {
 	if len(b.pending) == 0 {
 		return
 	}
-	b.jit.finalize()
+	b.rf.jit.finalize()
 	cache := map[jitStackKey][]int{}
 	for i := range b.pending {
 		s := &b.pending[i]
@@ -274,7 +278,7 @@ func (b *builder) resolvePending() {
 			}
 			continue
 		}
-		k := jitStackKey{s.pid, s.stack, s.gen, b.jit.epoch(s.pid, s.t)}
+		k := jitStackKey{s.pid, s.stack, s.gen, b.rf.jit.epoch(s.pid, s.t)}
 		locs, ok := cache[k]
 		if !ok {
 			pcs := b.stacks[s.stack]
@@ -296,31 +300,31 @@ func (b *builder) resolvePending() {
 // that a JIT entry covers at t becomes a location in the process's
 // "[jit] NAME" pseudo-module, carrying the runtime's name.
 func (b *builder) locAt(pid uint32, pc uint64, caller bool, t int64) int {
-	if b.jit.byPid[pid] == nil || !b.jitCandidate(pid, pc, t) {
+	if !b.rf.HasJIT(pid) || !b.jitCandidate(pid, pc, t) {
 		return b.loc(pid, pc, caller, t)
 	}
 	look := pc
 	if caller && look > 0 {
 		look--
 	}
-	e := b.jit.lookup(pid, look, t)
-	if e == nil {
+	e, ok := b.rf.JITCode(pid, look, t)
+	if !ok {
 		return b.loc(pid, pc, caller, t)
 	}
-	k := locKey{abs: pc, caller: caller, jit: e.seq}
+	k := locKey{abs: pc, caller: caller, jit: e.Entry}
 	if i, ok := b.locs[k]; ok {
 		return i
 	}
 	m := b.jitModule(pid)
 	i := len(b.p.Locations)
-	b.p.Locations = append(b.p.Locations, &Location{Module: m, Abs: pc, Addr: pc - e.start, Caller: caller, Frames: []Frame{e.frame(look, b.strs)}})
+	b.p.Locations = append(b.p.Locations, &Location{Module: m, Abs: pc, Addr: pc - e.Start, Caller: caller, Frames: []Frame{e.Frame}})
 	b.locs[k] = i
 	return i
 }
 
 // jitModule returns pid's pseudo-module, "[jit] " and the process name.
 func (b *builder) jitModule(pid uint32) *Module {
-	p := b.jit.byPid[pid]
+	p := b.rf.jit.byPid[pid]
 	if p.module != nil {
 		return p.module
 	}

@@ -1,9 +1,6 @@
 package symbolizer
 
 import (
-	"encoding/binary"
-	"math"
-
 	"github.com/rawstack/rawstack/format"
 )
 
@@ -20,13 +17,12 @@ import (
 // functions inlined in it) with their lines. Where a perf map or jitdump
 // named the same address, the runtime's metadata wins.
 
+// The splice itself is [RuntimeFrames.Splice] (runtime.go).
+
 // jitFrames is what the builder keeps of a stream's JIT runtime frames.
 type jitFrames struct {
-	funcs   map[uint64]format.JITFunc
-	stacks  map[uint64][]format.JITFrame // by PyStack id
-	locs    map[string]int
-	modules map[format.JITRuntime]*Module
-	key     []byte
+	funcs  map[uint64]format.JITFunc
+	stacks map[uint64][]format.JITFrame // by PyStack id
 }
 
 func (j *jitFrames) fn(f *format.JITFunc) {
@@ -44,71 +40,4 @@ func (j *jitFrames) stack(s *format.PyStack) {
 		j.stacks = map[uint64][]format.JITFrame{}
 	}
 	j.stacks[s.ID] = append([]format.JITFrame(nil), s.JIT...)
-}
-
-// spliceJIT returns locs with each group of PyStack python's JIT frames in
-// place of the native location at its address. Groups are matched in
-// order, leaf first: a group whose address the native stack does not
-// hold (its unwinding took another path) is left out, never placed
-// elsewhere.
-func (b *builder) spliceJIT(locs []int, python uint64) []int {
-	frames := b.py.jit.stacks[python]
-	if len(frames) == 0 {
-		return locs
-	}
-	out := append([]int(nil), locs...)
-	at := 0
-	for start := 0; start < len(frames); {
-		end := start
-		for end < len(frames)-1 && frames[end].Inlined {
-			end++
-		}
-		group := frames[start : end+1]
-		start = end + 1
-		for i := at; i < len(out); i++ {
-			if b.p.Locations[out[i]].Abs == group[0].PC {
-				out[i] = b.jitLoc(group)
-				at = i + 1
-				break
-			}
-		}
-	}
-	return out
-}
-
-// jitLoc returns the location of one native frame's JIT frames.
-func (b *builder) jitLoc(group []format.JITFrame) int {
-	j := &b.py.jit
-	j.key = binary.AppendUvarint(j.key[:0], group[0].PC)
-	for _, f := range group {
-		j.key = binary.AppendUvarint(binary.AppendUvarint(j.key, f.Func), uint64(f.Line))
-	}
-	if i, ok := j.locs[string(j.key)]; ok {
-		return i
-	}
-	if j.locs == nil {
-		j.locs = map[string]int{}
-		j.modules = map[format.JITRuntime]*Module{}
-	}
-	rt := j.funcs[group[len(group)-1].Func].Runtime
-	m := j.modules[rt]
-	if m == nil {
-		b.jitModules++
-		m = &Module{ModuleLoad: format.ModuleLoad{ID: math.MaxUint64 - b.jitModules, Kind: format.ModuleJIT, Path: "[" + rt.String() + "]"}, Unload: math.MaxInt64, jit: true}
-		j.modules[rt] = m
-		b.p.Modules = append(b.p.Modules[:len(b.p.Modules):len(b.p.Modules)], m)
-	}
-	l := &Location{Module: m, Abs: group[0].PC, Addr: group[0].PC}
-	for _, f := range group {
-		fn, ok := j.funcs[f.Func]
-		if !ok {
-			l.Frames = append(l.Frames, Frame{Function: "[jit function " + itoa(f.Func) + "]"})
-			continue
-		}
-		l.Frames = append(l.Frames, Frame{Function: fn.Name, File: fn.File, Line: int(f.Line)})
-	}
-	i := len(b.p.Locations)
-	b.p.Locations = append(b.p.Locations, l)
-	j.locs[string(j.key)] = i
-	return i
 }

@@ -197,11 +197,11 @@ type builder struct {
 	opts    *Options
 	raw     *rawUnwinder
 	tl      *timelineBuilder // nil unless Options.Timeline
-	py      pyState          // Python frames (python.go)
+	rf      RuntimeFrames    // JIT, Python and JIT runtime frames (runtime.go)
+	py      pyState          // their locations (python.go)
 
 	// JIT code (jit.go)
-	jit        jitDB
-	strs       map[uint64]string // String events, for JIT names
+	rtModules  map[string]*Module // pseudo-modules of runtime frames
 	procNames  map[uint32]string
 	pending    []pendingSample
 	deferred   map[stackKey]bool
@@ -225,7 +225,6 @@ func newBuilder(h format.Header) *builder {
 		samples:   map[string]*Sample{},
 		labels:    map[uint64][]format.Label{},
 		first:     true,
-		strs:      map[uint64]string{},
 		procNames: map[uint32]string{},
 	}
 }
@@ -249,20 +248,14 @@ func (b *builder) event(ev *format.Event) {
 		b.sample(&ev.Sample)
 	case format.KindLabelSet:
 		b.labels[ev.LabelSet.ID] = append([]format.Label(nil), ev.LabelSet.Labels...)
-	case format.KindString:
-		b.strs[ev.String.ID] = ev.String.Value
+	case format.KindString, format.KindJITCode, format.KindJITUnload, format.KindPyCode, format.KindPyStack, format.KindJITFunc:
+		b.rf.Event(ev)
 	case format.KindProcess:
 		b.procNames[ev.Process.Pid] = ev.Process.Name
-	case format.KindJITCode:
-		b.jit.code(&ev.JITCode)
-	case format.KindJITUnload:
-		b.jit.unload(&ev.JITUnload)
 	case format.KindAlloc:
 		b.alloc(&ev.Alloc)
 	case format.KindFree:
 		b.free(&ev.Free)
-	case format.KindPyCode, format.KindPyStack, format.KindJITFunc:
-		b.pyEvent(ev)
 	}
 }
 

@@ -1,9 +1,6 @@
 package symbolizer
 
 import (
-	"math"
-	"slices"
-
 	"github.com/rawstack/rawstack/format"
 )
 
@@ -20,44 +17,10 @@ import (
 // the Python frames from one entry frame on (format.PyFrame.Entry).
 const evalFunction = "_PyEval_EvalFrameDefault"
 
-type pyLocKey struct {
-	code uint64
-	line int
-}
-
-// pyState is what the builder keeps of a stream's Python frames.
+// pyState is the builder's interning of runtime frames: one location per
+// StackFrame key.
 type pyState struct {
-	codes  map[uint64]format.PyCode
-	stacks map[uint64][]format.PyFrame
-	gil    map[uint64]format.PyGIL // PyStacks that carry a hold on the GIL
-	locs   map[pyLocKey]int
-	module *Module
-	jit    jitFrames // JIT runtime frames (jitframes.go)
-}
-
-func (b *builder) pyEvent(ev *format.Event) {
-	if b.py.codes == nil {
-		b.py.codes = map[uint64]format.PyCode{}
-		b.py.stacks = map[uint64][]format.PyFrame{}
-		b.py.locs = map[pyLocKey]int{}
-	}
-	switch ev.Kind {
-	case format.KindPyCode:
-		c := ev.PyCode
-		c.Lines = append([]byte(nil), c.Lines...)
-		b.py.codes[c.ID] = c
-	case format.KindJITFunc:
-		b.py.jit.fn(&ev.JITFunc)
-	case format.KindPyStack:
-		b.py.stacks[ev.PyStack.ID] = append([]format.PyFrame(nil), ev.PyStack.Frames...)
-		b.py.jit.stack(&ev.PyStack)
-		if g := ev.PyStack.GIL; g == format.PyGILHeld || g == format.PyGILWaiting {
-			if b.py.gil == nil {
-				b.py.gil = map[uint64]format.PyGIL{}
-			}
-			b.py.gil[ev.PyStack.ID] = g
-		}
-	}
+	locs map[string]int
 }
 
 // LabelPythonGIL is the label a sample of a Python thread gets when the
@@ -68,46 +31,18 @@ const LabelPythonGIL = "python.gil"
 
 // pyLabels returns labels with the GIL label of PyStack python added.
 func (b *builder) pyLabels(labels []format.Label, python uint64) []format.Label {
-	g, ok := b.py.gil[python]
+	g, ok := b.rf.PythonGIL(python)
 	if !ok {
 		return labels
 	}
 	return append(labels[:len(labels):len(labels)], format.Label{Key: LabelPythonGIL, Value: g.String()})
 }
 
-// pyLoc returns the location of Python frame f.
-func (b *builder) pyLoc(f format.PyFrame) int {
-	c, ok := b.py.codes[f.Code]
-	line := 0
-	if ok {
-		line, _ = PyLine(c.Table, c.Lines, c.FirstLine, f.Offset)
-	}
-	k := pyLocKey{f.Code, line}
-	if i, ok := b.py.locs[k]; ok {
-		return i
-	}
-	if b.py.module == nil {
-		b.jitModules++
-		b.py.module = &Module{ModuleLoad: format.ModuleLoad{ID: math.MaxUint64 - b.jitModules, Kind: format.ModuleJIT, Path: "[python]"}, Unload: math.MaxInt64, jit: true}
-		b.p.Modules = append(b.p.Modules[:len(b.p.Modules):len(b.p.Modules)], b.py.module)
-	}
-	l := &Location{Module: b.py.module, Abs: uint64(f.Offset), Addr: uint64(f.Offset)}
-	if ok {
-		l.Frames = []Frame{{Function: c.Name, File: c.File, Line: line}}
-	} else {
-		l.Frames = []Frame{{Function: "[python code " + itoa(f.Code) + "]"}}
-	}
-	i := len(b.p.Locations)
-	b.p.Locations = append(b.p.Locations, l)
-	b.py.locs[k] = i
-	return i
-}
-
-// splicePython puts each sample's Python frames into its native stack,
-// once the native locations are symbolized, in the profile's samples and
-// in the timeline's.
+// splicePython puts each sample's Python and JIT runtime frames into its
+// native stack ([RuntimeFrames.Splice]), once the native locations are
+// symbolized, in the profile's samples and in the timeline's.
 func (b *builder) splicePython() {
-	if len(b.py.stacks) == 0 {
+	if len(b.rf.py.stacks) == 0 {
 		return
 	}
 	type key struct {
@@ -116,6 +51,7 @@ func (b *builder) splicePython() {
 		n      int
 	}
 	cache := map[key][]int{}
+	var native []NativeFrame
 	splice := func(locs []int, python uint64) []int {
 		if python == 0 {
 			return locs
@@ -126,7 +62,19 @@ func (b *builder) splicePython() {
 		}
 		out, ok := cache[k]
 		if !ok {
-			out = b.splice(b.spliceJIT(locs, python), b.py.stacks[python])
+			native = native[:0]
+			for _, li := range locs {
+				l := b.p.Locations[li]
+				native = append(native, NativeFrame{PC: l.Abs, Eval: IsPythonEval(l.Frames)})
+			}
+			out = make([]int, 0, len(locs))
+			for _, f := range b.rf.Splice(native, python) {
+				if f.Native >= 0 {
+					out = append(out, locs[f.Native])
+				} else {
+					out = append(out, b.runtimeLoc(&f))
+				}
+			}
 			cache[k] = out
 		}
 		return out
@@ -144,53 +92,20 @@ func (b *builder) splicePython() {
 	}
 }
 
-// splice returns locs with frames spliced in. The Python frames, leaf
-// first, fall into groups that each end (rootward) at an entry frame;
-// group k from the leaf belongs to the k-th evaluation frame from the
-// leaf and goes just leafward of it. Groups left over (the native stack
-// was cut, or its unwinding missed evaluation frames) go at the root end,
-// in order. A native stack with no evaluation frame gets none: the
-// recorder reads Python frames when it drains the sample, a few
-// milliseconds later, and a thread sampled outside the interpreter (in
-// start-up, in a C extension's thread) may have run Python code by then.
-func (b *builder) splice(locs []int, frames []format.PyFrame) []int {
-	if len(frames) == 0 || !slices.ContainsFunc(locs, b.isEval) {
-		return locs
+// runtimeLoc returns the location of a frame the stream's events name,
+// in its runtime's pseudo-module ("[python]", "[v8]", "[hotspot]").
+func (b *builder) runtimeLoc(f *StackFrame) int {
+	if i, ok := b.py.locs[f.Key]; ok {
+		return i
 	}
-	var groups [][]int
-	var cur []int
-	for _, f := range frames {
-		cur = append(cur, b.pyLoc(f))
-		if f.Entry {
-			groups = append(groups, cur)
-			cur = nil
-		}
+	if b.py.locs == nil {
+		b.py.locs = map[string]int{}
 	}
-	if len(cur) > 0 {
-		groups = append(groups, cur)
-	}
-	out := make([]int, 0, len(locs)+len(frames))
-	g := 0
-	for _, li := range locs {
-		if g < len(groups) && b.isEval(li) {
-			out = append(out, groups[g]...)
-			g++
-		}
-		out = append(out, li)
-	}
-	for ; g < len(groups); g++ {
-		out = append(out, groups[g]...)
-	}
-	return out
-}
-
-func (b *builder) isEval(li int) bool {
-	for _, f := range b.p.Locations[li].Frames {
-		if f.Function == evalFunction {
-			return true
-		}
-	}
-	return false
+	l := &Location{Module: b.runtimeModule(f.Runtime), Abs: f.PC, Addr: f.PC, Frames: f.Frames}
+	i := len(b.p.Locations)
+	b.p.Locations = append(b.p.Locations, l)
+	b.py.locs[f.Key] = i
+	return i
 }
 
 // PyLine returns the source line of the instruction at byte offset off of

@@ -77,10 +77,10 @@ func TestSplicePython(t *testing.T) {
 	}
 	callee, eval1, mid, eval2, main := native("callee"), native(evalFunction), native("PyObject_Call"), native(evalFunction), native("main")
 	for i, name := range []string{"gamma_py", "beta_py", "alpha_py", "outer_py"} {
-		b.pyEvent(&format.Event{Kind: format.KindPyCode, PyCode: format.PyCode{ID: uint64(i + 1), Name: name, File: "app.py", FirstLine: uint32(10 * (i + 1))}})
+		b.rf.Event(&format.Event{Kind: format.KindPyCode, PyCode: format.PyCode{ID: uint64(i + 1), Name: name, File: "app.py", FirstLine: uint32(10 * (i + 1))}})
 	}
-	b.pyEvent(&format.Event{Kind: format.KindPyStack, PyStack: format.PyStack{ID: 1, Frames: []format.PyFrame{{Code: 1}, {Code: 2, Entry: true}, {Code: 3, Entry: true}}}})
-	b.pyEvent(&format.Event{Kind: format.KindPyStack, PyStack: format.PyStack{ID: 2, Frames: []format.PyFrame{{Code: 1, Entry: true}, {Code: 2, Entry: true}, {Code: 3, Entry: true}, {Code: 4}}}})
+	b.rf.Event(&format.Event{Kind: format.KindPyStack, PyStack: format.PyStack{ID: 1, Frames: []format.PyFrame{{Code: 1}, {Code: 2, Entry: true}, {Code: 3, Entry: true}}}})
+	b.rf.Event(&format.Event{Kind: format.KindPyStack, PyStack: format.PyStack{ID: 2, Frames: []format.PyFrame{{Code: 1, Entry: true}, {Code: 2, Entry: true}, {Code: 3, Entry: true}, {Code: 4}}}})
 	b.addGo([]int{callee, eval1, mid, eval2, main}, 1, 0, 0, 0, 1)
 	b.addGo([]int{callee, eval1, main}, 1, 0, 0, 0, 2)
 	b.addGo([]int{callee, mid, main}, 1, 0, 0, 0, 1)

@@ -157,7 +157,11 @@ func TestAllocInject(t *testing.T) {
 	needBPF(t)
 	testbuild.Need(t, "unshare", "runs the service in other namespaces (util-linux)")
 	const jemalloc, tcmalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
-	tmpfs := []string{"sh", "-c", `mount -t tmpfs rawstack /tmp && exec "$0" "$@"`}
+	// The service's own /tmp hides the host's. The fixture may live under
+	// the host's /tmp (CI's fixture cache does): it is held open across
+	// the mount and copied back to its own path, so the service runs a
+	// file the host cannot reach at that path, as in a container.
+	tmpfs := []string{"sh", "-c", `exec 3<"$0" && mount -t tmpfs rawstack /tmp && { [ -e "$0" ] || { mkdir -p "$(dirname "$0")" && cat <&3 >"$0" && chmod +x "$0"; }; } && exec 3<&- && exec "$0" "$@"`}
 	for _, c := range []struct {
 		name   string
 		prefix []string

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/wine"
 	"github.com/rawstack/rawstack/platform/linux"
@@ -278,6 +279,9 @@ func readOTLP(t *testing.T, b []byte) []weighted {
 	p, err := u.UnmarshalProfiles(b)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := otlpcheck.Check(p); err != nil {
+		t.Errorf("the OTLP output does not conform: %v", err)
 	}
 	d := p.Dictionary()
 	var out []weighted

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 )
@@ -51,6 +52,9 @@ func TestConvertOTLP(t *testing.T) {
 		p, err := u.UnmarshalProfiles(data)
 		if err != nil {
 			t.Fatalf("%q: output does not decode: %v", args, err)
+		}
+		if err := otlpcheck.Check(p); err != nil {
+			t.Errorf("%q: output does not conform: %v", args, err)
 		}
 		if p.SampleCount() == 0 {
 			t.Fatalf("%q: no samples", args)

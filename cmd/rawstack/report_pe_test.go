@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/internal/testbuild"
 )
 
@@ -138,6 +139,9 @@ func functionNames(t *testing.T, to, path string, want []string) []string {
 		p, err := u.UnmarshalProfiles(data)
 		if err != nil {
 			t.Fatalf("otlp: %v", err)
+		}
+		if err := otlpcheck.Check(p); err != nil {
+			t.Errorf("otlp: the output does not conform: %v", err)
 		}
 		d := p.Dictionary()
 		for _, f := range d.FunctionTable().All() {

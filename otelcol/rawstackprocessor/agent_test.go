@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,6 +283,71 @@ func TestAgentContainer(t *testing.T) {
 			t.Logf("pid %d: %d samples, %d named c;b;a;main", pid, n, named[int64(pid)])
 			if n == 0 || float64(named[int64(pid)]) < 0.95*float64(n) {
 				t.Errorf("pid %d: %d of %d samples named c;b;a;main, want >= 95%%", pid, named[int64(pid)], n)
+			}
+		})
+	}
+}
+
+// TestAgentRuntimes is the matrix's Python and JIT rows for the agent:
+// rawstack agent, raw (its default: the host names the Python and JIT
+// frames, which the Collector cannot see, and the processor the native
+// ones) and named on the host (--otlp-raw=false), into the in-process
+// Collector, while a Python 3.12 program and node --perf-basic-prof run.
+// The share of each program's samples that name its frames is what
+// folded output gives for a recording of the same program with the same
+// back end (eBPF), within 5 points and three standard errors of the two
+// shares (two runs of a program on a loaded machine, which gives the
+// Python program, timed by the clock, few samples; the agent sees a
+// process from its first sample on).
+func TestAgentRuntimes(t *testing.T) {
+	needBPF(t)
+	cli := rawstackCLI(t)
+	rows := runtimeRows("4", "3000")
+	want := map[string]float64{}
+	wantN := map[string]int64{}
+	for _, row := range rows {
+		file := filepath.Join(t.TempDir(), row.name+".rawstack")
+		args := append([]string{"record", "-q", "--backend", "ebpf", "-F", "99", "-o", file, "--"}, row.argv(t)...)
+		rec := exec.Command(cli, args...)
+		rec.Dir = t.TempDir() // node --perf-basic-prof leaves isolate-*-v8.log files there
+		if out, err := rec.CombinedOutput(); err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, out)
+		}
+		want[row.name], wantN[row.name] = foldedShare(t, cli, file, row.rootFirst)
+	}
+	for _, raw := range []bool{true, false} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) {
+			c := startCollector(t, &Config{}, "")
+			agent, stderr := startAgent(t, "--otlp-endpoint", c.addr, "-F", "99", "--otlp-interval", "200ms", "--otlp-raw="+strconv.FormatBool(raw))
+			time.Sleep(2 * time.Second) // the agent's start: its BPF programs loaded
+			progs := map[string]*exec.Cmd{}
+			for _, row := range rows {
+				argv := row.argv(t)
+				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.Dir = t.TempDir()
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				progs[row.name] = cmd
+			}
+			for _, cmd := range progs {
+				cmd.Wait()
+			}
+			time.Sleep(time.Second) // the last batch
+			stopAgent(t, agent, stderr)
+			for _, row := range rows {
+				pid := int64(progs[row.name].Process.Pid)
+				samples, named := perPidChain(t, c.sink, row.leafFirst)
+				share := float64(named[pid]) / float64(max(samples[pid], 1))
+				t.Logf("%s: %s named in %.1f%% of %d samples; %.1f%% in folded output of a recording", row.name, row.leafFirst, 100*share, samples[pid], 100*want[row.name])
+				if samples[pid] < 20 {
+					t.Errorf("%s: %d samples of pid %d arrived", row.name, samples[pid], pid)
+				}
+				p := want[row.name]
+				tol := 0.05 + 3*math.Sqrt(p*(1-p)/float64(max(samples[pid], 1))+p*(1-p)/float64(max(wantN[row.name], 1)))
+				if d := share - p; d < -tol || d > tol {
+					t.Errorf("%s: %.1f%% named through the agent, %.1f%% in folded output (±%.1f)", row.name, 100*share, 100*p, 100*tol)
+				}
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package rawstackprocessor
 
 import (
 	"errors"
+	"time"
 )
 
 // Config configures the processor. In a Collector configuration:
@@ -66,12 +67,78 @@ type Config struct {
 	// MaxLookupsPerSecond bounds searches over time, across requests and
 	// senders, with bursts up to 1024; 0 means 64.
 	MaxLookupsPerSecond float64 `mapstructure:"max_lookups_per_second"`
+	// MaxLookupsInFlight bounds the searches running at once, across
+	// requests: a module whose search would exceed it stays raw in its
+	// request, which does not wait. 0 means 4.
+	MaxLookupsInFlight int `mapstructure:"max_lookups_in_flight"`
+	// NegativeCacheSize is how many modules searched for and not found
+	// are remembered, so that a request naming them again costs no
+	// search (nor a lookup of the bounds above); NegativeCacheTTL is how
+	// long (a debug file may be uploaded later). 0 means 65536 and 10m.
+	NegativeCacheSize int           `mapstructure:"negative_cache_size"`
+	NegativeCacheTTL  time.Duration `mapstructure:"negative_cache_ttl"`
+	// MaxRequestEntries rejects requests with more entries than this in
+	// all: dictionary entries, samples and their values, timestamps and
+	// attribute indices, stacks' location indices, locations' lines. The
+	// processor's own work and memory for a request (its checks, its
+	// tables) grow with these. 0 means 1<<20.
+	MaxRequestEntries int `mapstructure:"max_request_entries"`
+	// MaxAddedBytes bounds what symbolizing may add to one request: the
+	// bytes of the function and file names it adds, and 32 for each line,
+	// function and string entry. Frames past the bound stay raw. 0 means
+	// 16 MiB.
+	MaxAddedBytes int `mapstructure:"max_added_bytes"`
+	// RequestTimeout bounds the time one request spends in the processor:
+	// a search still running then goes on in the background (its result
+	// cached for later requests), and frames not yet named stay raw.
+	// 0 means 5s.
+	RequestTimeout time.Duration `mapstructure:"request_timeout"`
 }
 
 // Validate checks the bounds.
 func (c *Config) Validate() error {
-	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 || c.MaxIndexedFiles < 0 || c.MaxLookupsPerRequest < 0 || c.MaxLookupsPerSecond < 0 {
-		return errors.New("rawstack processor: max_open_files, max_addresses_per_file, max_locations, max_indexed_files, max_lookups_per_request and max_lookups_per_second must not be negative")
+	if c.MaxOpenFiles < 0 || c.MaxAddressesPerFile < 0 || c.MaxLocations < 0 || c.MaxIndexedFiles < 0 || c.MaxLookupsPerRequest < 0 || c.MaxLookupsPerSecond < 0 ||
+		c.MaxLookupsInFlight < 0 || c.NegativeCacheSize < 0 || c.NegativeCacheTTL < 0 || c.MaxRequestEntries < 0 || c.MaxAddedBytes < 0 || c.RequestTimeout < 0 {
+		return errors.New("rawstack processor: max_open_files, max_addresses_per_file, max_locations, max_indexed_files, max_lookups_per_request, max_lookups_per_second, max_lookups_in_flight, negative_cache_size, negative_cache_ttl, max_request_entries, max_added_bytes and request_timeout must not be negative")
 	}
 	return nil
+}
+
+// limits are a Config's bounds with their defaults filled in.
+type limits struct {
+	maxLocations, maxEntries, maxAdded    int
+	maxLookups, inFlight, negSize, maxIdx int
+	lookupRate                            float64
+	negTTL, timeout                       time.Duration
+}
+
+func (c *Config) limits() limits {
+	or := func(v, def int) int {
+		if v <= 0 {
+			return def
+		}
+		return v
+	}
+	l := limits{
+		maxLocations: or(c.MaxLocations, 1<<20),
+		maxEntries:   or(c.MaxRequestEntries, 1<<20),
+		maxAdded:     or(c.MaxAddedBytes, 16<<20),
+		maxLookups:   or(c.MaxLookupsPerRequest, 256),
+		inFlight:     or(c.MaxLookupsInFlight, 4),
+		negSize:      or(c.NegativeCacheSize, 65536),
+		maxIdx:       or(c.MaxIndexedFiles, 100000),
+		lookupRate:   c.MaxLookupsPerSecond,
+		negTTL:       c.NegativeCacheTTL,
+		timeout:      c.RequestTimeout,
+	}
+	if l.lookupRate <= 0 {
+		l.lookupRate = 64
+	}
+	if l.negTTL <= 0 {
+		l.negTTL = 10 * time.Minute
+	}
+	if l.timeout <= 0 {
+		l.timeout = 5 * time.Second
+	}
+	return l
 }

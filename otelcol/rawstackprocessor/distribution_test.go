@@ -14,9 +14,13 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
+
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 )
 
 // otelcolBinary returns the Collector distribution built from
@@ -47,7 +51,17 @@ func startOTLPSink(t *testing.T) (addr string, sink *consumertest.ProfilesSink) 
 	rcfg := rf.CreateDefaultConfig().(*otlpreceiver.Config)
 	addr = freeAddr(t)
 	rcfg.Protocols.GRPC.GetOrInsertDefault().NetAddr.Endpoint = addr
-	rcv, err := rf.CreateProfiles(context.Background(), receivertest.NewNopSettings(rf.Type()), rcfg, sink)
+	// What the Collector exports conforms.
+	next, err := xconsumer.NewProfiles(func(ctx context.Context, pd pprofile.Profiles) error {
+		if err := otlpcheck.Check(pd); err != nil {
+			t.Errorf("the Collector's output does not conform: %v", err)
+		}
+		return sink.ConsumeProfiles(ctx, pd)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := rf.CreateProfiles(context.Background(), receivertest.NewNopSettings(rf.Type()), rcfg, next)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,19 +16,31 @@
 // stores and symbol servers, _NT_SYMBOL_PATH syntax) and read with PDB,
 // DWARF and COFF symbols, as `rawstack report` reads them.
 //
-// Locations that already have lines, kernel frames (named on the host,
-// whose kallsyms they need), and addresses it cannot resolve pass
-// through untouched. A request whose indices point
-// outside its dictionary is rejected as a permanent error, so the
-// receiver answers InvalidArgument and nothing downstream sees it.
+// Locations that already have lines (kernel frames, named on the host
+// from its kallsyms; JIT and Python frames, named on the host from the
+// process's perf maps and memory), and addresses it cannot resolve pass
+// through untouched.
+//
+// Every request is treated as hostile. One that breaks the OTLP profiles
+// conformance rules (internal/otlpcheck: an index out of range in any
+// table, a duplicate or orphan entry, a mapping that ends before it
+// starts, ...) or is larger than max_locations or max_request_entries is
+// rejected as a permanent error before any other work, so the receiver
+// answers InvalidArgument (which tells the sender not to retry) and
+// nothing downstream sees it. What the processor adds to a request keeps
+// it conforming, and is bounded by max_added_bytes and request_timeout.
 //
 // Every build id a request names may cost a search (disk, debuginfod,
 // symbol servers), and a sender can name any number of them: a request
-// searches for at most max_lookups_per_request new modules (256), and all
-// requests together for max_lookups_per_second (64, bursts of 1024). A
-// module searched for once, found or not, costs nothing while it stays in
+// searches for at most max_lookups_per_request new modules (256), all
+// requests together for max_lookups_per_second (64, bursts of 1024), at
+// most max_lookups_in_flight at once (4). A module searched for and not
+// found is remembered for negative_cache_ttl (10m; at most
+// negative_cache_size, 65536); one found costs nothing while it stays in
 // the cache of max_open_files entries; frames of modules over the bounds
 // stay raw in that request and are named when a later one repeats them.
+// What it logs per request (refusals, bounds reached, modules it cannot
+// read) is rate-limited to a line per kind every 10 s.
 package rawstackprocessor
 
 import (

@@ -45,6 +45,7 @@ func manyModules(n int) pprofile.Profiles {
 		st.LocationIndices().Append(int32(d.LocationTable().Len() - 1))
 	}
 	pr := p.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	pr.SetDurationNano(2)
 	s := pr.Samples().AppendEmpty()
 	s.SetStackIndex(1)
 	s.TimestampsUnixNano().Append(1)

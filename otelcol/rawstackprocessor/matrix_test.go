@@ -2,13 +2,18 @@ package rawstackprocessor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/internal/wine"
 	"github.com/rawstack/rawstack/platform/linux"
@@ -93,4 +98,148 @@ func checkDelivered(t *testing.T, c *collector, r *recording, chainLeafFirst str
 			t.Errorf("pid %d: only %d of %d samples named %s", pid, chain[pid], n, chainLeafFirst)
 		}
 	}
+}
+
+// runtimeRow is a program whose frames only the host can name: a Python
+// program (Python frames, read from the interpreter's memory) or a Node
+// program with a perf map (JIT code, and frames named from V8's own
+// metadata). argv starts it; its samples name leafFirst (OTLP's order) /
+// rootFirst (folded's).
+type runtimeRow struct {
+	name                 string
+	argv                 func(t *testing.T) []string
+	leafFirst, rootFirst string
+}
+
+// runtimeRows are the rows; the Python program spins for secs seconds,
+// the Node program does rounds rounds of work.
+func runtimeRows(secs, rounds string) []runtimeRow {
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	app, _ := filepath.Abs("../../cmd/rawstack/testdata/jit/app.js")
+	return []runtimeRow{
+		{"python", func(t *testing.T) []string { return []string{testbuild.Python(t, "3.12"), spin, secs} },
+			"gamma_py;beta_py;alpha_py", "alpha_py;beta_py;gamma_py"},
+		{"jit", func(t *testing.T) []string {
+			return []string{testbuild.Need(t, "node", "the JIT rows record node --perf-basic-prof"), "--perf-basic-prof", app, rounds}
+		}, "fibJit", "fibJit"},
+	}
+}
+
+// TestMatrixOTLPSinkRuntimes is the Python and JIT rows of the OTLP
+// columns: a Python 3.12 program and node --perf-basic-prof, recorded into
+// a file and, in the same run, over OTLP into the Collector's receiver and
+// this processor, raw (--otlp-raw: the host names the Python and JIT
+// frames, the processor the native ones) and named on the host
+// (--otlp-raw=false). Every sample of the file arrives; the share of
+// samples that name the program's frames on the stream is the folded
+// output's of the file (within 2 points: a perf map line the recorder
+// reads more than a batch after the sample it names); and convert --to
+// otlp of the file, raw and named, gives folded's share exactly.
+func TestMatrixOTLPSinkRuntimes(t *testing.T) {
+	needPerf(t)
+	cli := rawstackCLI(t)
+	for _, row := range runtimeRows("1.5", "1500") {
+		for _, raw := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/raw=%v", row.name, raw), func(t *testing.T) {
+				argv := row.argv(t)
+				c := startCollector(t, &Config{}, "")
+				file := filepath.Join(t.TempDir(), "t.rawstack")
+				args := append([]string{"record", "-q", "-o", file, "-F", "499", "--otlp-endpoint", c.addr,
+					"--otlp-interval", "200ms", "--otlp-raw=" + strconv.FormatBool(raw), "--"}, argv...)
+				cmd := exec.Command(cli, args...)
+				cmd.Dir = t.TempDir() // node --perf-basic-prof leaves isolate-*-v8.log files there
+				var se strings.Builder
+				cmd.Stderr = &se
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("rawstack record: %v\n%s", err, se.String())
+				}
+				r := summarize(t, file, se.String())
+				samples, named := perPidChain(t, c.sink, row.leafFirst)
+				stream, streamNamed := sum(samples), sum(named)
+				if stream != r.samples || r.lost != 0 {
+					t.Errorf("the stream delivered %d samples, the file holds %d (%d lost)", stream, r.samples, r.lost)
+				}
+				fshare, fn := foldedShare(t, cli, file, row.rootFirst)
+				sshare := float64(streamNamed) / float64(max(stream, 1))
+				t.Logf("%s named in %.1f%% of %d samples on the stream, %.1f%% of %d in folded", row.leafFirst, 100*sshare, stream, 100*fshare, fn)
+				if fshare < 0.5 {
+					t.Errorf("folded names %s in only %.1f%% of the samples", row.rootFirst, 100*fshare)
+				}
+				if d := sshare - fshare; d < -0.02 || d > 0.02 {
+					t.Errorf("the stream's share %.1f%%, folded's %.1f%%", 100*sshare, 100*fshare)
+				}
+				for _, convRaw := range []bool{true, false} {
+					oshare, on := convertShare(t, cli, file, row.leafFirst, convRaw)
+					if on != fn || oshare != fshare {
+						t.Errorf("convert --to otlp (raw %v): %.2f%% of %d samples, folded %.2f%% of %d", convRaw, 100*oshare, on, 100*fshare, fn)
+					}
+				}
+			})
+		}
+	}
+}
+
+// foldedShare is the share of the samples of a trace whose folded stack
+// holds sub, and their number.
+func foldedShare(t *testing.T, cli, trace, sub string) (float64, int64) {
+	t.Helper()
+	out, err := exec.Command(cli, "convert", trace, "--to", "folded", "--no-debuginfod").Output()
+	if err != nil {
+		t.Fatalf("convert --to folded: %v", err)
+	}
+	var all, in int64
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		sp := strings.LastIndexByte(line, ' ')
+		n, err := strconv.ParseInt(line[sp+1:], 10, 64)
+		if sp < 0 || err != nil {
+			t.Fatalf("folded line %q", line)
+		}
+		all += n
+		if strings.Contains(line[:sp], sub) {
+			in += n
+		}
+	}
+	return float64(in) / float64(max(all, 1)), all
+}
+
+// convertShare is foldedShare for convert --to otlp (stacks leaf first),
+// whose output must conform.
+func convertShare(t *testing.T, cli, trace, sub string, raw bool) (float64, int64) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "t.otlp")
+	args := []string{"convert", trace, "--to", "otlp", "-o", out, "--no-debuginfod"}
+	if raw {
+		args = append(args, "--raw")
+	}
+	if b, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%q: %v\n%s", args, err, b)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := otlpcheck.CheckBytes(data); err != nil {
+		t.Fatalf("%q: the output does not conform: %v", args, err)
+	}
+	var u pprofile.ProtoUnmarshaler
+	p, err := u.UnmarshalProfiles(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all, in int64
+	d := p.Dictionary()
+	for _, rp := range p.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, pr := range sp.Profiles().All() {
+				for _, s := range pr.Samples().All() {
+					n := int64(s.TimestampsUnixNano().Len())
+					all += n
+					if strings.Contains(stackNames(d, s.StackIndex()), sub) {
+						in += n
+					}
+				}
+			}
+		}
+	}
+	return float64(in) / float64(max(all, 1)), all
 }

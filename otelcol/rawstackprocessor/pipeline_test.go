@@ -37,6 +37,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
@@ -151,6 +152,10 @@ func (c *collector) start(t *testing.T, addr string) {
 	// Between the processor and the sink: note the request's
 	// authorization header (the receiver passes it with include_metadata).
 	next, err := xconsumer.NewProfiles(func(ctx context.Context, pd pprofile.Profiles) error {
+		// What the processor passes on conforms.
+		if err := otlpcheck.Check(pd); err != nil {
+			t.Errorf("the processor's output does not conform: %v", err)
+		}
 		c.mu.Lock()
 		c.auth = append(c.auth, client.FromContext(ctx).Metadata.Get("authorization")...)
 		c.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	_ "github.com/rawstack/rawstack/symbolizer/sources" // every symbol source, as every rawstack command has them
@@ -30,19 +31,24 @@ const maxPath = 4096
 
 type symProcessor struct {
 	cfg  *Config
+	lim  limits
 	log  *zap.Logger
 	res  *symbolizer.Resolver
 	opts *symbolizer.Options
 	htl  *htlIndex
 
-	maxLookups int      // per request
-	lookups    *limiter // over time
+	lookups  *limiter      // searches over time
+	inFlight chan struct{} // searches running now
+	missing  *negCache     // modules searched for and not found
+	logs     *logLimiter
 
 	// totals, for tests and debugging
 	resolved, unresolved atomic.Int64
 	// searched counts modules searched for; deferred, modules left raw
-	// in a request because a lookup bound was reached.
-	searched, deferred atomic.Int64
+	// in a request because a lookup bound was reached; rejected,
+	// requests refused; cut, requests whose symbolization stopped at
+	// max_added_bytes or request_timeout.
+	searched, deferred, rejected, cut atomic.Int64
 }
 
 func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
@@ -54,30 +60,35 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		SymbolPath:      cfg.SymbolPath,
 		SymbolCache:     cfg.SymbolCache,
 		NoRecordedPaths: !cfg.UseRecordedPaths,
-		Warn:            func(err error) { log.Info("rawstack: cannot symbolize a module", zap.Error(err)) },
 	}
-	maxIdx := cfg.MaxIndexedFiles
-	if maxIdx <= 0 {
-		maxIdx = 100000
+	p := &symProcessor{cfg: cfg, lim: cfg.limits(), log: log, opts: o, logs: newLogLimiter(logInterval, time.Now)}
+	o.Warn = func(err error) {
+		p.logs.info(log, "cannot symbolize a module", "rawstack: cannot symbolize a module", zap.Error(err))
 	}
-	maxLookups := cfg.MaxLookupsPerRequest
-	if maxLookups <= 0 {
-		maxLookups = 256
-	}
-	rate := cfg.MaxLookupsPerSecond
-	if rate <= 0 {
-		rate = 64
-	}
-	return &symProcessor{cfg: cfg, log: log, opts: o, res: symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile),
-		htl:        &htlIndex{dirs: cfg.HTLHashDirs, max: maxIdx, log: log},
-		maxLookups: maxLookups, lookups: newLimiter(rate, 1024, time.Now)}
+	p.res = symbolizer.NewResolver(o, cfg.MaxOpenFiles, cfg.MaxAddressesPerFile)
+	p.htl = &htlIndex{dirs: cfg.HTLHashDirs, max: p.lim.maxIdx, log: log}
+	p.lookups = newLimiter(p.lim.lookupRate, 1024, time.Now)
+	p.inFlight = make(chan struct{}, p.lim.inFlight)
+	p.missing = newNegCache(p.lim.negSize, p.lim.negTTL, time.Now)
+	return p
 }
 
-// process symbolizes the raw locations of pd in place.
-func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
-	if err := validate(pd, p.cfg.MaxLocations); err != nil {
-		// InvalidArgument: the OTLP receiver tells the sender not to retry.
+// process symbolizes the raw locations of pd in place. A request that
+// breaks the OTLP profiles conformance rules (internal/otlpcheck: indices
+// out of range, duplicate or orphan entries, ...) or exceeds
+// max_locations or max_request_entries is refused as a permanent error:
+// the OTLP receiver answers InvalidArgument, which tells the sender not
+// to retry, and nothing downstream sees it. What the processor adds keeps
+// a conforming request conforming.
+func (p *symProcessor) process(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
+	if err := p.admit(pd); err != nil {
+		p.rejected.Add(1)
+		p.logs.info(p.log, "rejected", "rawstack: request refused", zap.Error(err))
 		return pd, consumererror.NewPermanent(status.Error(codes.InvalidArgument, err.Error()))
+	}
+	deadline := time.Now().Add(p.lim.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
 	d := pd.Dictionary()
 	strs := d.StringTable()
@@ -87,6 +98,10 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 	mods := make([]*symbolizer.Module, d.MappingTable().Len())
 	modDone := make([]bool, len(mods))
 	for li := 1; li < d.LocationTable().Len(); li++ {
+		if li%64 == 0 && time.Now().After(deadline) {
+			p.stop("request_timeout", zap.Duration("request_timeout", p.lim.timeout), zap.Int("locations_left", d.LocationTable().Len()-li))
+			break
+		}
 		loc := d.LocationTable().At(li)
 		mi := int(loc.MappingIndex())
 		if loc.Lines().Len() > 0 || mi == 0 {
@@ -102,21 +117,27 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 			modDone[mi] = true
 			m := p.module(d, d.MappingTable().At(mi))
 			if m != nil && !p.res.Known(m) {
-				// A search: debug directories, debuginfod, symbol
-				// servers. Bounded per request and over time, so a
-				// request naming thousands of build ids costs a
-				// bounded amount of work; the rest stay raw.
-				if lookups >= p.maxLookups || !p.lookups.take() {
+				switch {
+				case p.missing.has(moduleKey(m)):
+					// Searched for lately and not found.
+					m = nil
+				case lookups >= p.lim.maxLookups || !p.lookups.take():
+					// A search: debug directories, debuginfod, symbol
+					// servers. Bounded per request and over time, so a
+					// request naming thousands of build ids costs a
+					// bounded amount of work; the rest stay raw.
 					p.deferred.Add(1)
 					if !bounded {
 						bounded = true // one line per request, not per module
-						p.log.Info("rawstack: module lookup bound reached; frames of further new modules stay raw in this request",
-							zap.Int("max_lookups_per_request", p.maxLookups))
+						p.logs.info(p.log, "lookup bound", "rawstack: module lookup bound reached; frames of further new modules stay raw in this request",
+							zap.Int("max_lookups_per_request", p.lim.maxLookups))
 					}
 					m = nil
-				} else {
+				default:
 					lookups++
-					p.searched.Add(1)
+					if !p.search(m, loc.Address(), deadline) {
+						m = nil
+					}
 				}
 			}
 			mods[mi] = m
@@ -134,10 +155,60 @@ func (p *symProcessor) process(_ context.Context, pd pprofile.Profiles) (pprofil
 		if in == nil {
 			in = newInterner(d)
 		}
-		otlp.AppendLines(d, loc, frames, in.str, in.function)
+		if in.added+in.cost(frames) > p.lim.maxAdded {
+			p.stop("max_added_bytes", zap.Int("max_added_bytes", p.lim.maxAdded), zap.Int("locations_left", d.LocationTable().Len()-li))
+			break
+		}
+		in.lines(loc, frames)
 		p.resolved.Add(1)
 	}
 	return pd, nil
+}
+
+// stop notes that a request's symbolization stopped at a bound.
+func (p *symProcessor) stop(bound string, fields ...zap.Field) {
+	p.cut.Add(1)
+	p.logs.info(p.log, bound, "rawstack: "+bound+" reached; the request's remaining frames stay raw", fields...)
+}
+
+// search looks for module m's files, which the first address resolved in
+// it does, waiting at most until deadline: a search that takes longer
+// goes on in the background, and its module stays raw in this request.
+// It reports whether m's files were found. A search needs one of
+// max_lookups_in_flight slots; without one, m stays raw.
+func (p *symProcessor) search(m *symbolizer.Module, addr uint64, deadline time.Time) bool {
+	select {
+	case p.inFlight <- struct{}{}:
+	default:
+		p.deferred.Add(1)
+		p.logs.info(p.log, "lookups in flight", "rawstack: max_lookups_in_flight searches running; a module stays raw in this request",
+			zap.Int("max_lookups_in_flight", p.lim.inFlight))
+		return false
+	}
+	p.searched.Add(1)
+	done := make(chan bool, 1)
+	go func() {
+		defer func() { <-p.inFlight }()
+		_, _, err := p.res.Resolve(m, addr)
+		if err != nil {
+			p.missing.add(moduleKey(m))
+		}
+		done <- err == nil
+	}()
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
+	select {
+	case found := <-done:
+		return found
+	case <-wait.C:
+		return false
+	}
+}
+
+// moduleKey identifies a module's files for the negative cache: what
+// they are searched by.
+func moduleKey(m *symbolizer.Module) string {
+	return fmt.Sprintf("%d\x00%x\x00%s\x00%s\x00%x%d\x00%x%x", m.Kind, m.BuildID, m.GoBuildID, m.Path, m.PDBGUID, m.PDBAge, m.TimeDateStamp, m.SizeOfImage)
 }
 
 // module describes a mapping as the symbolizer's Module, or returns nil
@@ -229,12 +300,18 @@ func findString(strs interface {
 }
 
 // interner adds strings and functions to a dictionary without
-// duplicating the ones already there.
+// duplicating the ones already there, and counts what it added.
 type interner struct {
 	d     pprofile.ProfilesDictionary
 	strs  map[string]int32
 	funcs map[[2]int32]int32
+	// added is what the request grew by: bytes of new strings, and
+	// entryCost for each new string, function and line
+	added int
 }
+
+// entryCost is what one added entry counts against max_added_bytes.
+const entryCost = 32
 
 func newInterner(d pprofile.ProfilesDictionary) *interner {
 	in := &interner{d: d, strs: make(map[string]int32, d.StringTable().Len()), funcs: map[[2]int32]int32{}}
@@ -258,6 +335,7 @@ func (in *interner) str(s string) int32 {
 	i := int32(in.d.StringTable().Len())
 	in.d.StringTable().Append(s)
 	in.strs[s] = i
+	in.added += len(s) + entryCost
 	return i
 }
 
@@ -272,121 +350,88 @@ func (in *interner) function(name, file string) int32 {
 	f.SetSystemNameStrindex(k[0])
 	f.SetFilenameStrindex(k[1])
 	in.funcs[k] = i
+	in.added += entryCost
 	return i
 }
 
-// RequestError says a request's dictionary references are inconsistent.
+// cost bounds what naming a location with frames adds.
+func (in *interner) cost(frames []symbolizer.Frame) int {
+	n := 0
+	for _, f := range frames {
+		n += len(f.Function) + len(f.File) + 4*entryCost
+	}
+	return n
+}
+
+// lines names loc with frames.
+func (in *interner) lines(loc pprofile.Location, frames []symbolizer.Frame) {
+	n := loc.Lines().Len()
+	otlp.AppendLines(in.d, loc, frames, in.str, in.function)
+	in.added += (loc.Lines().Len() - n) * entryCost
+}
+
+// RequestError says a request was refused.
 type RequestError struct {
-	What  string
-	Index int
-	Ref   int64
-	Len   int
+	Err error
 }
 
 func (e *RequestError) Error() string {
-	return fmt.Sprintf("rawstack processor: malformed profiles: %s %d refers to index %d of a table of %d", e.What, e.Index, e.Ref, e.Len)
+	return "rawstack processor: malformed profiles: " + e.Err.Error()
 }
 
-// validate checks every dictionary reference of pd, so that neither this
-// processor nor anything after it indexes out of range.
-func validate(pd pprofile.Profiles, maxLocs int) error {
-	if maxLocs <= 0 {
-		maxLocs = 1 << 20
-	}
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// admit checks a request before the processor does any work for it: its
+// size, then every rule of the OTLP profiles conformance checks (every
+// index in range among them, so that neither this processor nor anything
+// after it indexes out of range).
+func (p *symProcessor) admit(pd pprofile.Profiles) error {
 	d := pd.Dictionary()
-	nStr, nAttr, nMap := d.StringTable().Len(), d.AttributeTable().Len(), d.MappingTable().Len()
-	nLoc, nFn, nStack, nLink := d.LocationTable().Len(), d.FunctionTable().Len(), d.StackTable().Len(), d.LinkTable().Len()
-	if nLoc > maxLocs {
-		return fmt.Errorf("rawstack processor: %d locations, more than max_locations %d", nLoc, maxLocs)
+	if n := d.LocationTable().Len(); n > p.lim.maxLocations {
+		return &RequestError{fmt.Errorf("%d locations, more than max_locations %d", n, p.lim.maxLocations)}
 	}
-	check := func(what string, i int, ref int64, n int) error {
-		if ref < 0 || ref >= int64(n) {
-			return &RequestError{what, i, ref, n}
-		}
-		return nil
+	if n := entries(pd, p.lim.maxEntries); n > p.lim.maxEntries {
+		return &RequestError{fmt.Errorf("more than max_request_entries %d entries", p.lim.maxEntries)}
 	}
-	attrs := func(what string, i int, s []int32) error {
-		for _, a := range s {
-			if err := check(what+" attribute", i, int64(a), nAttr); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for i, a := range d.AttributeTable().All() {
-		if err := check("attribute key", i, int64(a.KeyStrindex()), nStr); err != nil {
-			return err
-		}
-		if err := check("attribute unit", i, int64(a.UnitStrindex()), nStr); err != nil {
-			return err
-		}
-	}
-	for i, m := range d.MappingTable().All() {
-		if err := check("mapping filename", i, int64(m.FilenameStrindex()), nStr); err != nil {
-			return err
-		}
-		if err := attrs("mapping", i, m.AttributeIndices().AsRaw()); err != nil {
-			return err
-		}
-		if m.MemoryLimit() < m.MemoryStart() {
-			return fmt.Errorf("rawstack processor: malformed profiles: mapping %d ends at %#x before it starts at %#x", i, m.MemoryLimit(), m.MemoryStart())
-		}
-	}
-	for i, f := range d.FunctionTable().All() {
-		for _, s := range []int32{f.NameStrindex(), f.SystemNameStrindex(), f.FilenameStrindex()} {
-			if err := check("function string", i, int64(s), nStr); err != nil {
-				return err
-			}
-		}
-	}
-	for i, l := range d.LocationTable().All() {
-		if err := check("location mapping", i, int64(l.MappingIndex()), nMap); err != nil {
-			return err
-		}
-		if err := attrs("location", i, l.AttributeIndices().AsRaw()); err != nil {
-			return err
-		}
-		for _, ln := range l.Lines().All() {
-			if err := check("location line function", i, int64(ln.FunctionIndex()), nFn); err != nil {
-				return err
-			}
-		}
-	}
-	for i, s := range d.StackTable().All() {
-		for _, l := range s.LocationIndices().All() {
-			if err := check("stack location", i, int64(l), nLoc); err != nil {
-				return err
-			}
-		}
-	}
-	for _, rp := range pd.ResourceProfiles().All() {
-		for _, sp := range rp.ScopeProfiles().All() {
-			for _, pr := range sp.Profiles().All() {
-				if err := attrs("profile", 0, pr.AttributeIndices().AsRaw()); err != nil {
-					return err
-				}
-				for _, s := range []int32{pr.SampleType().TypeStrindex(), pr.SampleType().UnitStrindex(), pr.PeriodType().TypeStrindex(), pr.PeriodType().UnitStrindex()} {
-					if err := check("profile value type string", 0, int64(s), nStr); err != nil {
-						return err
-					}
-				}
-				for i, s := range pr.Samples().All() {
-					if err := check("sample stack", i, int64(s.StackIndex()), nStack); err != nil {
-						return err
-					}
-					if s.LinkIndex() != 0 {
-						if err := check("sample link", i, int64(s.LinkIndex()), nLink); err != nil {
-							return err
-						}
-					}
-					if err := attrs("sample", i, s.AttributeIndices().AsRaw()); err != nil {
-						return err
-					}
-				}
-			}
-		}
+	if err := otlpcheck.Check(pd); err != nil {
+		return &RequestError{err}
 	}
 	return nil
+}
+
+// entries counts a request's entries, stopping once past max.
+func entries(pd pprofile.Profiles, max int) int {
+	d := pd.Dictionary()
+	n := d.StringTable().Len() + d.AttributeTable().Len() + d.MappingTable().Len() + d.LocationTable().Len() +
+		d.FunctionTable().Len() + d.StackTable().Len() + d.LinkTable().Len()
+	for _, s := range d.StackTable().All() {
+		if n += s.LocationIndices().Len(); n > max {
+			return n
+		}
+	}
+	for _, l := range d.LocationTable().All() {
+		if n += l.Lines().Len() + l.AttributeIndices().Len(); n > max {
+			return n
+		}
+	}
+	for _, m := range d.MappingTable().All() {
+		n += m.AttributeIndices().Len()
+	}
+	for _, rp := range pd.ResourceProfiles().All() {
+		n += 1 + rp.Resource().Attributes().Len()
+		for _, sp := range rp.ScopeProfiles().All() {
+			n += 1 + sp.Scope().Attributes().Len()
+			for _, pr := range sp.Profiles().All() {
+				n += 1 + pr.AttributeIndices().Len()
+				for _, s := range pr.Samples().All() {
+					if n += 1 + s.Values().Len() + s.TimestampsUnixNano().Len() + s.AttributeIndices().Len(); n > max {
+						return n
+					}
+				}
+			}
+		}
+	}
+	return n
 }
 
 // limiter is a token bucket: take succeeds while tokens remain, and

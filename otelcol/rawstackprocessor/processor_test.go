@@ -4,16 +4,23 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"go.opentelemetry.io/collector/consumer/consumererror"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 )
 
@@ -124,12 +131,119 @@ func TestUnresolvableFramesPassThrough(t *testing.T) {
 	}
 }
 
-// FuzzProcess feeds arbitrary protobuf requests through the processor: it
-// must reject or process them, never panic or index out of range.
+// chainRequest is a raw request of the chain fixture without a
+// recording: samples whose stacks are c←b←a←main at the fixture's
+// symbols, in a mapping that names the binary by build id, as the agent
+// sends them. The processor finds it in chain's debug directory.
+func chainRequest(t testing.TB, bin string) pprofile.Profiles {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := map[string]uint64{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			addr[s.Name] = s.Value
+		}
+	}
+	var text *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			text = p
+		}
+	}
+	if text == nil || addr["c"] == 0 || addr["main"] == 0 {
+		t.Fatalf("%s: no text segment or no c and main", bin)
+	}
+	// A PIE loaded at 0x555555554000, as the kernel places one.
+	const load = 0x555555554000
+	var buf bytes.Buffer
+	w, err := format.NewWriter(&buf, format.Header{PointerSize: 8, OS: format.OSLinux, Arch: format.ArchAMD64, Clock: format.ClockMonotonic}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteProcess(format.Process{Time: 1, Pid: 42, Name: "chain"})
+	w.WriteModuleLoad(&format.ModuleLoad{Time: 1, Pid: 42, ID: 1, Base: load + text.Vaddr&^0xfff, Size: text.Memsz + text.Vaddr&0xfff,
+		FileOffset: text.Off &^ 0xfff, Kind: format.ModuleELF, Path: "/srv/chain", BuildID: buildIDBytes(t, bin)})
+	w.WriteStack(1, []uint64{load + addr["c"] + 1, load + addr["b"] + 5, load + addr["a"] + 5, load + addr["main"] + 5})
+	for i := int64(0); i < 5; i++ {
+		w.WriteSample(format.Sample{Time: 10 + i, Pid: 42, Tid: 42, Weight: 1e6, Stack: 1})
+	}
+	w.Close()
+	r, err := format.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := otlp.Convert(r, otlp.Options{Raw: true, NoFileHash: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func buildIDBytes(t testing.TB, bin string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(buildID(t, bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestChainRequest: the request chainRequest makes is named c;b;a;main
+// by the processor, from the debug directory.
+func TestChainRequest(t *testing.T) {
+	bin, dbg := chain(t)
+	proc := newSymbolizer(&Config{DebugDirs: []string{dbg}}, zap.NewNop())
+	out, err := proc.process(context.Background(), chainRequest(t, bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := otlpcheck.Check(out); err != nil {
+		t.Fatal(err)
+	}
+	d := out.Dictionary()
+	s := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0)
+	if got := stackNames(d, s.StackIndex()); got != "c;b;a;main" {
+		t.Errorf("stack %s, want c;b;a;main", got)
+	}
+}
+
+// seeds returns the real requests of testdata (README.md there).
+func seeds(t testing.TB) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob("testdata/*.pb")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no seed requests in testdata: %v", err)
+	}
+	out := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(f)] = b
+	}
+	return out
+}
+
+// FuzzProcess feeds arbitrary requests through the processor's request
+// path, as the receiver decodes them: the processor refuses a request
+// with a permanent InvalidArgument error, or passes on what conforms to
+// the OTLP profiles rules (internal/otlpcheck); it never panics or hangs.
+// Seeds: the real requests of testdata, a request the processor names
+// (the chain fixture, found by build id), small ones with PE and htlhash
+// mappings.
 func FuzzProcess(f *testing.F) {
 	p := pprofile.NewProfiles()
 	d := p.Dictionary()
-	d.StringTable().Append("", otlp.AttrBuildIDGNU, "/bin/x", otlp.AttrFrameType, "native")
+	d.StringTable().Append("", otlp.AttrBuildIDGNU, "/bin/x", otlp.AttrFrameType)
 	d.AttributeTable().AppendEmpty()
 	a := d.AttributeTable().AppendEmpty()
 	a.SetKeyStrindex(1)
@@ -153,6 +267,7 @@ func FuzzProcess(f *testing.F) {
 	d.StackTable().AppendEmpty().LocationIndices().Append(1)
 	d.LinkTable().AppendEmpty()
 	pr := p.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	pr.SetDurationNano(2)
 	s := pr.Samples().AppendEmpty()
 	s.SetStackIndex(1)
 	s.TimestampsUnixNano().Append(1)
@@ -181,17 +296,34 @@ func FuzzProcess(f *testing.F) {
 	if data, err := otlp.Marshal(pe); err == nil {
 		f.Add(data)
 	}
-	if data, err := os.ReadFile("testdata/raw.pb"); err == nil {
+	for _, data := range seeds(f) {
 		f.Add(data)
 	}
-	proc := newSymbolizer(&Config{MaxLocations: 1 << 12}, zap.NewNop())
+	cfg := &Config{MaxLocations: 1 << 12, RequestTimeout: 2 * time.Second}
+	if _, err := exec.LookPath("cc"); err == nil {
+		bin, dbg := chain(f)
+		if data, err := otlp.Marshal(chainRequest(f, bin)); err == nil {
+			f.Add(data)
+		}
+		cfg.DebugDirs = []string{dbg}
+	}
+	proc := newSymbolizer(cfg, zap.NewNop())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var u pprofile.ProtoUnmarshaler
 		p, err := u.UnmarshalProfiles(data)
 		if err != nil {
+			return // the receiver refuses it
+		}
+		out, err := proc.process(context.Background(), p)
+		if err != nil {
+			if !consumererror.IsPermanent(err) || status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("refused with %v, want a permanent InvalidArgument", err)
+			}
 			return
 		}
-		proc.process(context.Background(), p)
+		if err := otlpcheck.Check(out); err != nil {
+			t.Fatalf("the processor passed on a request that does not conform: %v", err)
+		}
 	})
 }
 

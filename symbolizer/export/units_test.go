@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/symbolizer"
 	"github.com/rawstack/rawstack/symbolizer/export/chrome"
 	"github.com/rawstack/rawstack/symbolizer/export/firefox"
@@ -157,6 +158,9 @@ func TestUnitsAcrossOutputs(t *testing.T) {
 			var u pprofile.ProtoUnmarshaler
 			if op, err = u.UnmarshalProfiles(b.Bytes()); err != nil {
 				t.Fatal(err)
+			}
+			if err := otlpcheck.Check(op); err != nil {
+				t.Errorf("OTLP does not conform: %v", err)
 			}
 			var ot totals
 			d := op.Dictionary()

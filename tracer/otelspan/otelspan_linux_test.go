@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/symbolizer"
@@ -115,6 +116,9 @@ func TestLinkedSamples(t *testing.T) {
 	p, _, err := otlp.Convert(or, otlp.Options{Raw: true, RawKernel: true}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := otlpcheck.Check(p); err != nil {
+		t.Errorf("OTLP of linked samples does not conform: %v", err)
 	}
 	d := p.Dictionary()
 	var otlpLinked int

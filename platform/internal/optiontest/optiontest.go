@@ -14,7 +14,7 @@ import (
 )
 
 // Check sets each field of base in turn to a non-zero value (true, 1, the
-// next enum value) and calls check: a field in honoured must pass, any
+// next enum value, a path) and calls check: a field in honoured must pass, any
 // other must return a *platform.OptionError whose Option is the field's
 // name and which errors.Is platform.ErrNotSupported.
 func Check(t *testing.T, check func(platform.Config) error, base platform.Config, honoured ...string) {
@@ -34,6 +34,8 @@ func Check(t *testing.T, check func(platform.Config) error, base platform.Config
 			v.SetInt(v.Int() + 1)
 		case reflect.Uint8, reflect.Uint32, reflect.Uint64:
 			v.SetUint(v.Uint() + 1)
+		case reflect.String:
+			v.SetString(v.String() + "/set")
 		default:
 			t.Fatalf("Config.%s: kind %v not handled by optiontest", name, v.Kind())
 		}

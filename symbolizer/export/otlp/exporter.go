@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
 	"github.com/rawstack/rawstack/format"
 )
 
@@ -160,7 +162,7 @@ func (e *Exporter) decode(pr *io.PipeReader) {
 		full := ev.Kind == format.KindSample && e.b.Counts().Pending >= e.opts.MaxBatchSamples
 		e.mu.Unlock()
 		if full {
-			e.cut() // here, so that a fast writer cannot outrun the batcher
+			e.cut(false) // here, so that a fast writer cannot outrun the batcher
 		}
 	}
 }
@@ -181,26 +183,35 @@ func (e *Exporter) batcher() {
 	for {
 		select {
 		case <-tk.C:
-			e.cut()
+			e.cut(false)
 		case <-e.decoded:
-			e.cut()
+			e.cut(true)
 			return
 		}
 	}
 }
 
-func (e *Exporter) cut() {
+// cut builds a batch of the samples pending (all of them at the end of
+// the stream; before, samples waiting for JIT names wait a batch:
+// Builder.Flush).
+func (e *Exporter) cut(all bool) {
 	e.mu.Lock()
 	if e.b == nil {
 		e.mu.Unlock()
 		return
 	}
-	p, n := e.b.Flush()
+	var p pprofile.Profiles
+	var n int
+	if all {
+		p, n = e.b.FlushAll()
+	} else {
+		p, n = e.b.Flush()
+	}
 	e.mu.Unlock()
 	if n == 0 {
 		return
 	}
-	data, err := Marshal(p)
+	data, err := marshalOwned(p)
 	e.mu.Lock()
 	if err != nil {
 		e.st.Lost += int64(n)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 )
 
 // TestBuilderForgets: a long whole-host stream does not grow the
@@ -28,7 +29,10 @@ func TestBuilderForgets(t *testing.T) {
 		ev(format.Event{Kind: format.KindSample, Sample: format.Sample{Time: int64(pid), Pid: pid, Tid: pid, Weight: 1, Stack: id}})
 		ev(format.Event{Kind: format.KindProcessEnd, ProcessEnd: format.ProcessEnd{Time: int64(pid), Pid: pid}})
 		if pid%10 == 0 {
-			_, n := b.Flush()
+			p, n := b.Flush()
+			if err := otlpcheck.Check(p); err != nil {
+				t.Fatalf("batch %d: %v", pid/10, err)
+			}
 			flushed += n
 		}
 	}
@@ -45,6 +49,9 @@ func TestBuilderForgets(t *testing.T) {
 	// The live process's module and the recent stacks still name samples.
 	ev(format.Event{Kind: format.KindSample, Sample: format.Sample{Time: 2000, Pid: 1, Tid: 1, Weight: 1, Stack: id}})
 	p, _ := b.Flush()
+	if err := otlpcheck.Check(p); err != nil {
+		t.Fatal(err)
+	}
 	d := p.Dictionary()
 	loc := d.LocationTable().At(int(d.StackTable().At(1).LocationIndices().At(0)))
 	if loc.MappingIndex() == 0 || b.Counts().UnknownStacks != 0 {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 )
 
@@ -29,6 +30,8 @@ type profileServer struct {
 	encoding []string
 	samples  int
 	answer   func() (pprofileotlp.ExportResponse, error)
+	// nonconforming requests (internal/otlpcheck)
+	bad []error
 }
 
 func (s *profileServer) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
@@ -36,6 +39,9 @@ func (s *profileServer) Export(ctx context.Context, req pprofileotlp.ExportReque
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.auth = append(s.auth, md.Get("authorization")...)
+	if err := otlpcheck.Check(req.Profiles()); err != nil {
+		s.bad = append(s.bad, err)
+	}
 	for _, rp := range req.Profiles().ResourceProfiles().All() {
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, pr := range sp.Profiles().All() {
@@ -75,7 +81,12 @@ func startProfileServer(t *testing.T) (*profileServer, string) {
 	gs := grpc.NewServer(grpc.StatsHandler(ps))
 	pprofileotlp.RegisterGRPCServer(gs, ps)
 	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
+	t.Cleanup(func() {
+		gs.Stop()
+		for _, err := range ps.bad {
+			t.Errorf("a request on the wire does not conform: %v", err)
+		}
+	})
 	return ps, l.Addr().String()
 }
 
@@ -203,5 +214,49 @@ func TestExporterMaxBatchSamples(t *testing.T) {
 	}
 	if st.Batches < int64(want/50/2) {
 		t.Errorf("%d samples in %d batches with MaxBatchSamples 50", want, st.Batches)
+	}
+}
+
+// TestExporterRejectedBatch: what a refused batch costs. An endpoint that
+// answers InvalidArgument (the rawstack processor's answer to a request
+// that breaks the conformance rules) gets each batch once: the exporter
+// counts its samples as lost to rejection, never retries it, warns once
+// per distinct error, and goes on with the next batch.
+func TestExporterRejectedBatch(t *testing.T) {
+	data, _ := chainTrace(t)
+	want := Summarize(t, convert(t, data, true)).Samples
+	srv, addr := startProfileServer(t)
+	var requests int
+	srv.answer = func() (pprofileotlp.ExportResponse, error) {
+		requests++ // under srv.mu
+		return pprofileotlp.ExportResponse{}, status.Error(codes.InvalidArgument, "rawstack processor: malformed profiles: ...")
+	}
+	var warnings []error
+	var mu sync.Mutex
+	exp, err := otlp.NewExporter(otlp.ExporterOptions{Client: otlp.Client{Endpoint: addr}, Build: otlp.Options{Raw: true},
+		Interval: time.Hour, MaxBatchSamples: 50, Warn: func(err error) { mu.Lock(); warnings = append(warnings, err); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exp.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := exp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := exp.Stats()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	t.Logf("%d requests for %d batches; stats %+v", requests, st.Batches, st)
+	if st.Sent != 0 || st.LostRejected != int64(want) || st.Lost != int64(want) || st.Retries != 0 {
+		t.Errorf("sent %d, lost %d (%d rejected), %d retries; want all %d samples lost to rejection, no retry", st.Sent, st.Lost, st.LostRejected, st.Retries, want)
+	}
+	if batches := (want + 49) / 50; requests < batches || requests > batches+1 {
+		t.Errorf("%d requests for %d samples in batches of 50: each batch is sent once", requests, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warnings) != requests {
+		t.Errorf("%d warnings for %d refused batches", len(warnings), requests)
 	}
 }

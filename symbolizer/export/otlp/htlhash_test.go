@@ -75,6 +75,7 @@ func TestConvertEmitsHTLHash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		conform(t, p)
 		d := p.Dictionary()
 		found := ""
 		hashed := 0

@@ -103,6 +103,7 @@ func TestRawKernelFramesNamedOnHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		conform(t, p)
 		d := p.Dictionary()
 		kernel, named, agree, userNamed := 0, 0, 0, 0
 		for _, loc := range d.LocationTable().All() {

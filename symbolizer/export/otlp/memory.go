@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"sort"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
@@ -144,7 +143,7 @@ func (b *Builder) memProfiles(d *dict, sp pprofile.ScopeProfiles, pid uint32) {
 	sort.Slice(stacks, func(i, j int) bool { return stacks[i] < stacks[j] })
 	for col, typ := range [2][2]string{{"inuse_space", "bytes"}, {"inuse_objects", "count"}} {
 		pr := sp.Profiles().AppendEmpty()
-		b.memHeader(d, pr, typ[0], typ[1], last, 0)
+		b.memHeader(d, pr, typ[0], typ[1], last, last)
 		for _, st := range stacks {
 			ps := pr.Samples().AppendEmpty()
 			ps.SetStackIndex(b.stack(d, &pendingSample{time: last, pid: pid, stack: st}))
@@ -160,10 +159,7 @@ func (b *Builder) memHeader(d *dict, pr pprofile.Profile, typ, unit string, firs
 	var id pprofile.ProfileID
 	rand.Read(id[:])
 	pr.SetProfileID(id)
-	pr.SetTime(pcommon.Timestamp(b.wall(first)))
-	if last > first {
-		pr.SetDurationNano(uint64(last - first))
-	}
+	setRange(pr, b.wall(first), b.wall(last))
 }
 
 // allocProfile writes the allocations of one process, one Sample per

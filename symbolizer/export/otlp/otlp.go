@@ -40,7 +40,23 @@
 //     "kernel") and, unless [Options.Raw], one line per function at the
 //     address, innermost inlined function first (the pprof convention).
 //     Raw profiles name kernel frames still, from /proc/kallsyms, when
-//     built on the recording host (see [Options.RawKernel]).
+//     built on the recording host (see [Options.RawKernel]);
+//   - the frames the stream's own events name, raw or not, as every other
+//     output has them (symbolizer.RuntimeFrames): JIT code from perf maps
+//     and jitdump files ("v8js", "jvm", "dotnet" or "cpython" by the
+//     process's runtime, "jit" when it is not known), the frames V8's or
+//     HotSpot's own metadata names ("v8js", "jvm"; a compiled frame's
+//     inlined functions are its lines) and Python frames ("cpython", at
+//     the interpreter's evaluation frames; the address is the
+//     instruction's offset in its code object), each with its function,
+//     file and line. A Collector cannot name them: a process's perf map
+//     and its interpreter's memory exist only on its host.
+//
+// Every table of the dictionary holds each entry once and only entries
+// something refers to, profiles cover their samples' times in the
+// half-open [time, time + duration), and so on: what is written passes
+// the OTLP profiles conformance rules (the profiling SIG's profcheck;
+// internal/otlpcheck).
 //
 // A location's address is absolute, inside its mapping's [memory_start,
 // memory_limit). For every frame but the leaf it is the return address
@@ -168,7 +184,9 @@ type Builder struct {
 	// worth of threads end between two flushes)
 	endedThreads map[uint32]struct{}
 	endedProcs   map[uint32]struct{}
-	forgetPids   []uint32 // forget's scratch
+	// a Flush that keeps samples back keeps their processes too
+	keptProcs  map[uint32]struct{}
+	forgetPids []uint32 // forget's scratch
 	// counters since creation
 	samples, lost, rawStacks, unknownStacks int64
 	// weighted: an on-CPU sample of the stream weighed other than 1, so
@@ -181,6 +199,9 @@ type Builder struct {
 	// and by GNU build id, for the same file in other processes
 	idHashes map[string]string
 	mem      memState // allocations and frees (memory.go)
+	// rf names the frames the stream's own events name: JIT code,
+	// Python frames, JIT runtime frames (frames.go)
+	rf symbolizer.RuntimeFrames
 }
 
 type pendingSample struct {
@@ -189,7 +210,9 @@ type pendingSample struct {
 	tid    uint32
 	weight uint64
 	stack  uint64
+	python uint64 // PyStack id, 0 none
 	off    bool
+	held   bool // kept back by a Flush, for JIT code not named yet
 	link   format.SpanLink
 }
 
@@ -244,12 +267,14 @@ func (b *Builder) Event(ev *format.Event) {
 	case format.KindSample:
 		s := &ev.Sample
 		b.samples++
-		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, off: s.Flags&format.SampleOffCPU != 0, link: s.Link})
+		b.pending = append(b.pending, pendingSample{time: s.Time, pid: s.Pid, tid: s.Tid, weight: s.Weight, stack: s.Stack, python: s.Python, off: s.Flags&format.SampleOffCPU != 0, link: s.Link})
 		if s.Flags&format.SampleOffCPU == 0 && s.Weight != 1 {
 			b.weighted = true
 		}
 	case format.KindAlloc, format.KindFree:
 		b.memEvent(ev)
+	case format.KindString, format.KindJITCode, format.KindJITUnload, format.KindPyCode, format.KindPyStack, format.KindJITFunc:
+		b.rf.Event(ev)
 	}
 }
 
@@ -274,11 +299,27 @@ func (b *Builder) Counts() Counts {
 }
 
 // Flush returns the profiles of the samples taken since the last Flush,
-// and their number (memory events counted as samples).
-func (b *Builder) Flush() (pprofile.Profiles, int) {
+// and their number (memory events counted as samples). A sample whose
+// stack holds an address that only JIT code can name, and that no JIT
+// code the stream has published so far names, waits for one more Flush:
+// runtimes publish code in perf maps, which the recorder reads every
+// 100 ms (and, on a whole host, from a process's first sample on), so its
+// name may arrive after the sample. Call [Builder.FlushAll] at the end of
+// the stream.
+func (b *Builder) Flush() (pprofile.Profiles, int) { return b.flush(false) }
+
+// FlushAll is Flush that keeps no sample back: the end of a stream.
+func (b *Builder) FlushAll() (pprofile.Profiles, int) { return b.flush(true) }
+
+func (b *Builder) flush(all bool) (pprofile.Profiles, int) {
 	out := pprofile.NewProfiles()
+	var held []pendingSample
+	if !all {
+		held = b.holdBack()
+	}
 	n := len(b.pending) + b.mem.events
 	if n == 0 {
+		b.pending = append(b.pending[:0], held...)
 		b.forget()
 		return out, 0
 	}
@@ -320,16 +361,27 @@ func (b *Builder) Flush() (pprofile.Profiles, int) {
 		}
 		b.memProfiles(d, sp, pid)
 	}
-	b.pending = b.pending[:0]
+	b.pending = append(b.pending[:0], held...)
 	b.mem.flushed()
 	b.forget()
 	return out, n
 }
 
 // forget drops the names of threads and processes that ended.
+// Samples kept back for the next Flush (b.pending) keep what they need.
 func (b *Builder) forget() {
+	var keepTids, keepStacks map[uint64]bool
+	if len(b.pending) > 0 {
+		keepTids, keepStacks = map[uint64]bool{}, map[uint64]bool{}
+		for _, s := range b.pending {
+			keepTids[uint64(s.tid)], keepStacks[s.stack] = true, true
+		}
+	}
 	for tid := range b.endedThreads {
-		delete(b.threads, tid)
+		if !keepTids[uint64(tid)] {
+			delete(b.threads, tid)
+			delete(b.endedThreads, tid)
+		}
 	}
 	b.forgetPids = b.forgetPids[:0]
 	for pid := range b.endedProcs {
@@ -339,7 +391,7 @@ func (b *Builder) forget() {
 	// Stacks the writer no longer references (Options.MaxStacks).
 	if n := uint64(b.opts.MaxStacks); n > 0 && len(b.stacks) > b.opts.MaxStacks && b.maxStack > n {
 		for id := range b.stacks {
-			if id <= b.maxStack-n {
+			if id <= b.maxStack-n && !keepStacks[id] {
 				delete(b.stacks, id)
 			}
 		}
@@ -349,7 +401,44 @@ func (b *Builder) forget() {
 	for _, m := range b.db.Forget(b.forgetPids) {
 		delete(b.hashes, m)
 	}
-	b.endedThreads, b.endedProcs = nil, nil // maps keep their size when cleared
+	b.rf.Forget(b.forgetPids)
+	if len(b.endedThreads) == 0 {
+		b.endedThreads = nil // maps keep their size when cleared
+	}
+	b.endedProcs = nil
+}
+
+// holdBack takes out of b.pending the samples that wait for the next
+// Flush: those whose stacks hold an address in anonymous executable
+// memory, where JIT code lives, that no code published so far names. A sample waits once; a process that ended has published all it
+// will (the recorder reads its perf map once more at its exit).
+func (b *Builder) holdBack() []pendingSample {
+	var held []pendingSample
+	keep := b.pending[:0]
+	for _, s := range b.pending {
+		if _, ended := b.endedProcs[s.pid]; !s.held && !ended && b.unnamedJIT(&s) {
+			s.held = true
+			held = append(held, s)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	b.pending = keep
+	return held
+}
+
+func (b *Builder) unnamedJIT(s *pendingSample) bool {
+	for i, pc := range b.stacks[s.stack] {
+		pc = callAddr(i, pc)
+		m := b.db.Lookup(s.pid, pc, s.time)
+		if m == nil || fileBacked(m) {
+			continue // named from a file, or no code: not JIT code
+		}
+		if _, ok := b.rf.JITCode(s.pid, pc, s.time); !ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Builder) wall(t int64) uint64 {
@@ -462,65 +551,15 @@ func (b *Builder) profile(d *dict, pr pprofile.Profile, samples []pendingSample,
 			ps.Values().Append(int64(s.weight))
 		}
 	}
-	pr.SetTime(pcommon.Timestamp(b.wall(first)))
-	pr.SetDurationNano(uint64(last - first))
+	setRange(pr, b.wall(first), b.wall(last))
 }
 
-// stack returns the stack table index of a sample's stack.
-func (b *Builder) stack(d *dict, s *pendingSample) int32 {
-	pcs, ok := b.stacks[s.stack]
-	if s.stack != 0 && !ok {
-		b.unknownStacks++
-	}
-	d.keyBuf = d.keyBuf[:0]
-	locs := d.locBuf[:0]
-	for i, pc := range pcs {
-		addr := pc
-		if i > 0 && addr > 0 {
-			addr-- // inside the call instruction
-		}
-		li := b.location(d, s.pid, addr, s.time)
-		locs = append(locs, li)
-		d.keyBuf = binary.AppendUvarint(d.keyBuf, uint64(li))
-	}
-	d.locBuf = locs
-	if i, ok := d.stacks[string(d.keyBuf)]; ok {
-		return i
-	}
-	i := int32(d.d.StackTable().Len())
-	d.d.StackTable().AppendEmpty().LocationIndices().FromRaw(locs)
-	d.stacks[string(d.keyBuf)] = i
-	return i
-}
-
-type locKey struct {
-	mod  *symbolizer.Module
-	addr uint64
-}
-
-func (b *Builder) location(d *dict, pid uint32, addr uint64, t int64) int32 {
-	m := b.db.Lookup(pid, addr, t)
-	k := locKey{m, addr}
-	if i, ok := d.locs[k]; ok {
-		return i
-	}
-	i := int32(d.d.LocationTable().Len())
-	loc := d.d.LocationTable().AppendEmpty()
-	d.locs[k] = i
-	loc.SetAddress(addr)
-	ft := FrameNative
-	if m != nil {
-		if m.Kind == format.ModuleKernel {
-			ft = FrameKernel
-		}
-		loc.SetMappingIndex(d.mapping(m))
-	}
-	loc.AttributeIndices().Append(d.strAttr(AttrFrameType, ft))
-	if m != nil && (!b.opts.Raw || m.Kind == format.ModuleKernel && !b.opts.RawKernel) {
-		frames, _, _ := b.resolver().Resolve(m, addr)
-		AppendLines(d.d, loc, frames, d.str, d.function)
-	}
-	return i
+// setRange sets a profile's time range to cover first..last, both
+// included: the range is half-open, [time, time + duration), so it ends
+// one nanosecond after the last sample.
+func setRange(pr pprofile.Profile, first, last uint64) {
+	pr.SetTime(pcommon.Timestamp(first))
+	pr.SetDurationNano(last - first + 1)
 }
 
 // resolver returns Options.Resolver, or one made on first use: with the
@@ -556,18 +595,26 @@ func AppendLines(dict pprofile.ProfilesDictionary, loc pprofile.Location, frames
 // dict interns the dictionary tables of one Profiles. Index 0 of every
 // table is the empty entry, as the OTLP profiles data model asks.
 type dict struct {
-	d      pprofile.ProfilesDictionary
-	strs   map[string]int32
-	attrs  map[attrKey]int32
-	maps   map[*symbolizer.Module]int32
-	locs   map[locKey]int32
-	funcs  map[[2]string]int32
-	stacks map[string]int32
-	links  map[format.SpanLink]int32
+	d     pprofile.ProfilesDictionary
+	strs  map[string]int32
+	attrs map[attrKey]int32
+	maps  map[*symbolizer.Module]int32
+	// mapping content → index
+	mapContent map[string]int32
+	locs       map[locKey]int32
+	evals      map[locKey]bool  // native addresses in CPython's evaluation loop
+	content    map[string]int32 // location content → index
+	funcs      map[[2]string]int32
+	stacks     map[string]int32
+	links      map[format.SpanLink]int32
 	// fileHash returns a module's htlhash, "" if unknown; nil for none
 	fileHash func(*symbolizer.Module) string
 	keyBuf   []byte
+	attrBuf  []int32
 	locBuf   []int32
+	natBuf   []symbolizer.NativeFrame
+	locKey   []byte
+	fnBuf    []int32
 }
 
 type attrKey struct {
@@ -578,8 +625,8 @@ type attrKey struct {
 }
 
 func newDict(d pprofile.ProfilesDictionary) *dict {
-	x := &dict{d: d, strs: map[string]int32{}, attrs: map[attrKey]int32{}, maps: map[*symbolizer.Module]int32{},
-		locs: map[locKey]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}, links: map[format.SpanLink]int32{}}
+	x := &dict{d: d, strs: map[string]int32{}, attrs: map[attrKey]int32{}, maps: map[*symbolizer.Module]int32{}, mapContent: map[string]int32{},
+		locs: map[locKey]int32{}, evals: map[locKey]bool{}, content: map[string]int32{}, funcs: map[[2]string]int32{}, stacks: map[string]int32{}, links: map[format.SpanLink]int32{}}
 	x.str("")
 	d.AttributeTable().AppendEmpty()
 	d.MappingTable().AppendEmpty()
@@ -654,45 +701,84 @@ func (x *dict) function(name, file string) int32 {
 	return i
 }
 
+// mapping returns the mapping table index of module m. Modules of the
+// same file at the same place in several processes share one mapping.
+// A module of no extent (its end unknown) gets a mapping of range 0-0:
+// a mapping's range is [memory_start, memory_limit) with start < limit,
+// or both 0.
 func (x *dict) mapping(m *symbolizer.Module) int32 {
 	if i, ok := x.maps[m]; ok {
 		return i
 	}
-	i := int32(x.d.MappingTable().Len())
-	pm := x.d.MappingTable().AppendEmpty()
-	pm.SetMemoryStart(m.Base)
-	pm.SetMemoryLimit(m.Base + m.Size)
-	pm.SetFileOffset(m.FileOffset)
-	pm.SetFilenameStrindex(x.str(m.Name()))
+	attrs := x.attrBuf[:0]
 	if len(m.BuildID) > 0 {
-		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGNU, m.BuildIDHex()))
+		attrs = append(attrs, x.strAttr(AttrBuildIDGNU, m.BuildIDHex()))
 	}
 	if m.GoBuildID != "" {
-		pm.AttributeIndices().Append(x.strAttr(AttrBuildIDGo, m.GoBuildID))
+		attrs = append(attrs, x.strAttr(AttrBuildIDGo, m.GoBuildID))
 	}
 	if x.fileHash != nil {
 		if h := x.fileHash(m); h != "" {
-			pm.AttributeIndices().Append(x.strAttr(AttrBuildIDHTLHash, h))
+			attrs = append(attrs, x.strAttr(AttrBuildIDHTLHash, h))
 		}
 	}
 	if m.Kind == format.ModulePE {
 		if m.PDBGUID != [16]byte{} {
-			pm.AttributeIndices().Append(x.strAttr(AttrPDBGUIDAge, PDBGUIDAge(m.PDBGUID, m.PDBAge)))
+			attrs = append(attrs, x.strAttr(AttrPDBGUIDAge, PDBGUIDAge(m.PDBGUID, m.PDBAge)))
 		}
 		if m.PDBPath != "" {
-			pm.AttributeIndices().Append(x.strAttr(AttrPDBPath, m.PDBPath))
+			attrs = append(attrs, x.strAttr(AttrPDBPath, m.PDBPath))
 		}
 		if m.TimeDateStamp != 0 || m.SizeOfImage != 0 {
-			pm.AttributeIndices().Append(x.strAttr(AttrPECodeID, PECodeID(m.TimeDateStamp, m.SizeOfImage)))
+			attrs = append(attrs, x.strAttr(AttrPECodeID, PECodeID(m.TimeDateStamp, m.SizeOfImage)))
 		}
 	}
+	x.attrBuf = attrs
+	start, limit := m.Base, m.Base+m.Size
+	if limit <= start {
+		start, limit = 0, 0
+	}
+	name := x.str(m.Name())
+	key := binary.AppendUvarint(x.keyBuf[:0], start)
+	key = binary.AppendUvarint(key, limit)
+	key = binary.AppendUvarint(key, m.FileOffset)
+	key = binary.AppendUvarint(key, uint64(name))
+	for _, a := range attrs {
+		key = binary.AppendUvarint(key, uint64(a))
+	}
+	x.keyBuf = key
+	if i, ok := x.mapContent[string(key)]; ok {
+		x.maps[m] = i
+		return i
+	}
+	i := int32(x.d.MappingTable().Len())
+	pm := x.d.MappingTable().AppendEmpty()
+	pm.SetMemoryStart(start)
+	pm.SetMemoryLimit(limit)
+	pm.SetFileOffset(m.FileOffset)
+	pm.SetFilenameStrindex(name)
+	pm.AttributeIndices().FromRaw(attrs)
+	x.mapContent[string(key)] = i
 	x.maps[m] = i
 	return i
 }
 
 // Marshal encodes p as a protobuf ExportProfilesServiceRequest (which has
-// the wire format of ProfilesData).
+// the wire format of ProfilesData). p is left as it was: pdata's encoder
+// turns resource and scope attributes into references to the string table
+// in place (OTLP profiles since opentelemetry-proto 1.10), so Marshal
+// encodes a copy of a p it may not change.
 func Marshal(p pprofile.Profiles) ([]byte, error) {
+	if !p.IsReadOnly() { // pdata copies a read-only p itself
+		c := pprofile.NewProfiles()
+		p.CopyTo(c)
+		p = c
+	}
+	return marshalOwned(p)
+}
+
+// marshalOwned is Marshal for a p the caller will not use again.
+func marshalOwned(p pprofile.Profiles) ([]byte, error) {
 	var m pprofile.ProtoMarshaler
 	return m.MarshalProfiles(p)
 }
@@ -733,7 +819,7 @@ func Convert(r *format.Reader, opts Options, warn func(error)) (pprofile.Profile
 		b.Event(ev)
 	}
 	c := b.Counts()
-	p, _ := b.Flush()
+	p, _ := b.FlushAll()
 	if c.RawStacks > 0 && warn != nil {
 		warn(ErrRawStacks)
 	}

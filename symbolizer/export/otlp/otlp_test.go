@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/internal/otlpcheck"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/symbolizer"
@@ -69,7 +70,24 @@ func convert(t testing.TB, data []byte, raw bool) pprofile.Profiles {
 	if err != nil {
 		t.Fatal(err)
 	}
+	conform(t, p)
 	return p
+}
+
+// conform fails t unless p passes the OTLP conformance rules, as built
+// and as a receiver decodes it.
+func conform(t testing.TB, p pprofile.Profiles) {
+	t.Helper()
+	if err := otlpcheck.Check(p); err != nil {
+		t.Fatalf("the profiles do not conform: %v", err)
+	}
+	b, err := otlp.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := otlpcheck.CheckBytes(b); err != nil {
+		t.Fatalf("the request does not conform: %v", err)
+	}
 }
 
 // roundTrip encodes p with Write and decodes it. (The otelcol module's
