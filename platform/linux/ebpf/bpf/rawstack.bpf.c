@@ -438,6 +438,12 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 	/* The frame is read past the frames written so far (PAGE of slack
 	 * follows the largest record). */
 	__u64 tmp = off + MAX_PY * 24;
+	/* Bounded again where the verifier sees it: clang folds the check
+	 * into the one on off above, and older verifiers (Linux 6.1) lose
+	 * that bound through the spills of the loop below. */
+	barrier_var(tmp);
+	if (tmp > STACK_MAX_OFF + MAX_PY * 24)
+		return 0;
 	__u32 n = 0;
 	for (int i = 0; i < MAX_PY; i++) {
 		if (!frame)
@@ -449,7 +455,11 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 		 * iterations): the owner and is_entry bytes go out as read
 		 * (offsets that do not apply point at a harmless byte), and
 		 * the recorder, which knows the version, reads them. */
-		__u64 *out = (__u64 *)(s->buf + off + n * 24);
+		__u64 o = off + n * 24;
+		barrier_var(o);
+		if (o > STACK_MAX_OFF + (MAX_PY - 1) * 24)
+			break;
+		__u64 *out = (__u64 *)(s->buf + o);
 		out[0] = *(__u64 *)(fb + (pp->fr_code & (PY_FRAME - 8)));
 		out[1] = *(__u64 *)(fb + (pp->fr_instr & (PY_FRAME - 4)));
 		out[2] = (__u64)fb[pp->fr_owner & (PY_FRAME - 1)] | (__u64)fb[pp->fr_is_entry & (PY_FRAME - 1)] << 8;
