@@ -28,7 +28,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/arch v0.28.0 // indirect
 	golang.org/x/telemetry v0.0.0-20241106142447-58a1122356f5 // indirect
-	google.golang.org/protobuf v1.36.12 // test: decodes the Perfetto export
+	google.golang.org/protobuf v1.36.12 // otlp writes resource attributes inline (protowire); tests decode the Perfetto export
 )
 
 // tracer/otelspan only (the API: span contexts); the rawstack command does

@@ -17,7 +17,8 @@ import (
 // program (testdata/allocload.c: malloc, memset, free, about 2 MiB
 // live) under `rawstack record --alloc -- CMD` at the default rate,
 // which preloads the allocation sampler, against heaptrack (LD_PRELOAD
-// interposition of malloc and free, every call recorded). The program's
+// interposition of malloc and free, every call recorded), with both
+// back ends (--alloc's default, eBPF, and --backend perf). The program's
 // time runs from its first function (.preinit_array, before the
 // constructors of what each recorder preloads) to the end of its loop,
 // so that its process start counts but not the recorders' own start-up;
@@ -98,8 +99,9 @@ func runAlloc(cfg *config) ([]row, error) {
 		return nil, err
 	}
 	type round struct {
-		base, raw, ht, shim             float64 // wall ns from the process's start
+		base, raw, perf, ht, shim       float64 // wall ns from the process's start
 		baseCPU, rawCPU, htCPU, shimCPU float64 // its CPU time
+		perfCPU                         float64
 		baseWall, rawWall, htWall       float64 // the whole command's
 		baseLoop                        float64
 	}
@@ -120,6 +122,13 @@ func runAlloc(cfg *config) ([]row, error) {
 				v, w, err := times(exec.Command(rawstack, "record", "-q", "--alloc", "-o", trace, "--", load, "run", ns))
 				if err == nil && len(v) == 3 {
 					c.raw, c.rawCPU, c.rawWall = v[1], v[2], w
+				}
+				return err
+			},
+			func() error {
+				v, _, err := times(exec.Command(rawstack, "record", "-q", "--backend", "perf", "--alloc", "-o", trace, "--", load, "run", ns))
+				if err == nil && len(v) == 3 {
+					c.perf, c.perfCPU = v[1], v[2]
 				}
 				return err
 			},
@@ -165,10 +174,14 @@ func runAlloc(cfg *config) ([]row, error) {
 			row{Scenario: "alloc", Metric: "whole-command slowdown (recorder start-up included)", Rawstack: preloadWall, Peer: "heaptrack", PeerVal: medianBy(rs, func(c round) float64 { return c.htWall / c.baseWall }), Better: "lower"})
 	}
 	cpuRow := row{Scenario: "alloc", Metric: "target CPU time ratio, record --alloc -- CMD", Rawstack: medianBy(rs, func(c round) float64 { return c.rawCPU / c.baseCPU }), Better: "lower", Note: "less sensitive to other load than wall time"}
+	perfRow := row{Scenario: "alloc", Metric: "target slowdown, record --backend perf --alloc -- CMD (preloaded sampler)", Rawstack: medianBy(rs, func(c round) float64 { return c.perf / c.base }), Better: "lower", Note: "goal <= 1.1"}
+	perfCPURow := row{Scenario: "alloc", Metric: "target CPU time ratio, record --backend perf --alloc -- CMD", Rawstack: medianBy(rs, func(c round) float64 { return c.perfCPU / c.baseCPU }), Better: "lower"}
 	if htErr == nil {
 		cpuRow.Peer, cpuRow.PeerVal = "heaptrack", medianBy(rs, func(c round) float64 { return c.htCPU / c.baseCPU })
+		perfRow.Peer, perfRow.PeerVal = "heaptrack", medianBy(rs, func(c round) float64 { return c.ht / c.base })
+		perfCPURow.Peer, perfCPURow.PeerVal = cpuRow.Peer, cpuRow.PeerVal
 	}
-	rows = append(rows, cpuRow,
+	rows = append(rows, cpuRow, perfRow, perfCPURow,
 		row{Scenario: "alloc", Metric: "target slowdown, the sampler preloaded without a recorder", Rawstack: medianBy(rs, func(c round) float64 { return c.shim / c.base }), Better: "lower", Note: "the preloaded path's floor"},
 		row{Scenario: "alloc", Metric: "target CPU time ratio, the sampler preloaded without a recorder", Rawstack: medianBy(rs, func(c round) float64 { return c.shimCPU / c.baseCPU }), Better: "lower"})
 	htPath := heaptrack

@@ -143,11 +143,11 @@ type Config struct {
 	// sample in frame-pointer mode; the DWARF modes sample the registers
 	// already.
 	SampleG bool
-	// Alloc records native heap allocations (BackendEBPF on Linux),
+	// Alloc records native heap allocations (either back end on Linux),
 	// sampled by bytes in the target by the allocation sampler
 	// (preloaded into a command, injected into a running process) or,
-	// where it cannot be, by uprobes on its allocator (Stats.AllocMode
-	// says which), reported to an AllocHandler with the stack of the
+	// with BackendEBPF, where it cannot be, by uprobes on its allocator
+	// (Stats.AllocMode says which), reported to an AllocHandler with the stack of the
 	// allocation, which ends at the allocator's entry, and the frees of
 	// sampled blocks.
 	Alloc bool
@@ -181,13 +181,14 @@ type Config struct {
 // the allocation sampler preloaded (LD_PRELOAD): it samples in the
 // process and, when samples copy the stack, writes its samples into a
 // ring it shares with the recorder (AllocPreloadRing: no entry into the
-// kernel at all); with frame pointers it traps into the kernel for
-// sampled allocations only (AllocPreload). A running process (Pid) gets
-// the same sampler by injection (AllocInjectRing, AllocInject: ptrace, a
-// remote dlopen, its modules' allocator slots redirected). Where that
-// cannot be (a statically linked allocator, ptrace refused;
-// Stats.AllocFallback says why) and for the whole host (System),
-// uprobes on the allocator trap on every call.
+// kernel at all); with frame pointers and BackendEBPF it traps into the
+// kernel for sampled allocations only (AllocPreload; BackendPerf always
+// uses the ring). A running process (Pid) gets the same sampler by
+// injection (AllocInjectRing, AllocInject: ptrace, a remote dlopen, its
+// modules' allocator slots redirected). Where that cannot be (a
+// statically linked allocator, ptrace refused; Stats.AllocFallback says
+// why) BackendEBPF puts uprobes on the allocator, which trap on every
+// call, as for the whole host (System); BackendPerf refuses.
 const (
 	AllocPreloadRing = "the preloaded sampler (LD_PRELOAD), through a shared ring"
 	AllocPreload     = "the preloaded sampler (LD_PRELOAD)"

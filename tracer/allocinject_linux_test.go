@@ -7,6 +7,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -133,6 +134,29 @@ const (
 	rssGrowthMaxKiB     = 1024
 )
 
+// needInject skips a test of the injected sampler with back end be
+// where that cannot run: the eBPF back end (root), or the perf back end
+// and ptrace into another process (root, or CAP_SYS_PTRACE).
+func needInject(t *testing.T, be Backend) {
+	t.Helper()
+	if be == BackendEBPF {
+		needBPF(t)
+		return
+	}
+	needPerf(t)
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "injecting through ptrace into another process needs root (or CAP_SYS_PTRACE)")
+	}
+}
+
+// injectBackends are the back ends that inject the sampler, with the
+// unwinding each is run with (the CLI's default for each).
+var injectBackends = []struct {
+	name   string
+	be     Backend
+	unwind UnwindMode
+}{{"ebpf", BackendEBPF, UnwindDWARF}, {"perf", BackendPerf, UnwindAuto}}
+
 // TestAllocInject: Alloc on a running service (Pid) injects the
 // sampler: allocrate.c's thread allocates flat out all the while (with
 // its control thread: two spinning threads and the recorder on this
@@ -147,14 +171,22 @@ const (
 // while attached allocates and execs. For glibc, jemalloc, tcmalloc, a
 // service in another mount namespace (its own /tmp, where the sampler
 // is placed through /proc/PID/root), and one in another mount and pid
-// namespace (whose sampler cannot write pids the recorder knows into the
-// ring: its markers serve).
+// namespace. With both back ends: the eBPF one, whose uprobes on the
+// markers serve a sampler in another pid namespace (its pids in the
+// ring would not be the recorder's), and the perf one, which has no
+// markers and translates the ids the sampler writes there.
 func TestAllocInject(t *testing.T) {
-	if args := flag.Args(); len(args) == 2 && args[0] == "rawstack-alloc-child" {
-		recorderChild(t, args[1])
+	if args := flag.Args(); len(args) == 3 && args[0] == "rawstack-alloc-child" {
+		recorderChild(t, args[1], args[2])
 		return
 	}
-	needBPF(t)
+	for _, b := range injectBackends {
+		t.Run(b.name, func(t *testing.T) { allocInject(t, b.be, b.unwind) })
+	}
+}
+
+func allocInject(t *testing.T, be Backend, unwind UnwindMode) {
+	needInject(t, be)
 	testbuild.Need(t, "unshare", "runs the service in other namespaces (util-linux)")
 	const jemalloc, tcmalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 	// The service's own /tmp hides the host's. The fixture may live under
@@ -162,6 +194,10 @@ func TestAllocInject(t *testing.T) {
 	// the mount and copied back to its own path, so the service runs a
 	// file the host cannot reach at that path, as in a container.
 	tmpfs := []string{"sh", "-c", `exec 3<"$0" && mount -t tmpfs rawstack /tmp && { [ -e "$0" ] || { mkdir -p "$(dirname "$0")" && cat <&3 >"$0" && chmod +x "$0"; }; } && exec 3<&- && exec "$0" "$@"`}
+	pidnsMode := platform.AllocInjectRing
+	if be == BackendEBPF {
+		pidnsMode = platform.AllocInject
+	}
 	for _, c := range []struct {
 		name   string
 		prefix []string
@@ -172,7 +208,7 @@ func TestAllocInject(t *testing.T) {
 		{"jemalloc", nil, []string{"-Wl,--no-as-needed", "-ljemalloc"}, platform.AllocInjectRing},
 		{"tcmalloc", nil, []string{"-Wl,--no-as-needed", "-l:libtcmalloc_minimal.so.4"}, platform.AllocInjectRing},
 		{"mountns", append([]string{"unshare", "--mount", "--propagation", "private"}, tmpfs...), nil, platform.AllocInjectRing},
-		{"pidns", append([]string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc"}, tmpfs...), nil, platform.AllocInject},
+		{"pidns", append([]string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc"}, tmpfs...), nil, pidnsMode},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for lib, file := range map[string]string{"jemalloc": jemalloc, "tcmalloc": tcmalloc} {
@@ -193,7 +229,7 @@ func TestAllocInject(t *testing.T) {
 			var out bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			tr, err := Start(ctx, Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Pid: pid, Streams: []io.Writer{&out}})
+			tr, err := Start(ctx, Options{Backend: be, Unwind: unwind, Alloc: true, Pid: pid, Streams: []io.Writer{&out}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +283,7 @@ func TestAllocInject(t *testing.T) {
 				t.Errorf("the service's RSS grew by %d KiB over the attach, want at most %d", rss1-rss0, rssGrowthMaxKiB)
 			}
 			if c.name == "glibc" {
-				killedRecorder(t, s, pid, before)
+				killedRecorder(t, be, s, pid, before)
 			}
 		})
 	}
@@ -258,9 +294,9 @@ func TestAllocInject(t *testing.T) {
 // the service allocates, and checks that within the sampler's timeout
 // the service runs correct, no bigger, and no slower than attached
 // (base: its unattached rate) with the sampler inert in its slots.
-func killedRecorder(t *testing.T, s *testbuild.Service, pid int, base float64) {
+func killedRecorder(t *testing.T, be Backend, s *testbuild.Service, pid int, base float64) {
 	rss0 := vmRSS(t, pid)
-	child := testbuild.StartService(t, "attached", os.Args[0], "-test.run=^TestAllocInject$", "-test.v=false", "--", "rawstack-alloc-child", strconv.Itoa(pid))
+	child := testbuild.StartService(t, "attached", os.Args[0], "-test.run=^TestAllocInject$", "-test.v=false", "--", "rawstack-alloc-child", strconv.Itoa(pid), strconv.Itoa(int(be)))
 	during := rate(t, s, 3, 300)
 	if err := child.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -288,14 +324,19 @@ func killedRecorder(t *testing.T, s *testbuild.Service, pid int, base float64) {
 }
 
 // recorderChild is the recorder killedRecorder kills: this test binary
-// run again (TestAllocInject with the service's pid after "--"), it
-// attaches with Alloc, says "attached" and records until it is killed.
-func recorderChild(t *testing.T, pidText string) {
+// run again (TestAllocInject with the service's pid and the back end
+// after "--"), it attaches with Alloc, says "attached" and records until
+// it is killed.
+func recorderChild(t *testing.T, pidText, beText string) {
 	pid, err := strconv.Atoi(pidText)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := Start(context.Background(), Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Pid: pid, Streams: []io.Writer{io.Discard}})
+	be, err := strconv.Atoi(beText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Start(context.Background(), Options{Backend: Backend(be), Unwind: UnwindDWARF, Alloc: true, Pid: pid, Streams: []io.Writer{io.Discard}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,13 +423,31 @@ func slotsInSampler(slots map[uint64]uint64, lo, hi uint64) int {
 }
 
 // TestAllocInjectRefused: a service another tracer holds (strace)
-// cannot take the sampler (ptrace refused): uprobes on its allocator
-// serve instead, the reason is in the stats (the summary line), and the
-// stacks end at the allocator's entry there too.
+// cannot take the sampler (ptrace refused): with the eBPF back end,
+// uprobes on its allocator serve instead, the reason is in the stats
+// (the summary line), and the stacks end at the allocator's entry there
+// too; the perf back end, which has no uprobes, refuses with the reason.
 func TestAllocInjectRefused(t *testing.T) {
-	needBPF(t)
 	strace := testbuild.Need(t, "strace", "a second tracer holding the service")
 	bin := rateFixture(t, "allocrate-glibc")
+	t.Run("perf", func(t *testing.T) {
+		needInject(t, BackendPerf)
+		s := testbuild.StartService(t, "ready", strace, "-f", "-o", "/dev/null", bin, "1")
+		_, err := Start(t.Context(), Options{Backend: BackendPerf, Unwind: UnwindAuto, Alloc: true, Pid: s.Pid(), Streams: []io.Writer{io.Discard}})
+		t.Log(err)
+		var ie *allocshim.InjectError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "ptrace") {
+			t.Errorf("Alloc with the perf back end on a process strace holds: %v, want an InjectError naming ptrace", err)
+		}
+		if got := s.Do("go"); got != "done" {
+			t.Fatalf("go after the refused attach: %q", got)
+		}
+	})
+	t.Run("ebpf", func(t *testing.T) { allocInjectUprobes(t, strace, bin) })
+}
+
+func allocInjectUprobes(t *testing.T, strace, bin string) {
+	needBPF(t)
 	s := testbuild.StartService(t, "ready", strace, "-f", "-o", "/dev/null", bin, "1")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -416,15 +475,21 @@ func TestAllocInjectRefused(t *testing.T) {
 // TestAllocInjectPython: a running CPython 3.11 (Debian's python3.11, a
 // program built without -fPIE whose malloc is a canonical PLT entry)
 // takes the injected sampler; its allocations end at the allocator's
-// entry, below CPython's own allocator.
+// entry, below CPython's own allocator. With both back ends.
 func TestAllocInjectPython(t *testing.T) {
-	needBPF(t)
 	py := testbuild.Need(t, "python3.11", "Debian's CPython 3.11 (package python3.11)")
+	for _, b := range injectBackends {
+		t.Run(b.name, func(t *testing.T) { allocInjectPython(t, py, b.be, b.unwind) })
+	}
+}
+
+func allocInjectPython(t *testing.T, py string, be Backend, unwind UnwindMode) {
+	needInject(t, be)
 	s := testbuild.StartService(t, "ready", py, "testdata/pyalloc.py")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr, err := Start(ctx, Options{Backend: BackendEBPF, Unwind: UnwindDWARF, Alloc: true, Pid: s.Pid(), Streams: []io.Writer{&out}})
+	tr, err := Start(ctx, Options{Backend: be, Unwind: unwind, Alloc: true, Pid: s.Pid(), Streams: []io.Writer{&out}})
 	if err != nil {
 		t.Fatal(err)
 	}

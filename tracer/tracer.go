@@ -144,17 +144,22 @@ type Options struct {
 	Heap bool
 	// HeapInterval is how often Heap reads the profile; 0 means 1 s.
 	HeapInterval time.Duration
-	// Alloc, with BackendEBPF on Linux, records the target's native heap
-	// allocations: uprobes on its C library's malloc, calloc, realloc,
-	// free, posix_memalign and aligned_alloc (or jemalloc's or
-	// tcmalloc's when the process maps them), sampled by bytes (one
-	// sample per AllocRate bytes on average, a Poisson process, so an
-	// allocation of s bytes is sampled with probability
-	// 1-exp(-s/AllocRate)), written as Alloc events with the
-	// allocation's stack, unwound as CPU samples are, and unbiased
-	// weights; the sampled blocks' frees as Free events. A statically
-	// linked target is refused with an error naming its binary. The
-	// children a target starts are not probed.
+	// Alloc, on Linux, records the target's native heap allocations:
+	// the allocation sampler (package platform/linux/allocshim),
+	// preloaded into a Command or injected into a running Pid, takes
+	// the C allocator's entries (malloc, calloc, realloc, free,
+	// posix_memalign, aligned_alloc, memalign, valloc, pvalloc, C++'s
+	// operator new and delete) and passes them to the allocator the
+	// program would have called (glibc's, jemalloc's, tcmalloc's),
+	// sampled by bytes (one sample per AllocRate bytes on average, a
+	// Poisson process, so an allocation of s bytes is sampled with
+	// probability 1-exp(-s/AllocRate)), written as Alloc events with
+	// the allocation's stack, unwound as CPU samples are and ending at
+	// the allocator's entry, and unbiased weights; the sampled blocks'
+	// frees as Free events. With BackendEBPF, uprobes on the allocator
+	// serve where the sampler cannot be injected, and for System; with
+	// BackendPerf such a process is an error saying why. A statically
+	// linked command is refused with an error naming its binary.
 	Alloc bool
 	// AllocRate is Alloc's mean sampling interval in bytes; 0 means
 	// 512 KiB.
@@ -242,9 +247,10 @@ type Stats struct {
 	JITWarning         string
 	// AllocMode says how Options.Alloc samples allocations ("" without
 	// it): platform.AllocPreloadRing for a launched command, into which
-	// the sampler is preloaded (platform.AllocPreload with UnwindFP);
-	// platform.AllocInjectRing for a running process, into which it is
-	// injected (platform.AllocInject with UnwindFP), or, where it cannot
+	// the sampler is preloaded (platform.AllocPreload with BackendEBPF
+	// and UnwindFP); platform.AllocInjectRing for a running process,
+	// into which it is injected (platform.AllocInject with BackendEBPF
+	// and UnwindFP, or in another pid namespace), or, where it cannot
 	// be, platform.AllocUprobes, with the reason in AllocFallback.
 	AllocMode     string
 	AllocFallback string

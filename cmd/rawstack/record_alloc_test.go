@@ -15,9 +15,20 @@ import (
 // TestRecordAlloc runs the CLI end to end: record --alloc a C program
 // that allocates and frees 1 GiB in main → churn and keeps 128 MiB in
 // main → keep, then convert --to folded --value alloc_space and
-// inuse_space: those chains carry those figures ±15%.
+// inuse_space: those chains carry those figures ±15%. With --alloc's
+// default back end (eBPF) and with --backend perf.
 func TestRecordAlloc(t *testing.T) {
-	testbuild.Feature(t, linux.ProbeBPF())
+	t.Run("ebpf", func(t *testing.T) {
+		testbuild.Feature(t, linux.ProbeBPF())
+		recordAlloc(t)
+	})
+	t.Run("perf", func(t *testing.T) {
+		testbuild.Feature(t, linux.Probe())
+		recordAlloc(t, "--backend", "perf")
+	})
+}
+
+func recordAlloc(t *testing.T, flags ...string) {
 	bin := testbuild.Build(t, testbuild.Cmd{
 		Tool:   "cc",
 		Args:   []string{"-O2", "-g", "-fomit-frame-pointer", "-o", "{dir}/allocs", "{in0}"},
@@ -27,7 +38,7 @@ func TestRecordAlloc(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "t.rawstack")
 	var stdout, stderr bytes.Buffer
-	args := []string{"record", "-q", "--alloc", "-o", out, "--", bin}
+	args := append(append([]string{"record", "-q", "--alloc", "-o", out}, flags...), "--", bin)
 	if code := run(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("%q exited %d: %s", args, code, stderr.String())
 	}
@@ -76,7 +87,6 @@ func TestRecordAllocUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"record", "--alloc-rate", "4096", "--", "true"},          // --alloc-rate needs --alloc
 		{"record", "--alloc", "--alloc-rate", "-1", "--", "true"}, // a positive rate
-		{"record", "--alloc", "--backend", "perf", "--", "true"},  // perf has no uprobes
 	} {
 		var so, se bytes.Buffer
 		if code := run(args, &so, &se); code != 2 {

@@ -20,9 +20,11 @@
 //   - every index is in range (string, attribute, mapping, location,
 //     function, stack and link indices, wherever they appear);
 //   - no table holds the same entry twice, and every entry but index 0
-//     is referenced (no orphans);
-//     (strings the resource and scope attributes use are referenced: on
-//     the wire they refer to the string table);
+//     is referenced (no orphans) by the dictionary or the profiles;
+//   - on the wire (CheckBytes), resource and scope attributes hold
+//     their strings inline: references into the string table
+//     (key_strindex, string_value_strindex, opentelemetry-proto 1.10)
+//     are not counted by profcheck, whose orphan check then fails;
 //   - the attribute keys of one entity (resource, scope, profile, sample,
 //     mapping, location) are unique;
 //   - a mapping's memory_start < memory_limit, or both are 0;
@@ -44,6 +46,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // maxErrors caps the violations one Check reports: a broken request can
@@ -60,14 +63,103 @@ func Check(p pprofile.Profiles) error {
 	return errors.Join(c.errs...)
 }
 
-// CheckBytes decodes an ExportProfilesServiceRequest and checks it.
+// CheckBytes decodes an ExportProfilesServiceRequest and checks it, and
+// that its resource and scope attributes are inline.
 func CheckBytes(b []byte) error {
 	var u pprofile.ProtoUnmarshaler
 	p, err := u.UnmarshalProfiles(b)
 	if err != nil {
 		return fmt.Errorf("otlpcheck: the request does not decode: %w", err)
 	}
-	return Check(p)
+	return errors.Join(Check(p), inlineAttrs(b))
+}
+
+// Field numbers (opentelemetry-proto: collector/profiles/v1development,
+// profiles/v1development, resource/v1, common/v1).
+const (
+	fRequestResourceProfiles = 1 // ExportProfilesServiceRequest.resource_profiles
+	fResourceProfilesRes     = 1 // ResourceProfiles.resource
+	fResourceProfilesScopes  = 2 // ResourceProfiles.scope_profiles
+	fResourceAttributes      = 1 // Resource.attributes
+	fScopeProfilesScope      = 1 // ScopeProfiles.scope
+	fScopeAttributes         = 3 // InstrumentationScope.attributes
+	fKeyValueValue           = 2 // KeyValue.value
+	fKeyValueKeyStrindex     = 3 // KeyValue.key_strindex
+	fValueArray              = 5 // AnyValue.array_value
+	fValueKvlist             = 6 // AnyValue.kvlist_value
+	fValueStrindex           = 8 // AnyValue.string_value_strindex
+)
+
+var errAttrRef = errors.New("a resource or scope attribute refers to the string table (key_strindex or string_value_strindex) instead of holding its string")
+
+// inlineAttrs reports a resource or scope attribute of request b that
+// refers to the string table.
+func inlineAttrs(b []byte) error {
+	// path: the fields leading to attributes, then KeyValue's rules.
+	var walk func(b []byte, path ...protowire.Number) error
+	var kv, value func(b []byte) error
+	kv = func(b []byte) error {
+		return each(b, func(num protowire.Number, v []byte) error {
+			switch num {
+			case fKeyValueKeyStrindex:
+				return errAttrRef
+			case fKeyValueValue:
+				return value(v)
+			}
+			return nil
+		})
+	}
+	value = func(b []byte) error {
+		return each(b, func(num protowire.Number, v []byte) error {
+			switch num {
+			case fValueStrindex:
+				return errAttrRef
+			case fValueArray:
+				return each(v, func(_ protowire.Number, v []byte) error { return value(v) })
+			case fValueKvlist:
+				return each(v, func(_ protowire.Number, v []byte) error { return kv(v) })
+			}
+			return nil
+		})
+	}
+	walk = func(b []byte, path ...protowire.Number) error {
+		return each(b, func(num protowire.Number, v []byte) error {
+			switch {
+			case num != path[0]:
+				return nil
+			case len(path) == 1:
+				return kv(v)
+			}
+			return walk(v, path[1:]...)
+		})
+	}
+	return errors.Join(
+		walk(b, fRequestResourceProfiles, fResourceProfilesRes, fResourceAttributes),
+		walk(b, fRequestResourceProfiles, fResourceProfilesScopes, fScopeProfilesScope, fScopeAttributes))
+}
+
+// each calls f with the number and payload of each field of message b
+// (nil for a field that is not length-delimited).
+func each(b []byte, f func(num protowire.Number, v []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		var v []byte
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(b[n:])
+		}
+		if err := f(num, v); err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	return nil
 }
 
 type checker struct {
@@ -76,7 +168,6 @@ type checker struct {
 	n    int
 	// references, per table, by index
 	strRef, attrRef, mapRef, locRef, fnRef, stackRef, linkRef []bool
-	strIndex                                                  map[string]int // string → first index, made on first use
 }
 
 func (c *checker) fail(format string, args ...any) {
@@ -174,50 +265,17 @@ func (c *checker) zeroValues() {
 }
 
 // entityAttrs: a resource's or a scope's attributes have unique keys.
-// On the wire their keys and string values are references into the
-// string table (key_strindex and string_value_strindex, since
-// opentelemetry-proto 1.10; pdata writes them so and resolves them when
-// it reads), so the strings they use are referenced.
+// Their strings are not the string table's: CheckBytes asks that they
+// be inline on the wire, where profcheck, which counts only the
+// dictionary's and the profiles' references, would find the strings
+// of references orphaned.
 func (c *checker) entityAttrs(where string, m pcommon.Map) {
 	seen := make(map[string]bool, m.Len())
-	for k, v := range m.All() {
+	for k := range m.All() {
 		if seen[k] {
 			c.fail("%s: duplicate key %q", where, k)
 		}
 		seen[k] = true
-		c.refString(k)
-		c.refValue(v)
-	}
-}
-
-// refString marks s referenced if the string table holds it.
-func (c *checker) refString(s string) {
-	if c.strIndex == nil {
-		c.strIndex = make(map[string]int, c.d.StringTable().Len())
-		for i, t := range c.d.StringTable().All() {
-			if _, ok := c.strIndex[t]; !ok {
-				c.strIndex[t] = i
-			}
-		}
-	}
-	if i, ok := c.strIndex[s]; ok {
-		c.strRef[i] = true
-	}
-}
-
-func (c *checker) refValue(v pcommon.Value) {
-	switch v.Type() {
-	case pcommon.ValueTypeStr:
-		c.refString(v.Str())
-	case pcommon.ValueTypeSlice:
-		for _, e := range v.Slice().All() {
-			c.refValue(e)
-		}
-	case pcommon.ValueTypeMap:
-		for k, e := range v.Map().All() {
-			c.refString(k)
-			c.refValue(e)
-		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package otlpcheck
 
 import (
+	"github.com/rawstack/rawstack/symbolizer/export/otlp"
 	"strings"
 	"testing"
 
@@ -154,10 +155,14 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestCheckBytes: a trace id of a length other than 16 does not decode.
+// TestCheckBytes: a request as otlp.Marshal writes it passes; as pdata's
+// encoder writes it (resource attributes as references into the string
+// table, whose strings profcheck counts as orphans) it does not; a
+// truncated request does not decode.
 func TestCheckBytes(t *testing.T) {
-	var m pprofile.ProtoMarshaler
-	b, err := m.MarshalProfiles(valid())
+	p := valid()
+	p.ResourceProfiles().At(0).Resource().Attributes().PutStr("service.name", "checked")
+	b, err := otlp.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +171,12 @@ func TestCheckBytes(t *testing.T) {
 	}
 	if err := CheckBytes(b[:len(b)-3]); err == nil {
 		t.Error("a truncated request passes")
+	}
+	var m pprofile.ProtoMarshaler
+	if b, err = m.MarshalProfiles(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckBytes(b); err == nil || !strings.Contains(err.Error(), "refers to the string table") || !strings.Contains(err.Error(), "referenced by nothing") {
+		t.Errorf("pdata's encoding: got %v, want the attribute's reference and its orphaned strings", err)
 	}
 }

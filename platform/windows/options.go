@@ -27,9 +27,9 @@ func checkConfig(cfg platform.Config) error {
 	case cfg.RingPages != 0:
 		return bad("RingPages", "the sampler has no ring buffers")
 	case cfg.Alloc:
-		return bad("Alloc", "native allocations are recorded with eBPF uprobes, on Linux")
+		return bad("Alloc", "native allocations are recorded on Linux (an ELF allocation sampler, preloaded or injected, or eBPF uprobes)")
 	case cfg.AllocRate != 0:
-		return bad("AllocRate", "native allocations are recorded with eBPF uprobes, on Linux")
+		return bad("AllocRate", "native allocations are recorded on Linux (an ELF allocation sampler, preloaded or injected, or eBPF uprobes)")
 	}
 	// BuildIDCache, BuildIDCacheMax and NoBuildIDCache are honoured by
 	// having nothing to copy: the cache keeps files of other mount

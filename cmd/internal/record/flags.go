@@ -66,7 +66,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.OffCPU, "off-cpu", false, "with --backend ebpf (Linux) or on Windows: also record where threads wait, weighted by the time off CPU")
 	fs.BoolVar(&f.NoPython, "no-python", false, "do not read CPython threads' Python frames (by default each sample of a CPython 3.8–3.13 thread carries them, read from the interpreter's memory, and reports show them at _PyEval_EvalFrameDefault)")
 	fs.BoolVar(&f.Goroutines, "goroutines", false, "Go programs: record each sample's goroutine id and pprof labels (convert --to pprof makes them labels for -tagfocus)")
-	fs.BoolVar(&f.Alloc, "alloc", false, "record native heap allocations (a command: a sampler preloaded into it; -p/-a: uprobes on the process's malloc/free; selects --backend ebpf): convert --value alloc_space|alloc_objects|inuse_space|inuse_objects")
+	fs.BoolVar(&f.Alloc, "alloc", false, "record native heap allocations (a command: a sampler preloaded into it; -p: the sampler injected, uprobes on its malloc/free where it cannot be; -a: uprobes; selects --backend ebpf unless --backend perf, which has no uprobes): convert --value alloc_space|alloc_objects|inuse_space|inuse_objects")
 	fs.IntVar(&f.AllocRate, "alloc-rate", 0, "with --alloc: sample one allocation per this many bytes allocated, on average (default 524288)")
 	fs.StringVar(&f.IDCache, "buildid-cache", "", "the build-id cache the files of other mount namespaces' modules (containers) are copied into while they live, for every command to name them later (default $RAWSTACK_BUILDID_CACHE, else ~/.cache/rawstack/buildid)")
 	fs.Int64Var(&f.IDCacheMax, "buildid-cache-size", 0, "cap of the build-id cache in bytes, least recently used files removed first (default 2 GiB)")
@@ -97,7 +97,7 @@ func (f *Flags) Check(rest []string) (platform.Backend, platform.UnwindMode, err
 		backendSet = backendSet || fl.Name == "backend"
 	})
 	if f.Alloc && !backendSet {
-		be = platform.BackendEBPF // allocations are recorded with uprobes (on the preloaded sampler's markers, or on the allocator)
+		be = platform.BackendEBPF // uprobes serve where the sampler cannot be injected, and for -a
 	}
 	if be == platform.BackendEBPF && !unwindSet {
 		f.Unwind = "dwarf" // the eBPF back end copies stacks: unwind with CFI unless asked otherwise

@@ -8,10 +8,12 @@
 // process the BPF programs use, so that a call that is not sampled costs
 // a few nanoseconds. Given a shared ring ([Ring], named by [RingEnv]), a
 // sampled allocation and the free of a sampled block are written there
-// by the sampler itself and never enter the kernel. Without one (a
+// by the sampler itself and never enter the kernel. Without one (an eBPF
 // frame-pointer recording, a process that cannot open it), a sampled
-// allocation calls [AllocSymbol]: the recorder puts its uprobe there
-// (package platform/linux/ebpf). The free of a sampled block does not
+// allocation calls [AllocSymbol]: the eBPF recorder puts its uprobe
+// there (package platform/linux/ebpf). The perf back end has no
+// uprobes: its ring ([RingWait]) is the only way, and in frame-pointer
+// mode ([RingFP]) the sampler walks the frame pointers itself. The free of a sampled block does not
 // trap then either: it is queued with its time and thread, and the
 // queue goes along with the next sampled allocation (ahead of it), or
 // through [FreeSymbol] when it is full, old or the program exits.
@@ -23,7 +25,8 @@
 // every read ([Ring.Stamp]); a sampler whose recorder left ([Ring.Detach])
 // or went silent for [AliveTimeout] goes inert. Where injection cannot
 // be, and for the whole host (-a), the eBPF back end puts uprobes on the
-// allocator instead, and every call traps. The recorder cuts the
+// allocator instead, and every call traps. The recorder (package
+// platform/linux/tracking, for both back ends) cuts the
 // sampler's own frames from the stacks it reports (the module with
 // [BuildID]).
 package allocshim

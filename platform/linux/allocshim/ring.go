@@ -15,20 +15,24 @@ import (
 // instead of calling [AllocSymbol] (a trap into the kernel, where a BPF
 // program copies the stack), writes there itself what that program would
 // have written: the allocation's registers and stack as a BPF sample
-// record (kind 4), its block as a header-only record (kind 5), and every
+// record (kind 4; with RingFP the return addresses of its frame-pointer
+// chain instead), its block as a header-only record (kind 5), and every
 // free of a sampled block, at once, as another (kind 6), all in the
-// layout of platform/linux/ebpf's records. The markers stay for what the
+// layout of the sample records of platform/linux/tracking. The markers stay for what the
 // ring cannot take (a process that cannot open the file, a thread whose
 // stack the sampler does not know).
 //
 // The header (little-endian):
 //
-//	0    magic "RSAR" (0x52415352), version (1), u32 each
+//	0    magic "RSAR" (0x52415352), version (3), u32 each
 //	8    size: bytes of records, a power of two, u64
 //	16   stack_bytes: stack copied per allocation, at most, u32
 //	20   flags, u32: 1 (RingWait) says the recorder has no markers: a
 //	     writer waits for room while the recorder reads, and a record
-//	     that cannot go into the ring is dropped (counted in dropped)
+//	     that cannot go into the ring is dropped (counted in dropped);
+//	     2 (RingFP) says an allocation's record carries the return
+//	     addresses of the frame-pointer chain (the sampler walks it in
+//	     the thread's stack) instead of registers and a stack copy
 //	24   pidns: the inode of the recorder's pid namespace, u64 (0:
 //	     unknown); a process in another writes no records (its pids
 //	     are not the recorder's) and takes the markers
@@ -57,7 +61,7 @@ const (
 	RingHeader = 4096
 
 	ringMagic   = 0x52415352
-	ringVersion = 2
+	ringVersion = 3
 	offSize     = 8
 	offStack    = 16
 	offFlags    = 20
@@ -77,6 +81,10 @@ const (
 	// RingWait is the flag of a ring whose recorder puts no uprobes on
 	// the markers (the perf back end).
 	RingWait = 1
+	// RingFP is the flag of a ring whose records carry the frame-pointer
+	// chain of each sampled allocation, walked by the sampler (a
+	// frame-pointer recording without markers), instead of its stack.
+	RingFP = 2
 	// AliveTimeout is how old the recorder's stamp may be before a
 	// sampler takes the recorder for gone (killed) and goes inert: the
 	// recorder stamps at every read, every 20 ms or so, 100 ms at most.

@@ -1,15 +1,17 @@
 package allocshim
 
 import (
+	"encoding/binary"
 	"errors"
-
 	"fmt"
-	sys "github.com/rawstack/rawstack/internal/unix"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	sys "github.com/rawstack/rawstack/internal/unix"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // CreateRing creates a ring of bytes record bytes (a power of two) for
@@ -56,7 +58,7 @@ func CreateRing(dir string, bytes, stackBytes int, flags uint32) (*Ring, error) 
 		}
 		return err
 	}
-	r, err := newRing(mem, stackBytes, pidNamespace(), flags, path, done)
+	r, err := newRing(mem, stackBytes, PidNamespace(0), flags, path, done)
 	if err != nil {
 		done()
 		return nil, err
@@ -98,10 +100,15 @@ func removeStaleRings(dir string) {
 	}
 }
 
-// pidNamespace returns the inode of this process's pid namespace
-// (/proc/self/ns/pid reads "pid:[4026531836]"), 0 if it cannot be read.
-func pidNamespace() uint64 {
-	l, err := os.Readlink("/proc/self/ns/pid")
+// PidNamespace returns the inode of the pid namespace of process pid
+// (0: this process), read from /proc/PID/ns/pid ("pid:[4026531836]"),
+// or 0 if it cannot be read.
+func PidNamespace(pid int) uint64 {
+	dir := "/proc/self"
+	if pid != 0 {
+		dir = procfs.Dir(pid)
+	}
+	l, err := os.Readlink(dir + "/ns/pid")
 	if err != nil {
 		return 0
 	}
@@ -112,3 +119,15 @@ func pidNamespace() uint64 {
 	}
 	return v
 }
+
+// SetWriterPidNS says which pid namespace (its inode) the processes
+// that write the ring's records are in, before any maps it: the pids
+// and thread ids they write are that namespace's, which the recorder
+// translates. A sampler in another namespace writes nothing into the
+// ring (its markers serve). By default it is the recorder's.
+func (r *Ring) SetWriterPidNS(ns uint64) {
+	binary.LittleEndian.PutUint64(r.mem[offPidNS:], ns)
+}
+
+// WriterPidNS returns the pid namespace of the ring's writers.
+func (r *Ring) WriterPidNS() uint64 { return binary.LittleEndian.Uint64(r.mem[offPidNS:]) }

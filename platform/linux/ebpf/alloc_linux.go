@@ -14,7 +14,6 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/allocshim"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
@@ -162,63 +161,17 @@ func (p *programs) attachAlloc(lib string, pid int) error {
 	return nil
 }
 
-// preload installs the allocation sampler (package allocshim) and puts
-// it first in cmd's LD_PRELOAD, with the sampling rate in
-// its environment. First, so that the next allocator the sampler finds
-// (RTLD_NEXT) is the one the command would have called, a jemalloc of
-// its own LD_PRELOAD included.
+// preload preloads the allocation sampler into cmd, with a shared ring
+// when samples copy the stack (the sampler copies it as the BPF
+// programs would; with frame pointers the programs walk them, and the
+// markers serve). A ring that cannot be made leaves the markers.
 func (s *Session) preload(cmd *exec.Cmd) error {
-	path, err := allocshim.Install("")
+	lib, err := s.PreloadSampler(cmd, s.Unwinder() != nil, 0)
 	if err != nil {
 		return err
 	}
-	rate := s.Config().AllocRate
-	if rate <= 0 {
-		rate = platform.DefaultAllocRate
-	}
-	env := cmd.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	pre := path
-	out := make([]string, 0, len(env)+2)
-	for _, kv := range env {
-		switch {
-		case strings.HasPrefix(kv, "LD_PRELOAD="):
-			if v := strings.TrimPrefix(kv, "LD_PRELOAD="); v != "" {
-				pre += ":" + v
-			}
-		case strings.HasPrefix(kv, allocshim.RateEnv+"="), strings.HasPrefix(kv, allocshim.RingEnv+"="):
-		default:
-			out = append(out, kv)
-		}
-	}
-	out = append(out, "LD_PRELOAD="+pre, fmt.Sprintf("%s=%d", allocshim.RateEnv, rate))
-	s.openShimRing()
-	if s.bpf.ring != nil {
-		out = append(out, allocshim.RingEnv+"="+s.bpf.ring.Path())
-	}
-	cmd.Env = out
-	s.bpf.shim = path
+	s.bpf.shim = lib
 	return nil
-}
-
-// preloadable checks that process pid, stopped at exec, runs a dynamic
-// loader that will preload the sampler: a statically linked binary has
-// none (nor an allocator library uprobes could be put on).
-func preloadable(pid int) error {
-	exe, _ := os.Readlink(procfs.Dir(pid) + "/exe")
-	f, err := elf.Open(procfs.Dir(pid) + "/exe")
-	if err != nil {
-		return &AllocatorError{Pid: pid, Binary: exe, Reason: err.Error()}
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return nil
-		}
-	}
-	return &AllocatorError{Pid: pid, Binary: exe, Reason: "the binary is statically linked: the allocation sampler cannot be preloaded into it, nor uprobes put on its allocator"}
 }
 
 // attachShim puts the sampler's programs on its two markers in the file

@@ -1,24 +1,12 @@
 package ebpf
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/rawstack/rawstack/platform/linux/allocshim"
 
 // ErrNoAllocator says no allocator to put uprobes on was found for a
 // process: a statically linked binary, or one whose allocator is none
-// of allocatorLibs.
-var ErrNoAllocator = errors.New("no allocator to probe")
+// of allocatorLibs (package allocshim's, kept here for callers of this
+// package).
+var ErrNoAllocator = allocshim.ErrNoAllocator
 
 // AllocatorError names the binary whose allocator was not found.
-type AllocatorError struct {
-	Pid    int
-	Binary string
-	Reason string
-}
-
-func (e *AllocatorError) Error() string {
-	return fmt.Sprintf("pid %d: %s: %v: %s", e.Pid, e.Binary, ErrNoAllocator, e.Reason)
-}
-
-func (e *AllocatorError) Unwrap() error { return ErrNoAllocator }
+type AllocatorError = allocshim.AllocatorError

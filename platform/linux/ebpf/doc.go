@@ -197,8 +197,10 @@
 // rawstack_detach puts the slots back; the records written until then
 // are read after. Every read stamps the ring: a sampler whose recorder
 // was killed goes inert by itself. The stacks of sampled allocations are
-// cut at the sampler's entry (cutSampler): the frames of the module with
-// the sampler's build id above it are not reported.
+// cut at the sampler's entry: the frames of the module with the
+// sampler's build id above it are not reported. All of this but the
+// markers' uprobes is package tracking's (alloc_linux.go), which the
+// perf back end records allocations with too.
 //
 // Where injection cannot be (Stats.AllocFallback says why) and for the
 // whole host (System), uprobes (the kernel's uprobe PMU, through

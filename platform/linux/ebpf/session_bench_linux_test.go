@@ -25,7 +25,7 @@ func BenchmarkBPFRecord(b *testing.B) {
 		if len(stack) > bpfMaxStack {
 			stack = stack[:bpfMaxStack]
 		}
-		rec := bpfRecord(bpfKindCPU, r.Pid, r.Tid, 1<<62, 1e6, nil, nil, perfRegs[i], stack)
+		rec := linuxtest.SampleRecord(bpfKindCPU, r.Pid, r.Tid, 1<<62, 1e6, nil, nil, perfRegs[i], stack)
 		recs = append(recs, rec)
 	}
 	s := replayBPF(&linuxtest.CountHandler{}, platform.UnwindDWARF, uint32(pid))

@@ -5,9 +5,7 @@ package ebpf
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"os/exec"
 	"strconv"
@@ -25,11 +23,14 @@ import (
 	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
-// Record layout written by the BPF programs (bpf/rawstack.bpf.c).
+// Record layout written by the BPF programs (bpf/rawstack.bpf.c),
+// which the allocation sampler writes too: package tracking's sample
+// records.
 const (
-	bpfHdrSize   = 48
-	bpfKernelOff = bpfHdrSize + 8*bpfNRegs
-	bpfMaxStack  = 16384 // MAX_STACK in bpf/rawstack.bpf.c; platform/linux.checkConfig refuses a StackSize above it
+	bpfHdrSize   = tracking.SampleHdrSize
+	bpfNRegs     = tracking.SampleNRegs
+	bpfKernelOff = tracking.SampleKernelOff
+	bpfMaxStack  = tracking.MaxSampleStack // MAX_STACK in bpf/rawstack.bpf.c; platform/linux.checkConfig refuses a StackSize above it
 
 	bpfKindCPU    = 1
 	bpfKindOffCPU = 2 // a thread left the CPU: its stack
@@ -37,13 +38,7 @@ const (
 
 	maxOffPending = 1 << 16 // threads off CPU whose stacks are held
 
-	bpfFlagRegs       = 1
-	bpfFlagPy         = 4  // RS_PY: the Python frames were read at the sample
-	bpfFlagPyGIL      = 8  // RS_PY_GIL: the thread held the GIL
-	bpfFlagPyCut      = 16 // RS_PY_CUT: more Python frames than bpfMaxPy
-	bpfMaxPy          = 64 // MAX_PY
-	bpfFlagStackFault = 2
-	bpfFlagGRegs      = 32 // RS_GREGS: sp and the g register (r14, x28) alone
+	bpfFlagRegs = tracking.SampleFlagRegs
 
 	bpfRingBytes = 4 << 20 // default BPF ring buffer size
 	sidePages    = 64      // per-CPU perf ring for mmap/comm/fork/exit records of the whole host
@@ -76,31 +71,10 @@ type bpfState struct {
 	offPending map[uint32]*offStack
 	offFree    []*offStack
 
-	alloc *allocState // Config.Alloc (allocrec_linux.go)
 	// shim is the allocation sampler's file that a launched command
-	// preloads; shimUsed says its markers are probed.
-	shim     string
-	shimUsed bool
-	// ring is the shared ring the preloaded sampler writes its records
-	// into instead of trapping (nil: the markers alone); ringRec its
-	// next record, for merging, while ringPending.
-	ring        *allocshim.Ring
-	ringRec     []byte
-	ringPending bool
-	ringTime    uint64
-	ringUsed    bool   // a ring was given to the command
-	ringRecords uint64 // records read from it
-	ringSpilled uint64 // its records sent to the markers, once it is closed
-	ringLostSet uint64 // its drops reported so far: the sampler's set full
-	// injected is the sampler injected into a running target (nil:
-	// preloaded, or uprobes on its allocator); injectWhy says why it
-	// could not be, when uprobes serve instead; detachErr is what its
-	// detach said.
-	injected   *allocshim.Injection
-	injectUsed bool
-	injectWhy  string
-	detachErr  error
-	h          platform.Handler
+	// preloads (Config.Alloc: the Tracker records allocations).
+	shim string
+	h    platform.Handler
 }
 
 type offStack struct {
@@ -116,11 +90,6 @@ func (b *bpfState) close() {
 	if b.progs != nil {
 		b.progs.Close()
 		b.progs = nil
-	}
-	if b.ring != nil {
-		b.ringSpilled, _ = b.ring.Counts()
-		b.ring.Close()
-		b.ring = nil
 	}
 }
 
@@ -187,7 +156,10 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 // uprobes are on the command's allocator, as for a running process.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := newSession(cfg, h)
-	if cfg.Alloc && shimBuilt {
+	if cfg.Alloc && allocshim.Built {
+		if err := s.EnableAlloc("ebpf"); err != nil {
+			return nil, err
+		}
 		if err := s.preload(cmd); err != nil {
 			return nil, err
 		}
@@ -244,41 +216,18 @@ const hostReadInterval = time.Second
 // is gone, then reads what is left and returns.
 func (s *Session) Run(ctx context.Context) error {
 	err := s.Tracker.Run(ctx, s.ReadAll)
-	if s.bpf.injected != nil {
-		s.detachSampler()
-		s.ReadAll()
-	}
 	if s.bpf.progs != nil {
 		s.reportBPFLost()
 	}
 	return err
 }
 
-// Close stops sampling and releases the programs, events and rings.
+// Close stops sampling and releases the programs, events and rings (an
+// injected allocation sampler is detached first).
 func (s *Session) Close() error {
-	s.detachSampler()
+	s.DetachSampler()
 	s.bpf.close()
 	return s.Tracker.Close()
-}
-
-// Stats returns the running totals, with how allocations are sampled.
-func (s *Session) Stats() platform.Stats {
-	st := s.Tracker.Stats()
-	if a := s.bpf.alloc; a != nil {
-		st.AllocMode = platform.AllocUprobes
-		st.AllocFallback = s.bpf.injectWhy
-		switch {
-		case s.bpf.injectUsed && s.bpf.ringUsed:
-			st.AllocMode = platform.AllocInjectRing
-		case s.bpf.injectUsed:
-			st.AllocMode = platform.AllocInject
-		case s.bpf.shimUsed && s.bpf.ringUsed:
-			st.AllocMode = platform.AllocPreloadRing
-		case s.bpf.shimUsed:
-			st.AllocMode = platform.AllocPreload
-		}
-	}
-	return st
 }
 
 // attach loads the BPF programs, opens one cpu-clock perf event per CPU
@@ -328,15 +277,12 @@ func (s *Session) attach() (err error) {
 		s.PollInterval = hostReadInterval
 	}
 	if s.Config().Alloc {
-		ah, ok := b.h.(platform.AllocHandler)
-		if !ok {
-			return &platform.OptionError{Option: "Alloc", Backend: "ebpf", OS: "linux", Reason: "the handler does not implement platform.AllocHandler"}
+		if !s.Allocs() {
+			if err := s.EnableAlloc("ebpf"); err != nil {
+				return err
+			}
 		}
-		spec.AllocRate = s.Config().AllocRate
-		if spec.AllocRate <= 0 {
-			spec.AllocRate = platform.DefaultAllocRate
-		}
-		b.alloc = &allocState{h: ah, rate: float64(spec.AllocRate), pending: map[uint32]*allocCall{}}
+		spec.AllocRate = s.AllocRate()
 	}
 	spec.Python = s.Python()
 	spec.GoRegs = s.Unwinder() == nil && s.Decoded().UserRegsMask != 0
@@ -360,15 +306,14 @@ func (s *Session) attach() (err error) {
 			return err
 		}
 	}
-	if b.alloc != nil && b.shim != "" {
-		if err := preloadable(s.Pid()); err != nil {
+	if s.Allocs() && b.shim != "" {
+		if err := allocshim.Preloadable(s.Pid()); err != nil {
 			return err
 		}
 		if err := b.progs.attachShim(b.shim); err != nil {
 			return err
 		}
-		b.shimUsed = true
-	} else if b.alloc != nil && s.System() {
+	} else if s.Allocs() && s.System() {
 		lib, err := hostLibc()
 		if err != nil {
 			return err
@@ -434,7 +379,7 @@ func (s *Session) attach() (err error) {
 	if s.Config().OffCPU {
 		b.offPending = map[uint32]*offStack{}
 	}
-	if b.alloc != nil && b.shim == "" && !s.System() {
+	if s.Allocs() && b.shim == "" && !s.System() {
 		// A running process: the sampler injected (after the process
 		// and its modules are reported, so that its first samples
 		// have them), or where it cannot be, uprobes on its allocator.
@@ -479,23 +424,16 @@ func (s *Session) ReadAll() {
 	if !b.pending {
 		b.next()
 	}
-	if b.ring != nil {
-		s.pollShim()
-		if !b.ringPending {
-			s.nextShim()
-		}
-	}
+	s.BeginAllocRead()
 	for {
 		bpfOK := b.pending && b.pendingTime < until
-		ringOK := b.ringPending && b.ringTime < until
+		ringTime, ringOK := s.AllocPending(until)
 		if len(live) == 0 && !bpfOK && !ringOK {
 			break
 		}
 		best := tracking.Oldest(live)
-		if ringOK && (!bpfOK || b.ringTime < b.pendingTime) && (best < 0 || b.ringTime <= live[best].PendingTime) {
-			s.handleShim(b.ringRec)
-			b.ring.Advance()
-			s.nextShim()
+		if ringOK && (!bpfOK || ringTime < b.pendingTime) && (best < 0 || ringTime <= live[best].PendingTime) {
+			s.ReportAllocRecord()
 			continue
 		}
 		if bpfOK && (best < 0 || b.pendingTime <= live[best].PendingTime) {
@@ -548,16 +486,11 @@ func (s *Session) BPFRingBytes() uint64 {
 	return s.bpf.ringBytes
 }
 
-// reportBPFLost reports the samples the BPF programs, and the sampler
-// through the shared ring, could not write.
+// reportBPFLost reports the samples the BPF programs could not write.
 func (s *Session) reportBPFLost() {
 	b := s.bpf
-	if b.ring != nil {
-		_, set := b.ring.Counts()
-		s.reportNewLost(set, &b.ringLostSet, format.LostUnknown)
-	}
 	ring, off, alloc := b.progs.Lost()
-	s.reportAllocLost(alloc)
+	s.ReportAllocDrops(alloc)
 	s.reportNewLost(ring, &b.lost, format.LostRingOverflow)
 	// Threads off CPU whose start the map had no room for.
 	s.reportNewLost(off, &b.lostOff, format.LostUnknown)
@@ -598,58 +531,6 @@ func (s *Session) handleSide(rec []byte) {
 	s.Dispatch(r)
 }
 
-// errBPFRecord is wrapped by the errors of decodeBPF.
-var errBPFRecord = errors.New("malformed BPF sample record")
-
-// decodeBPF decodes a BPF sample record into r (as decodeRecord does a
-// perf sample) and returns its kind. nRegs is how many user registers
-// the session's unwinder takes (0: none).
-func decodeBPF(b []byte, r *tracking.Record) (kind uint32, err error) {
-	le := binary.LittleEndian
-	if len(b) < bpfKernelOff {
-		return 0, fmt.Errorf("%w: %d bytes", errBPFRecord, len(b))
-	}
-	kind = le.Uint32(b)
-	r.Type = tracking.RecSample
-	r.Pid, r.Tid, r.CPU = le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:])
-	r.Time, r.Period = le.Uint64(b[16:]), le.Uint64(b[24:])
-	nk, nu, flags, npy := int(le.Uint16(b[32:])), int(le.Uint16(b[34:])), le.Uint16(b[36:]), int(le.Uint16(b[38:]))
-	stack := int(le.Uint32(b[40:]))
-	if nk > 127 || nu > 127 || stack > bpfMaxStack || npy > bpfMaxPy || bpfKernelOff+8*(nk+nu)+stack+8*cpython.RawWords*npy != len(b) {
-		return 0, fmt.Errorf("%w: %d kernel frames, %d user frames, %d stack bytes and %d Python frames in %d bytes", errBPFRecord, nk, nu, stack, npy, len(b))
-	}
-	r.PyRead, r.PyGIL, r.PyCut = flags&bpfFlagPy != 0, flags&bpfFlagPyGIL != 0, flags&bpfFlagPyCut != 0
-	r.Py = r.Py[:0]
-	for i, off := 0, bpfKernelOff+8*(nk+nu)+stack; i < cpython.RawWords*npy; i++ {
-		r.Py = append(r.Py, le.Uint64(b[off+8*i:]))
-	}
-	pcs := r.PCs[:0]
-	for i := 0; i < nk+nu; i++ {
-		pcs = append(pcs, le.Uint64(b[bpfKernelOff+8*i:]))
-	}
-	r.PCs = pcs
-	r.Kernel = nk > 0
-	r.UserAt = nk
-	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
-	if flags&(bpfFlagRegs|bpfFlagGRegs) != 0 && r.UserRegsMask != 0 {
-		// The registers the session samples (r.UserRegsMask, perf
-		// numbers), from the record's perf order (recordReg).
-		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
-		for m := r.UserRegsMask; m != 0; m &= m - 1 {
-			i, ok := recordReg(bits.TrailingZeros64(m))
-			if !ok {
-				continue
-			}
-			r.UserRegs = append(r.UserRegs, le.Uint64(b[bpfHdrSize+8*i:]))
-		}
-		if flags&bpfFlagRegs != 0 {
-			off := bpfKernelOff + 8*(nk+nu)
-			r.UserStack = b[off : off+stack]
-		}
-	}
-	return kind, nil
-}
-
 // handleBPF reports one BPF sample record.
 func (s *Session) handleBPF(b []byte) {
 	s.AddBytes(uint64(len(b)))
@@ -668,7 +549,7 @@ func (s *Session) handleBPF(b []byte) {
 		}
 	}
 	r := s.Decoded()
-	kind, err := decodeBPF(b, r)
+	kind, err := tracking.DecodeSampleRecord(b, r)
 	if err != nil {
 		// Not a layout the programs write: a mismatch between the
 		// embedded object and this decoder. Counted, not silent.
@@ -690,7 +571,7 @@ func (s *Session) handleBPF(b []byte) {
 	case bpfKindOffCPU:
 		s.offCPU(r)
 	case bpfKindAlloc:
-		s.allocEnter(r)
+		s.AllocEnter(r)
 	}
 }
 

@@ -14,33 +14,6 @@ import (
 	"github.com/rawstack/rawstack/platform/linux/tracking"
 )
 
-// bpfRecord lays out a BPF sample record as bpf/rawstack.bpf.c writes it.
-func bpfRecord(kind uint32, pid, tid uint32, t, weight uint64, kernel, user []uint64, regs []uint64, stack []byte) []byte {
-	b := make([]byte, bpfKernelOff+8*(len(kernel)+len(user))+len(stack))
-	le := binary.LittleEndian
-	le.PutUint32(b, kind)
-	le.PutUint32(b[4:], pid)
-	le.PutUint32(b[8:], tid)
-	le.PutUint64(b[16:], t)
-	le.PutUint64(b[24:], weight)
-	le.PutUint16(b[32:], uint16(len(kernel)))
-	le.PutUint16(b[34:], uint16(len(user)))
-	if regs != nil {
-		le.PutUint16(b[36:], bpfFlagRegs)
-		for i, r := range regs {
-			le.PutUint64(b[bpfHdrSize+8*i:], r)
-		}
-	}
-	le.PutUint32(b[40:], uint32(len(stack)))
-	off := bpfKernelOff
-	for _, pc := range append(append([]uint64(nil), kernel...), user...) {
-		le.PutUint64(b[off:], pc)
-		off += 8
-	}
-	copy(b[off:], stack)
-	return b
-}
-
 // replayBPF returns a session that takes BPF records without programs
 // behind it, as the eBPF back end's reader would hand them over.
 func replayBPF(h platform.Handler, unwind platform.UnwindMode, pid uint32) *Session {
@@ -59,11 +32,11 @@ func TestBPFRecordPath(t *testing.T) {
 	h := &linuxtest.RawHandler{}
 	s := replayBPF(h, platform.UnwindFP, 7)
 	now := uint64(sys.Monotonic())
-	s.handleBPF(bpfRecord(bpfKindCPU, 7, 8, now, 1e6, []uint64{0xffffffff81000010}, []uint64{0x401000, 0x401100}, nil, nil))
+	s.handleBPF(linuxtest.SampleRecord(bpfKindCPU, 7, 8, now, 1e6, []uint64{0xffffffff81000010}, []uint64{0x401000, 0x401100}, nil, nil))
 	if h.Samples != 1 || h.Last.Flags&format.SampleKernel == 0 || len(h.Last.PCs) != 3 || h.Last.Weight != 1e6 || h.Last.Tid != 8 {
 		t.Fatalf("on-CPU sample %+v (%d samples)", h.Last, h.Samples)
 	}
-	s.handleBPF(bpfRecord(bpfKindOffCPU, 7, 8, now+10, 0, []uint64{0xffffffff81000020}, []uint64{0x401200}, nil, nil))
+	s.handleBPF(linuxtest.SampleRecord(bpfKindOffCPU, 7, 8, now+10, 0, []uint64{0xffffffff81000020}, []uint64{0x401200}, nil, nil))
 	if h.Samples != 1 {
 		t.Fatal("an off-CPU stack was reported before its thread came back")
 	}
@@ -81,7 +54,7 @@ func TestBPFRecordPath(t *testing.T) {
 	if h.Samples != 2 {
 		t.Fatal("a return record without its stack made a sample")
 	}
-	bad := bpfRecord(bpfKindCPU, 7, 8, now+20, 1e6, nil, []uint64{0x401000}, nil, nil)
+	bad := linuxtest.SampleRecord(bpfKindCPU, 7, 8, now+20, 1e6, nil, []uint64{0x401000}, nil, nil)
 	s.handleBPF(bad[:len(bad)-4]) // its frame counts do not match its size
 	if h.Samples != 2 || h.NLost != 1 || len(h.Reasons) != 1 {
 		t.Fatalf("a malformed record: %d samples, %d lost (%v)", h.Samples, h.NLost, h.Reasons)
@@ -97,8 +70,8 @@ func TestBPFRecordAllocs(t *testing.T) {
 	regs := make([]uint64, bpfNRegs)
 	regs[7], regs[8] = 0x7ffe0000, 0x401000 // sp, ip
 	stack := make([]byte, 4096)
-	cpu := bpfRecord(bpfKindCPU, 7, 8, 0, 1e6, []uint64{0xffffffff81000010}, nil, regs, stack)
-	off := bpfRecord(bpfKindOffCPU, 7, 8, 0, 0, []uint64{0xffffffff81000020}, nil, regs, stack)
+	cpu := linuxtest.SampleRecord(bpfKindCPU, 7, 8, 0, 1e6, []uint64{0xffffffff81000010}, nil, regs, stack)
+	off := linuxtest.SampleRecord(bpfKindOffCPU, 7, 8, 0, 0, []uint64{0xffffffff81000020}, nil, regs, stack)
 	on := make([]byte, bpfHdrSize)
 	binary.LittleEndian.PutUint32(on, bpfKindOnCPU)
 	binary.LittleEndian.PutUint32(on[8:], 8)
@@ -128,20 +101,20 @@ func TestBPFRecordAllocs(t *testing.T) {
 // or are rejected, and a session takes them without panicking.
 func FuzzDecodeBPF(f *testing.F) {
 	regs := make([]uint64, bpfNRegs)
-	f.Add(bpfRecord(bpfKindCPU, 1, 1, 5, 1, []uint64{0xffffffff81000010}, []uint64{0x401000}, nil, nil))
-	f.Add(bpfRecord(bpfKindCPU, 1, 1, 5, 1, nil, nil, regs, make([]byte, 64)))
-	f.Add(bpfRecord(bpfKindOffCPU, 1, 1, 5, 1, []uint64{1, 2}, nil, regs, make([]byte, 16)))
+	f.Add(linuxtest.SampleRecord(bpfKindCPU, 1, 1, 5, 1, []uint64{0xffffffff81000010}, []uint64{0x401000}, nil, nil))
+	f.Add(linuxtest.SampleRecord(bpfKindCPU, 1, 1, 5, 1, nil, nil, regs, make([]byte, 64)))
+	f.Add(linuxtest.SampleRecord(bpfKindOffCPU, 1, 1, 5, 1, []uint64{1, 2}, nil, regs, make([]byte, 16)))
 	f.Add(make([]byte, bpfHdrSize))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r tracking.Record
 		r.PCs = make([]uint64, 0, 1024)
-		r.NUserRegs = bpfNRegs
-		if _, err := decodeBPF(b, &r); err == nil {
+		r.NUserRegs, r.UserRegsMask = bpfNRegs, 0xff01ff
+		if _, err := tracking.DecodeSampleRecord(b, &r); err == nil {
 			if len(r.PCs) > 254 || len(r.UserStack) > bpfMaxStack {
 				t.Fatalf("decoded %d frames and %d stack bytes", len(r.PCs), len(r.UserStack))
 			}
-		} else if !errors.Is(err, errBPFRecord) {
-			t.Fatalf("error %v does not wrap errBPFRecord", err)
+		} else if !errors.Is(err, tracking.ErrSampleRecord) {
+			t.Fatalf("error %v does not wrap tracking.ErrSampleRecord", err)
 		}
 		s := replayBPF(&linuxtest.CountHandler{}, platform.UnwindDWARF, 1)
 		s.handleBPF(b)

@@ -498,19 +498,8 @@ func (j *Tracker) jitdumpRecords(p *jitProc, f *jitFile, start int64, data []byt
 // it (the NSpid line of /proc/PID/status): a runtime in a container names
 // its map after that number.
 func innermostNSPid(dir string, pid uint32) uint32 {
-	b, err := procfs.ReadSmall(dir+"/status", 16<<10)
-	if err != nil {
-		return pid
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				if n, err := strconv.ParseUint(f[len(f)-1], 10, 32); err == nil {
-					return uint32(n)
-				}
-			}
-		}
+	if ids := procfs.NSpids(dir); len(ids) > 0 {
+		return ids[len(ids)-1]
 	}
 	return pid
 }

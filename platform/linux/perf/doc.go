@@ -28,4 +28,16 @@
 // (LostUnwind), so an unwinder that falls behind catches up. With KeepRaw
 // the registers and stack copy are reported as they are, for offline
 // unwinding.
+//
+// With [platform.Config] Alloc, native allocations are recorded by the
+// allocation sampler (package platform/linux/allocshim): preloaded into
+// a command the session launches, injected into a running process. It
+// writes each sampled allocation (registers and a stack copy, unwound
+// here as a CPU sample's; in frame-pointer mode the return addresses of
+// its frame-pointer chain, which it walks itself) and each free of a
+// sampled block into a ring shared with the session, whose records
+// [Session.ReadAll] merges with the perf rings' by time. This back end
+// puts no uprobes anywhere: a writer that finds the ring full waits for
+// room, and a process the sampler cannot be injected into is an error
+// saying why.
 package perf

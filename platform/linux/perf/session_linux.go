@@ -15,6 +15,7 @@ import (
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/allocshim"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
 	"github.com/rawstack/rawstack/platform/linux/tracking"
@@ -27,10 +28,25 @@ type Session struct {
 }
 
 // Open starts sampling the running process cfg.Pid (0: the caller).
+//
+// With cfg.Alloc, the allocation sampler is injected into the process
+// (tracking.Tracker.InjectSampler: ptrace, a remote dlopen, its modules'
+// allocator slots redirected) and writes every sampled allocation into
+// a ring shared with the session; a process it cannot be injected into
+// is an error saying why (the eBPF back end has uprobes to fall back
+// on; this one has none).
 func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := &Session{tracking.New(cfg, h)}
 	if err := s.OpenTarget(cfg.Pid); err != nil {
 		return nil, err
+	}
+	if cfg.Alloc {
+		if s.Self() {
+			return nil, &platform.OptionError{Option: "Alloc", Backend: "perf", OS: "linux", Reason: "the allocation sampler is injected into another process (a program records its own heap with HeapInterval)"}
+		}
+		if err := s.EnableAlloc("perf"); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.attach(); err != nil {
 		return nil, err
@@ -46,13 +62,30 @@ const goWakeupEvents = 4
 // attaches to it and lets it run. The caller must not call cmd.Wait: the
 // session reaps the command; [tracking.Tracker.ExitErr] reports how it
 // ended.
+//
+// With cfg.Alloc, the command gets the allocation sampler preloaded
+// (LD_PRELOAD), which writes every sampled allocation into a ring shared
+// with the session.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := &Session{tracking.New(cfg, h)}
+	if cfg.Alloc {
+		if err := s.EnableAlloc("perf"); err != nil {
+			return nil, err
+		}
+		if _, err := s.PreloadSampler(cmd, true, allocRingFlags); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.Launch(cmd, s.attach, s.Close); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
+
+// allocRingFlags are the shared ring's: this back end puts no uprobes on
+// the sampler's markers, so a sampler waits for room in the ring.
+const allocRingFlags = allocshim.RingWait
 
 // Probe reports whether sampling with perf_event_open works here; the
 // error wraps platform.ErrNotSupported and says why when it does not.
@@ -67,6 +100,11 @@ func (s *Session) Run(ctx context.Context) error { return s.Tracker.Run(ctx, s.R
 func (s *Session) attach() error {
 	if err := tracking.ProbePerf(); err != nil {
 		return err
+	}
+	if s.Allocs() && s.Launched() {
+		if err := allocshim.Preloadable(s.Pid()); err != nil {
+			return err
+		}
 	}
 	privileged := procfs.PerfPrivileged()
 	paranoid := procfs.SysctlInt("kernel.perf_event_paranoid", 2)
@@ -218,6 +256,14 @@ func (s *Session) attach() error {
 		}
 	}
 	s.EndAttach()
+	if s.Allocs() && !s.Launched() {
+		// After the process and its modules are reported (and
+		// followed), so that the sampler's first samples have them.
+		if err := s.InjectSampler(s.Pid(), true, allocRingFlags, nil); err != nil {
+			s.Close()
+			return err
+		}
+	}
 	return nil
 }
 
@@ -257,12 +303,25 @@ func ownerUID(pid int) int {
 
 // ReadAll reads every record now in the rings and reports it.
 //
-// Records of different rings (CPUs) are merged by time, so that a mapping
-// reported on one CPU precedes the samples taken in it on another.
+// Records of different rings (CPUs), and those of the allocation
+// sampler's shared ring, are merged by time, so that a mapping reported
+// on one CPU precedes the samples taken in it on another. The sampler's
+// records stamped after the rings were looked at wait for the next
+// call: the mapping one needs may be in a record written meanwhile.
 func (s *Session) ReadAll() {
+	until := uint64(sys.Monotonic())
 	live := s.BeginRead()
-	for len(live) > 0 {
+	s.BeginAllocRead()
+	for {
+		at, ok := s.AllocPending(until)
+		if len(live) == 0 && !ok {
+			break
+		}
 		i := tracking.Oldest(live)
+		if ok && (i < 0 || at <= live[i].PendingTime) {
+			s.ReportAllocRecord()
+			continue
+		}
 		s.Handle(live[i].Pending)
 		live = s.Advance(live, i)
 	}

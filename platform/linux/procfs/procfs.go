@@ -111,6 +111,32 @@ func Tasks(pid int) ([]int, error) {
 	return tids, nil
 }
 
+// NSpids returns the NSpid line of /proc/PID[/task/TID]/status (dir):
+// the process's (or thread's) id in each pid namespace it is in, from
+// the one /proc was mounted in to its own; nil if it cannot be read.
+func NSpids(dir string) []uint32 {
+	b, err := ReadSmall(dir+"/status", 16<<10)
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "NSpid:")
+		if !ok {
+			continue
+		}
+		var ids []uint32
+		for _, f := range strings.Fields(v) {
+			n, err := strconv.ParseUint(f, 10, 32)
+			if err != nil {
+				return nil
+			}
+			ids = append(ids, uint32(n))
+		}
+		return ids
+	}
+	return nil
+}
+
 // SysctlInt reads an integer from /proc/sys.
 func SysctlInt(name string, def int) int {
 	b, err := ReadSmall("/proc/sys/"+strings.ReplaceAll(name, ".", "/"), 64)

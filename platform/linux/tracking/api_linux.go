@@ -74,6 +74,10 @@ func (s *Tracker) OpenTarget(pid int) error {
 	return nil
 }
 
+// Launched reports whether the target is a command the Tracker started
+// (Launch).
+func (s *Tracker) Launched() bool { return s.cmd != nil }
+
 // SetKernel records whether kernel frames are recorded.
 func (s *Tracker) SetKernel(on bool) { s.kernel = on }
 

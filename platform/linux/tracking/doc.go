@@ -12,7 +12,16 @@
 //     JIT tracker (package platform/linux/jit) and the goroutine reader
 //     (package platform/linux/goruntime) that a sample goes through;
 //   - [Tracker.Run]'s loop and its wait on the rings, and
-//     [Tracker.Launch], which starts a command stopped at exec.
+//     [Tracker.Launch], which starts a command stopped at exec;
+//   - native allocations (Config.Alloc): the allocation sampler
+//     (package platform/linux/allocshim) preloaded or injected
+//     ([Tracker.PreloadSampler], [Tracker.InjectSampler]), the ring it
+//     shares with the recorder, read and merged by the back end's
+//     ReadAll ([Tracker.BeginAllocRead], [Tracker.AllocPending],
+//     [Tracker.ReportAllocRecord]), and the pairing of a sampled call's
+//     stack with its block ([Tracker.AllocEnter], [Tracker.AllocReturn]),
+//     in the sample record layout the eBPF programs and the sampler
+//     share ([DecodeSampleRecord]).
 //
 // It also holds the eBPF back end's registration ([RegisterEBPF]), so
 // that package platform/linux reaches that back end without importing it.

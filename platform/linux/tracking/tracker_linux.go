@@ -89,6 +89,7 @@ type Tracker struct {
 	gos       *goruntime.Sampling // Config.Goroutines
 	py        *cpython.Sampling   // nil with Config.NoPython
 	js        jsFrames            // V8's frames (v8_linux.go)
+	alloc     *allocState         // Config.Alloc (alloc_linux.go)
 	idc       *idCacher           // the build-id cache's writer (idcache_linux.go); nil when off
 	gIdx      int                 // Config.SampleG: the g register's index in a record's UserRegs; -1 without
 	goSamples atomic.Uint64
@@ -303,6 +304,7 @@ func (s *Tracker) Stats() platform.Stats {
 	if w := s.jsWarning.Load(); w != nil {
 		st.JITWarning = *w
 	}
+	s.allocStats(&st)
 	st.BuildIDCache = s.idc.summary()
 	return st
 }
@@ -572,8 +574,18 @@ func kernelModule() (format.ModuleLoad, bool) {
 
 // Run reads the rings with readAll (the back end's) and reports events
 // until ctx is done or the target is gone, then reads what is left and
-// returns.
+// returns. An injected allocation sampler is detached at the end, and
+// what it wrote until then is read.
 func (s *Tracker) Run(ctx context.Context, readAll func()) error {
+	err := s.run(ctx, readAll)
+	if s.Injected() {
+		s.DetachSampler()
+		readAll()
+	}
+	return err
+}
+
+func (s *Tracker) run(ctx context.Context, readAll func()) error {
 	lastCheck := time.Now()
 	defer s.closeWaiter()
 	if wake := s.wakeFD(); wake >= 0 {
@@ -774,6 +786,9 @@ func (s *Tracker) dispatch(r *record) {
 		reported := ps == nil || ps.reported
 		if reported {
 			s.h.ThreadEnd(&format.ThreadEnd{Time: t, Pid: r.Pid, Tid: r.Tid})
+		}
+		if s.alloc != nil && s.alloc.ns != nil {
+			s.alloc.ns.exit(r.Tid)
 		}
 		if ps != nil {
 			delete(ps.names, r.Tid)
@@ -984,9 +999,10 @@ func (s *Tracker) copyModule(t int64, from, to uint32, m liveModule) {
 }
 
 // Close stops sampling and releases the perf events and rings and the
-// JIT tracker's files.
+// JIT tracker's files; an injected allocation sampler is detached.
 func (s *Tracker) Close() error {
 	s.closeOnce.Do(func() {
+		s.closeAlloc()
 		for _, fd := range s.FDs {
 			sys.PerfDisable(fd)
 		}

@@ -230,7 +230,10 @@ func (uw *Unwinder) fault(s *Tracker, sm *platform.Sample, e any) bool {
 // walk is sample's work.
 func (uw *Unwinder) walk(s *Tracker, r *record, sm *platform.Sample) bool {
 	sm.RegMask, sm.Regs, sm.StackAddr, sm.Stack, sm.Chain = 0, nil, 0, nil, nil
-	if uw.leaf {
+	if uw.leaf && r.UserAt < len(sm.PCs) {
+		// The kernel walked the frame pointers: repair the leaf. A
+		// record with no user frames (the allocation sampler's: its
+		// registers and stack only) is walked whole below.
 		return uw.repairLeaf(s, r, sm)
 	}
 	at := min(max(r.UserAt, 0), len(sm.PCs))

@@ -211,7 +211,7 @@ func (e *Exporter) cut(all bool) {
 	if n == 0 {
 		return
 	}
-	data, err := marshalOwned(p)
+	data, err := Marshal(p)
 	e.mu.Lock()
 	if err != nil {
 		e.st.Lost += int64(n)

@@ -48,7 +48,6 @@ type Client struct {
 
 type clientConn struct {
 	cc *grpc.ClientConn
-	gc pprofileotlp.GRPCClient
 	md metadata.MD
 }
 
@@ -123,7 +122,7 @@ func (c *Client) connect() (*clientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otlp: endpoint %s: %w", c.Endpoint, err)
 	}
-	conn := &clientConn{cc: cc, gc: pprofileotlp.NewGRPCClient(cc)}
+	conn := &clientConn{cc: cc}
 	if len(c.Headers) > 0 {
 		conn.md = metadata.MD{}
 		for k, v := range c.Headers {
@@ -174,16 +173,10 @@ func (wireCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	}
 }
 
-// send is Export that also returns the request's size on the wire.
+// send is Export that also returns the request's size on the wire. The
+// request goes as it was encoded (pdata's client would encode it again,
+// its resource attributes as string-table references: Marshal).
 func (c *Client) send(ctx context.Context, data []byte) (int, error) {
-	req := pprofileotlp.NewExportRequest()
-	if err := req.UnmarshalProto(data); err != nil {
-		return 0, &StatusError{Code: 3, Message: "encoding the request: " + err.Error()}
-	}
-	return c.sendRequest(ctx, req)
-}
-
-func (c *Client) sendRequest(ctx context.Context, req pprofileotlp.ExportRequest) (int, error) {
 	conn, err := c.connect()
 	if err != nil {
 		return 0, err
@@ -203,7 +196,9 @@ func (c *Client) sendRequest(ctx context.Context, req pprofileotlp.ExportRequest
 	if c.Gzip {
 		opts = append(opts, grpc.UseCompressor(gzip.Name))
 	}
-	resp, err := conn.gc.Export(ctx, req, opts...)
+	opts = append(opts, grpc.ForceCodec(rawCodec{}))
+	resp := pprofileotlp.NewExportResponse()
+	err = conn.cc.Invoke(ctx, exportMethod, encodedRequest(data), &resp, opts...)
 	if err != nil {
 		if s, ok := status.FromError(err); ok {
 			se := &StatusError{Code: int(s.Code()), Message: s.Message()}
@@ -231,4 +226,31 @@ func IsRetryable(err error) bool {
 	}
 	var pe *PartialError
 	return !errors.As(err, &pe) && err != nil
+}
+
+// exportMethod is the profiles service's Export (opentelemetry-proto:
+// collector/profiles/v1development/profiles_service.proto).
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// encodedRequest is an ExportProfilesServiceRequest as Marshal encoded it.
+type encodedRequest []byte
+
+// rawCodec sends an encodedRequest as it is and decodes the answer into
+// a pdata ExportResponse: protobuf on the wire, as the service's own.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.(encodedRequest); ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("otlp: cannot send a %T", v)
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	if r, ok := v.(*pprofileotlp.ExportResponse); ok {
+		return r.UnmarshalProto(data)
+	}
+	return fmt.Errorf("otlp: cannot decode into a %T", v)
 }

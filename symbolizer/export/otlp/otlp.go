@@ -763,26 +763,6 @@ func (x *dict) mapping(m *symbolizer.Module) int32 {
 	return i
 }
 
-// Marshal encodes p as a protobuf ExportProfilesServiceRequest (which has
-// the wire format of ProfilesData). p is left as it was: pdata's encoder
-// turns resource and scope attributes into references to the string table
-// in place (OTLP profiles since opentelemetry-proto 1.10), so Marshal
-// encodes a copy of a p it may not change.
-func Marshal(p pprofile.Profiles) ([]byte, error) {
-	if !p.IsReadOnly() { // pdata copies a read-only p itself
-		c := pprofile.NewProfiles()
-		p.CopyTo(c)
-		p = c
-	}
-	return marshalOwned(p)
-}
-
-// marshalOwned is Marshal for a p the caller will not use again.
-func marshalOwned(p pprofile.Profiles) ([]byte, error) {
-	var m pprofile.ProtoMarshaler
-	return m.MarshalProfiles(p)
-}
-
 // Write encodes p as a protobuf ExportProfilesServiceRequest to w.
 func Write(w io.Writer, p pprofile.Profiles) error {
 	b, err := Marshal(p)

@@ -56,7 +56,10 @@
  * program to the recorder's pace instead of losing the record) or its
  * lock held too long (a holder stopped by a debugger). A recorder with
  * no markers (the perf back end: RING_WAIT) has the writer wait for room
- * instead, and what cannot wait is counted dropped.
+ * instead, and what cannot wait is counted dropped. A frame-pointer
+ * recording without markers (RING_FP) gets the return addresses of the
+ * frame-pointer chain, walked here in the thread's stack, instead of a
+ * stack copy.
  *
  * Detaching. The recorder stamps the ring at every read (alive). At a
  * sampled allocation the sampler looks: a ring the recorder left
@@ -374,12 +377,14 @@ static size_t take(struct free_rec *out)
  * the lock advances head once a record is whole, the recorder tail once
  * it has read one. */
 #define RING_MAGIC 0x52415352u /* "RSAR" */
-#define RING_VERSION 2
+#define RING_VERSION 3
 #define RING_HDR 4096
 #define RING_MAX_STACK 16384
 #define RING_SPINS 1024u
 #define RING_WAIT_NS 50000000ull
 #define RING_FLAG_WAIT 1 /* no markers: wait for room, count what cannot wait */
+#define RING_FLAG_FP 2   /* no stack copy: the frame-pointer chain's return addresses */
+#define MAX_FP 127       /* the most of them (the recorder's cap on user frames) */
 #define ALIVE_NS 5000000000ull
 #define DETACH_CLEAN 1 /* detached: the recorder left */
 #define DETACH_SILENT 2 /* detached: the recorder stopped stamping */
@@ -424,6 +429,7 @@ static int ring_mapped; /* this process has mapped the ring's pages */
 static uint64_t ring_size;
 static uint32_t ring_stack;
 static int ring_wait; /* RING_FLAG_WAIT */
+static int ring_fp;   /* RING_FLAG_FP */
 static uint32_t my_pid;
 static uintptr_t main_top, main_lo; /* the main thread's stack */
 static TLS uintptr_t stack_top, stack_lo; /* this thread's, once known */
@@ -469,6 +475,16 @@ static int ring_ours(struct ring_hdr *h)
 	return h->pidns == 0 || h->pidns == pidns();
 }
 
+/* markerless returns the ring's header when its recorder has no markers
+ * (RING_FLAG_WAIT) and this process does not write the ring (another
+ * pid namespace): a sampled allocation is then counted dropped there,
+ * and no free is queued for markers nobody probes. NULL otherwise. */
+static struct ring_hdr *markerless(void)
+{
+	struct ring_hdr *b = __atomic_load_n(&beat, __ATOMIC_ACQUIRE);
+	return b && !__atomic_load_n(&ring, __ATOMIC_ACQUIRE) && (b->flags & RING_FLAG_WAIT) ? b : NULL;
+}
+
 /* ring_open maps the ring file at path, if any. */
 static void ring_open(const char *path)
 {
@@ -497,6 +513,7 @@ static void ring_open(const char *path)
 		return;
 	ring_stack = h->stack_bytes & ~7u;
 	ring_wait = (h->flags & RING_FLAG_WAIT) != 0;
+	ring_fp = (h->flags & RING_FLAG_FP) != 0;
 	ring_mapped = 0;
 	my_pid = (uint32_t)getpid();
 	main_top = (uintptr_t)__libc_stack_end;
@@ -669,6 +686,30 @@ static int know_stack(void)
 	return stack_known > 0;
 }
 
+/* fp_walk stores the return addresses of the frame-pointer chain from
+ * its own frame up (the sampler's frames, its entry's, then the
+ * program's) into pcs, at most max, as the kernel's walk of a
+ * frame-pointer recording would, and returns how many. Each frame record
+ * (the caller's frame pointer, then the return address) must lie in
+ * this thread's stack below top, above the one before: a program built
+ * without frame pointers leaves anything in the register, and the walk
+ * stops where it leads out of the stack, never reading elsewhere. */
+static __attribute__((noinline)) size_t fp_walk(uint64_t *pcs, size_t max, uintptr_t top)
+{
+	uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+	size_t n = 0;
+	while (n < max && fp % sizeof(uintptr_t) == 0 && fp < top && top - fp >= 2 * sizeof(uintptr_t)) {
+		const uintptr_t *frame = (const uintptr_t *)fp;
+		if (!frame[1])
+			break;
+		pcs[n++] = frame[1];
+		if (frame[0] <= fp)
+			break;
+		fp = frame[0];
+	}
+	return n;
+}
+
 /* ring_alloc reports a sampled allocation of block p (NULL: the set was
  * full) through the ring: its registers and stack as an RS_ALLOC record,
  * then its block as RS_ALLOC_RET, both with the same time (the room for
@@ -700,7 +741,7 @@ static __attribute__((noinline)) int ring_alloc(struct ring_hdr *r, void *p, siz
 		__atomic_add_fetch(&r->lost_set, 1, __ATOMIC_RELAXED);
 		return 1;
 	}
-	uint64_t n = sizeof(struct rs_hdr) + NREGS * 8 + ring_stack + sizeof(struct rs_hdr) + 8;
+	uint64_t n = sizeof(struct rs_hdr) + NREGS * 8 + (ring_fp ? MAX_FP * 8 : ring_stack) + sizeof(struct rs_hdr) + 8;
 	ring_wait_room(r, n);
 	if (!ring_lock(r, me))
 		return ring_wait;
@@ -709,11 +750,15 @@ static __attribute__((noinline)) int ring_alloc(struct ring_hdr *r, void *p, siz
 	if (rec) {
 		struct rs_hdr *h = (struct rs_hdr *)rec;
 		uint64_t *regs = (uint64_t *)(rec + sizeof(*h));
-		size_t got = rawstack_capture(regs, rec + sizeof(*h) + NREGS * 8, ring_stack, stack_top);
+		size_t got = 0, nuser = 0;
+		if (ring_fp) /* the registers' place stays (the layout), unused */
+			nuser = fp_walk(regs + NREGS, MAX_FP, stack_top);
+		else
+			got = rawstack_capture(regs, rec + sizeof(*h) + NREGS * 8, ring_stack, stack_top);
 		uint64_t t = now_ns();
-		*h = (struct rs_hdr){.kind = RS_ALLOC, .pid = my_pid, .tid = me, .cpu = (uint32_t)sched_getcpu(),
-				     .time = t, .weight = size, .flags = RS_REGS, .stack = (uint32_t)got};
-		ring_commit(r, at, sizeof(*h) + NREGS * 8 + got);
+		*h = (struct rs_hdr){.kind = RS_ALLOC, .pid = my_pid, .tid = me, .cpu = (uint32_t)sched_getcpu(), .time = t, .weight = size,
+				     .nuser = (uint16_t)nuser, .flags = ring_fp ? 0 : RS_REGS, .stack = (uint32_t)got};
+		ring_commit(r, at, sizeof(*h) + NREGS * 8 + nuser * 8 + got);
 		ring_small(r, RS_ALLOC_RET, me, t, (uint64_t)(uintptr_t)p);
 	}
 	ring_unlock(r);
@@ -914,7 +959,7 @@ static int forget(uintptr_t k)
 	/* Before the block goes back to the allocator: its free is in the
 	 * ring, or queued for the markers, ahead of any sample of the
 	 * address again. */
-	if (found && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ATTACHED && !ring_free(k))
+	if (found && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == ATTACHED && !ring_free(k) && !markerless())
 		queue_free(k);
 	return found;
 }
@@ -976,8 +1021,10 @@ static void track(void *p, size_t size)
 		return;
 	in_shim = 1;
 	int ok = insert((uintptr_t)p);
-	struct ring_hdr *r = __atomic_load_n(&ring, __ATOMIC_ACQUIRE);
-	if (!r || !ring_alloc(r, ok ? p : NULL, size))
+	struct ring_hdr *r = __atomic_load_n(&ring, __ATOMIC_ACQUIRE), *b;
+	if (!r && (b = markerless()))
+		__atomic_add_fetch(&b->dropped, 1, __ATOMIC_RELAXED);
+	else if (!r || !ring_alloc(r, ok ? p : NULL, size))
 		marker_alloc(ok ? p : NULL, size);
 	else if (__atomic_load_n(&queued, __ATOMIC_RELAXED))
 		send_queue(); /* frees queued while the ring was full */

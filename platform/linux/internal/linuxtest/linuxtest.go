@@ -9,6 +9,7 @@ package linuxtest
 
 import (
 	"context"
+	"encoding/binary"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -167,4 +168,83 @@ func (h *RawHandler) Sample(s *platform.Sample) {
 func (h *RawHandler) Lost(e *format.Lost) {
 	h.NLost += e.Count
 	h.Reasons = append(h.Reasons, e.Reason)
+}
+
+// SampleRecord lays out a sample record as the eBPF back end's programs
+// and the allocation sampler write it (platform/linux/tracking's
+// samplerec.go): the header, 17 registers when regs is not nil, the
+// kernel and user frames and the stack copy.
+func SampleRecord(kind uint32, pid, tid uint32, t, weight uint64, kernel, user []uint64, regs []uint64, stack []byte) []byte {
+	const hdr, kernelOff = 48, 48 + 8*17
+	b := make([]byte, kernelOff+8*(len(kernel)+len(user))+len(stack))
+	le := binary.LittleEndian
+	le.PutUint32(b, kind)
+	le.PutUint32(b[4:], pid)
+	le.PutUint32(b[8:], tid)
+	le.PutUint64(b[16:], t)
+	le.PutUint64(b[24:], weight)
+	le.PutUint16(b[32:], uint16(len(kernel)))
+	le.PutUint16(b[34:], uint16(len(user)))
+	if regs != nil {
+		le.PutUint16(b[36:], 1) // the registers and stack are there
+		for i, r := range regs {
+			le.PutUint64(b[hdr+8*i:], r)
+		}
+	}
+	le.PutUint32(b[40:], uint32(len(stack)))
+	off := kernelOff
+	for _, pc := range append(append([]uint64(nil), kernel...), user...) {
+		le.PutUint64(b[off:], pc)
+		off += 8
+	}
+	copy(b[off:], stack)
+	return b
+}
+
+// SampleHeader lays out a header-only sample record: an allocation's
+// block or the free of one (weight: the block), or the eBPF back end's
+// return of a thread to the CPU.
+func SampleHeader(kind uint32, pid, tid uint32, t, weight uint64) []byte {
+	b := make([]byte, 48)
+	le := binary.LittleEndian
+	le.PutUint32(b, kind)
+	le.PutUint32(b[4:], pid)
+	le.PutUint32(b[8:], tid)
+	le.PutUint64(b[16:], t)
+	le.PutUint64(b[24:], weight)
+	return b
+}
+
+// RingWriter writes records into the memory of an allocation sampler's
+// shared ring (package allocshim's layout: a 4 KiB header, then the
+// records, each after an 8-byte prefix) as the sampler does, with one
+// writer and no lock: the test is the only one.
+type RingWriter struct{ Mem []byte }
+
+// Put writes rec and reports whether it fitted.
+func (w RingWriter) Put(rec []byte) bool {
+	const header, offHead, offTail = 4096, 128, 192
+	le := binary.LittleEndian
+	size := uint64(len(w.Mem) - header)
+	head, tail := le.Uint64(w.Mem[offHead:]), le.Uint64(w.Mem[offTail:])
+	need := uint64(len(rec)) + 8
+	off := head & (size - 1)
+	if off+need > size {
+		pad := size - off
+		if head+pad+need-tail > size {
+			return false
+		}
+		le.PutUint32(w.Mem[header+off:], uint32(pad))
+		le.PutUint32(w.Mem[header+off+4:], 1)
+		head += pad
+		off = 0
+	}
+	if head+need-tail > size {
+		return false
+	}
+	le.PutUint32(w.Mem[header+off:], uint32(need))
+	le.PutUint32(w.Mem[header+off+4:], 0)
+	copy(w.Mem[header+off+8:], rec)
+	le.PutUint64(w.Mem[offHead:], head+need)
+	return true
 }
