@@ -57,15 +57,19 @@ func leafChain(t *testing.T, bin string, mode UnwindMode) (inC, good int) {
 func TestAutoRepairsShrinkWrappedLeaf(t *testing.T) {
 	needPerf(t)
 	bin := testbuild.CC(t, "cc", "shrinkwrap", []string{"testdata/shrinkwrap.c"}, "-O2", "-g", "-fno-omit-frame-pointer")
+	// 500 samples are due; the floor is the arm64 VM's (an emulated
+	// CPU's cycles event gave 135 to 277 in c), below which a share of
+	// 99% cannot be told from one of 97%.
+	const floor = 100
 	inC, good := leafChain(t, bin, UnwindFP)
-	if inC < 150 {
+	if inC < floor {
 		t.Fatalf("fp: only %d samples in c in 0.5 s of CPU at 1000 Hz", inC)
 	}
 	if frac := float64(good) / float64(inC); frac >= 0.10 {
 		t.Errorf("fp: %.1f%% of samples in c hold the chain; the fixture should defeat frame pointers (is c still shrink-wrapped?)", 100*frac)
 	}
 	inC, good = leafChain(t, bin, UnwindAuto)
-	if inC < 150 {
+	if inC < floor {
 		t.Fatalf("auto: only %d samples in c in 0.5 s of CPU at 1000 Hz", inC)
 	}
 	if frac := float64(good) / float64(inC); frac < 0.99 {

@@ -66,11 +66,31 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // and the sample count.
 func foldedShare(t *testing.T, trace, sub string, also ...string) (float64, int64) {
 	t.Helper()
+	var all, hit int64
+	eachFolded(t, trace, func(stack string, n int64) {
+		all += n
+		ok := strings.Contains(stack, sub)
+		for _, a := range also {
+			ok = ok && strings.Contains(stack, a)
+		}
+		if ok {
+			hit += n
+		}
+	})
+	if all == 0 {
+		t.Fatal("no samples")
+	}
+	return float64(hit) / float64(all), all
+}
+
+// eachFolded converts the trace to folded stacks (root first,
+// ";"-joined) and calls fn with each and its sample count.
+func eachFolded(t *testing.T, trace string, fn func(stack string, n int64)) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"convert", trace, "--to", "folded", "--no-debuginfod"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("convert exited %d: %s", code, stderr.String())
 	}
-	var all, hit int64
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -80,19 +100,8 @@ func foldedShare(t *testing.T, trace, sub string, also ...string) (float64, int6
 		if err != nil {
 			t.Fatalf("folded line %q", line)
 		}
-		all += n
-		ok := strings.Contains(line[:sp], sub)
-		for _, a := range also {
-			ok = ok && strings.Contains(line[:sp], a)
-		}
-		if ok {
-			hit += n
-		}
+		fn(line[:sp], n)
 	}
-	if all == 0 {
-		t.Fatal("no samples")
-	}
-	return float64(hit) / float64(all), all
 }
 
 // perfShare records argv with perf record -g (frame pointers, as rawstack's

@@ -66,8 +66,15 @@ type Cmd struct {
 // skips the test (fails it under CI=true, see [Skip]) when c.Tool is not
 // installed and fails it when the command fails, printing the command and
 // its output.
+//
+// In the arm64 VM it returns the fixture built for it on the host, and on
+// the host it builds that too when asked (see RAWSTACK_CROSS_FIXTURES in
+// cross.go).
 func Build(t testing.TB, c Cmd) string {
 	t.Helper()
+	if p, ok := prebuilt(t, c); ok {
+		return p
+	}
 	path, err := exec.LookPath(c.Tool)
 	if err != nil {
 		Skip(t, "%s not installed: cannot build fixture %s", c.Tool, c.Out)
@@ -76,6 +83,7 @@ func Build(t testing.TB, c Cmd) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	crossBuild(t, c)
 	return out
 }
 

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/rawstack/rawstack/platform"
 )
@@ -24,6 +25,8 @@ func checkConfig(cfg platform.Config) error {
 			return bad("System", "whole-system sampling needs Backend ebpf")
 		case cfg.OffCPU:
 			return bad("OffCPU", "off-CPU samples need Backend ebpf")
+		case cfg.Alloc && runtime.GOARCH != "amd64": // allocshim.Built
+			return bad("Alloc", "the allocation sampler is built for x86-64 only; on "+runtime.GOARCH+" Backend ebpf records allocations with uprobes")
 		case cfg.AllocRate < 0 || cfg.AllocRate != 0 && !cfg.Alloc:
 			return bad("AllocRate", fmt.Sprintf("a sampling interval of %d bytes needs Alloc and a positive rate", cfg.AllocRate))
 		}

@@ -16,7 +16,6 @@ import (
 // without cgo (the threads of a cgo program start in C).
 func buildParked(t *testing.T) string {
 	t.Helper()
-	testbuild.Need(t, "go", "builds the Go fixture")
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,11 @@ package allocshim
 
 const archInject = false
 
+// Built says the sampler is built for this architecture: not here (the
+// eBPF back end puts uprobes on a launched command's allocator instead;
+// the perf back end refuses Alloc).
+const Built = false
+
 type userRegs [1]uint64
 
 func (r *userRegs) pc() uint64                           { return 0 }

@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package ebpf
 
@@ -93,7 +93,7 @@ func findAllocator(pid int) (string, error) {
 }
 
 // defaultLibDirs are where the dynamic loader looks last.
-var defaultLibDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
+var defaultLibDirs = []string{"/lib/" + libTriple, "/usr/lib/" + libTriple, "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
 
 // hostLibc returns the host's C library, which a whole-host recording
 // probes: the processes that use another allocator are not seen.

@@ -1,10 +1,9 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package ebpf
 
 import (
 	"bytes"
-	_ "embed"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -21,11 +20,6 @@ import (
 )
 
 //go:generate sh bpf/build.sh
-
-// object is bpf/rawstack.bpf.c compiled by bpf/build.sh.
-//
-//go:embed bpf/rawstack_x86_bpfel.o
-var object []byte
 
 func init() {
 	tracking.RegisterEBPF(tracking.Backend{

@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package ebpf
 
@@ -152,10 +152,11 @@ func Open(cfg platform.Config, h platform.Handler) (*Session, error) {
 // With cfg.Alloc, the command gets the allocation sampler preloaded
 // (package allocshim, through LD_PRELOAD), which samples in the process:
 // the recorder's uprobes are on the sampler's two markers instead of on
-// every allocator call.
+// every allocator call. Where the sampler is not built (arm64), the
+// uprobes are on the command's allocator, as for a running process.
 func Launch(cmd *exec.Cmd, cfg platform.Config, h platform.Handler) (*Session, error) {
 	s := newSession(cfg, h)
-	if cfg.Alloc {
+	if cfg.Alloc && allocshim.Built {
 		if err := s.EnableAlloc("ebpf"); err != nil {
 			return nil, err
 		}
@@ -340,7 +341,7 @@ func (s *Session) attach() (err error) {
 	cpus := procfs.OnlineCPUs()
 	s.Rings = make([]*tracking.Ring, len(cpus))
 	for i, cpu := range cpus {
-		fd, err := sys.PerfEventOpen(&attr, -1, cpu, -1)
+		fd, err := s.OpenSampling(&attr, -1, cpu)
 		if err != nil {
 			if err == sys.EACCES || err == sys.EPERM {
 				return &platform.PermissionError{Op: fmt.Sprintf("perf_event_open on cpu %d (all processes)", cpu), Need: "CAP_PERFMON (or CAP_SYS_ADMIN)", Err: err}

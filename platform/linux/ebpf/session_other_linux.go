@@ -1,4 +1,4 @@
-//go:build linux && !amd64
+//go:build linux && !amd64 && !arm64
 
 package ebpf
 
@@ -17,7 +17,7 @@ type Session struct {
 }
 
 func errBPFArch() error {
-	return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "its BPF programs are built for x86-64 only"}
+	return &platform.NotSupportedError{Feature: "eBPF back end", Reason: "its BPF programs are built for x86-64 and arm64 only"}
 }
 
 func init() {
@@ -33,7 +33,7 @@ func init() {
 }
 
 // Probe returns an error wrapping platform.ErrNotSupported: the eBPF
-// back end runs on x86-64 only.
+// back end runs on x86-64 and arm64 only.
 func Probe() error { return errBPFArch() }
 
 // Open returns an error wrapping platform.ErrNotSupported.

@@ -181,7 +181,7 @@ func (s *Session) attach() error {
 	s.Rings = make([]*tracking.Ring, len(cpus))
 	openThread := func(tid int) error {
 		for ci, cpu := range cpus {
-			fd, err := sys.PerfEventOpen(&attr, tid, cpu, -1)
+			fd, err := s.OpenSampling(&attr, tid, cpu)
 			if err == sys.ESRCH {
 				return nil // the thread exited meanwhile
 			}

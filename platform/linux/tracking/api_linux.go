@@ -12,6 +12,7 @@ import (
 	sys "github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
+	"github.com/rawstack/rawstack/platform/linux/procfs"
 )
 
 // What a back end's session calls while it opens its events (perf,
@@ -270,4 +271,25 @@ func (s *Tracker) StateSizes() StateSizes {
 		st.UnwindProcs, st.UnwindFiles = len(s.uw.procs), len(s.uw.files)
 	}
 	return st
+}
+
+// OpenSampling is sys.PerfEventOpen of a frequency-mode event that
+// follows the kernel's sampling limit down: the kernel lowers
+// kernel.perf_event_max_sample_rate while events are opened when its
+// sampling interrupts take too long (a slow or emulated machine), and
+// then refuses, with EINVAL, an event asking for more than the new
+// limit. The event is opened again at the limit, which attr and the
+// session's configuration keep.
+func (s *Tracker) OpenSampling(attr *sys.PerfEventAttr, pid, cpu int) (int, error) {
+	fd, err := sys.PerfEventOpen(attr, pid, cpu, -1)
+	if err != sys.EINVAL || attr.Bits&sys.PerfBitFreq == 0 {
+		return fd, err
+	}
+	max := procfs.SysctlInt("kernel.perf_event_max_sample_rate", 0)
+	if max <= 0 || attr.Sample <= uint64(max) {
+		return fd, err
+	}
+	attr.Sample = uint64(max)
+	s.cfg.Frequency = max
+	return sys.PerfEventOpen(attr, pid, cpu, -1)
 }

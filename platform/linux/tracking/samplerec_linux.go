@@ -15,14 +15,14 @@ import (
 // platform/linux/allocshim) writes into its shared ring too, for either
 // back end: a 48-byte header (kind, pid, tid, cpu, u32 each; time,
 // weight, u64 each; kernel frames, user frames, flags, Python frames,
-// u16 each; stack bytes, u32, and 4 bytes of padding), then 17 user
-// registers (x86-64: ax, bx, cx, dx, si, di, bp, sp, ip, r8-r15), the
-// kernel frames, the user frames, the stack copy and the Python frames.
+// u16 each; stack bytes, u32, and 4 bytes of padding), then the user
+// registers in perf's order (SampleNRegs: x86-64's 17, ax, bx, cx, dx,
+// si, di, bp, sp, ip, r8-r15, without flags and segments; arm64's 33,
+// x0-x30, sp, pc), the kernel frames, the user frames, the stack copy and the Python frames.
 // A header alone is a record of its own for some kinds (an
 // allocation's block, a free).
 const (
 	SampleHdrSize   = 48
-	SampleNRegs     = 17
 	SampleKernelOff = SampleHdrSize + 8*SampleNRegs
 	// MaxSampleStack is the most stack bytes a record carries (the
 	// programs' MAX_STACK, the sampler's MaxRingStack).
@@ -84,16 +84,11 @@ func DecodeSampleRecord(b []byte, r *Record) (kind uint32, err error) {
 	r.UserABI, r.UserRegs, r.UserStack = 0, r.UserRegs[:0], nil
 	if flags&(SampleFlagRegs|SampleFlagGRegs) != 0 && r.UserRegsMask != 0 {
 		// The registers the session samples (r.UserRegsMask, perf
-		// numbers), from the record's perf order without flags and
-		// segment registers (perf 9-15).
+		// numbers), from the record's perf order (sampleReg).
 		r.UserABI = 2 // PERF_SAMPLE_REGS_ABI_64
 		for m := r.UserRegsMask; m != 0; m &= m - 1 {
-			p := bits.TrailingZeros64(m)
-			i := p
-			if p >= 16 {
-				i = p - 7
-			}
-			if p > 8 && p < 16 || i >= SampleNRegs {
+			i, ok := sampleReg(bits.TrailingZeros64(m))
+			if !ok {
 				continue
 			}
 			r.UserRegs = append(r.UserRegs, le.Uint64(b[SampleHdrSize+8*i:]))

@@ -5,8 +5,11 @@
  * little endian, see ebpf_linux.go's decoder):
  *
  *	struct rs_hdr  (48 bytes)
- *	u64 regs[17]   user registers in perf order (ax bx cx dx si di bp sp ip r8-r15), valid if RS_REGS;
- *	               with RS_GREGS instead, only sp and r14 (the Go g register), the others 0
+ *	u64 regs[NREGS] user registers in perf order, valid if RS_REGS:
+ *	                x86-64: ax bx cx dx si di bp sp ip r8-r15 (17);
+ *	                arm64: x0-x30 sp pc (33);
+ *	                with RS_GREGS instead, only sp and the Go g register
+ *	                (r14, x28), the others 0
  *	u64 kernel[nkernel]  kernel return addresses, leaf first
  *	u64 user[nuser]      user frames: the kernel's frame-pointer walk (in
  *	                     stack-copy mode too, where it continues the walk
@@ -19,6 +22,10 @@
  * except RS_ONCPU, RS_ALLOC_RET and RS_FREE records, which are the header
  * alone.
  *
+ * One source builds the object of each architecture (build.sh defines
+ * __TARGET_ARCH_x86 or __TARGET_ARCH_arm64); what differs between them
+ * is in the macros below the includes and in types.h's struct pt_regs.
+ *
  * Licensed GPL-2.0 because the helpers it calls are GPL-only. */
 #include "types.h"
 #include <bpf/bpf_helpers.h>
@@ -29,7 +36,71 @@
 #define MAX_USER_PCS 127    /* frame-pointer mode */
 #define MAX_STACK 16384     /* bytes of user stack, stack-copy mode */
 #define PAGE 4096
+
+/* The architectures' user registers: arguments and return value at a
+ * function's entry and return (uprobes), the stack pointer, the Go g
+ * register, the return address at a function's first instruction, and
+ * the registers a record carries, in the order of perf's
+ * sample_regs_user (arch.PerfRegsMask), with the indexes of sp and g. */
+#if defined(__TARGET_ARCH_x86)
 #define NREGS 17
+#define ARG1(r) ((r)->di)
+#define ARG2(r) ((r)->si)
+#define ARG3(r) ((r)->dx)
+#define ARG4(r) ((r)->cx)
+#define RETVAL(r) ((r)->ax)
+#define USER_SP(r) ((r)->sp)
+#define GO_G(r) ((r)->r14)
+#define SP_IDX 7
+#define G_IDX 15
+/* A call pushed it: the word at the stack pointer. */
+static __always_inline __u64 entry_ra(struct pt_regs *r)
+{
+	__u64 ret = 0;
+	bpf_probe_read_user(&ret, sizeof(ret), (void *)r->sp);
+	return ret;
+}
+/* The context's registers into r (each field a CO-RE access). */
+#define COPY_REGS(r, c) do { \
+	(r).ax = (c)->ax; (r).bx = (c)->bx; (r).cx = (c)->cx; (r).dx = (c)->dx; \
+	(r).si = (c)->si; (r).di = (c)->di; (r).bp = (c)->bp; (r).sp = (c)->sp; \
+	(r).ip = (c)->ip; (r).r8 = (c)->r8; (r).r9 = (c)->r9; (r).r10 = (c)->r10; \
+	(r).r11 = (c)->r11; (r).r12 = (c)->r12; (r).r13 = (c)->r13; (r).r14 = (c)->r14; \
+	(r).r15 = (c)->r15; } while (0)
+#define PERF_REGS(out, r) do { \
+	(out)[0] = (r).ax; (out)[1] = (r).bx; (out)[2] = (r).cx; (out)[3] = (r).dx; \
+	(out)[4] = (r).si; (out)[5] = (r).di; (out)[6] = (r).bp; (out)[7] = (r).sp; \
+	(out)[8] = (r).ip; (out)[9] = (r).r8; (out)[10] = (r).r9; (out)[11] = (r).r10; \
+	(out)[12] = (r).r11; (out)[13] = (r).r12; (out)[14] = (r).r13; (out)[15] = (r).r14; \
+	(out)[16] = (r).r15; } while (0)
+#elif defined(__TARGET_ARCH_arm64)
+#define NREGS 33
+#define ARG1(r) ((r)->regs[0])
+#define ARG2(r) ((r)->regs[1])
+#define ARG3(r) ((r)->regs[2])
+#define ARG4(r) ((r)->regs[3])
+#define RETVAL(r) ((r)->regs[0])
+#define USER_SP(r) ((r)->sp)
+#define GO_G(r) ((r)->regs[28])
+#define SP_IDX 31
+#define G_IDX 28
+/* A call (bl) left it in the link register, x30. */
+static __always_inline __u64 entry_ra(struct pt_regs *r)
+{
+	return r->regs[30];
+}
+#define COPY_REGS(r, c) do { \
+	for (int i_ = 0; i_ < 31; i_++) \
+		(r).regs[i_] = (c)->regs[i_]; \
+	(r).sp = (c)->sp; (r).pc = (c)->pc; } while (0)
+/* perf's arm64 order is x0-x30, sp, pc (DWARF's numbers too). */
+#define PERF_REGS(out, r) do { \
+	for (int i_ = 0; i_ < 31; i_++) \
+		(out)[i_] = (r).regs[i_]; \
+	(out)[31] = (r).sp; (out)[32] = (r).pc; } while (0)
+#else
+#error "define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64"
+#endif
 
 enum { RS_CPU = 1, RS_OFFCPU = 2, RS_ONCPU = 3, RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
 enum { RS_REGS = 1, RS_STACK_FAULT = 2, RS_PY = 4, RS_PY_GIL = 8, RS_PY_CUT = 16, RS_GREGS = 32 };
@@ -62,7 +133,7 @@ struct rs_hdr {
 const volatile __u32 all_procs = 0;     /* sample every process */
 const volatile __u32 copy_stack = 1;    /* 1: registers + stack copy; 0: frame pointers */
 const volatile __u32 stack_bytes = 8192; /* bytes of user stack to copy, <= MAX_STACK */
-const volatile __u32 go_regs = 0;       /* frame-pointer mode: record sp and r14 (RS_GREGS) */
+const volatile __u32 go_regs = 0;       /* frame-pointer mode: record sp and the g register (RS_GREGS) */
 const volatile __u32 self_tgid = 0;     /* the recorder: never sampled off CPU */
 const volatile __u64 offcpu_min_ns = 0; /* shorter off-CPU intervals are not reported */
 /* Wake the reader only once this many bytes wait in the ring buffer (0:
@@ -367,6 +438,12 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 	/* The frame is read past the frames written so far (PAGE of slack
 	 * follows the largest record). */
 	__u64 tmp = off + MAX_PY * 24;
+	/* Bounded again where the verifier sees it: clang folds the check
+	 * into the one on off above, and older verifiers (Linux 6.1) lose
+	 * that bound through the spills of the loop below. */
+	barrier_var(tmp);
+	if (tmp > STACK_MAX_OFF + MAX_PY * 24)
+		return 0;
 	__u32 n = 0;
 	for (int i = 0; i < MAX_PY; i++) {
 		if (!frame)
@@ -378,7 +455,11 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
 		 * iterations): the owner and is_entry bytes go out as read
 		 * (offsets that do not apply point at a harmless byte), and
 		 * the recorder, which knows the version, reads them. */
-		__u64 *out = (__u64 *)(s->buf + off + n * 24);
+		__u64 o = off + n * 24;
+		barrier_var(o);
+		if (o > STACK_MAX_OFF + (MAX_PY - 1) * 24)
+			break;
+		__u64 *out = (__u64 *)(s->buf + o);
 		out[0] = *(__u64 *)(fb + (pp->fr_code & (PY_FRAME - 8)));
 		out[1] = *(__u64 *)(fb + (pp->fr_instr & (PY_FRAME - 4)));
 		out[2] = (__u64)fb[pp->fr_owner & (PY_FRAME - 1)] | (__u64)fb[pp->fr_is_entry & (PY_FRAME - 1)] << 8;
@@ -398,11 +479,12 @@ static __always_inline __u64 py_read(struct scratch *s, struct rs_hdr *h, __u64 
  * thread entered the kernel with. */
 /* entry_sp, when not 0, says the thread is at the first instruction of
  * a function (a uprobe on its entry), with its stack pointer: the
- * return address is at entry_sp, and the frame-pointer walk, which
- * starts from the caller's frame pointer, would skip the caller; it is
- * put back after the leaf. ctx is then the user's registers (a uprobe's
- * context): the registers are read from it, and there is no kernel
- * stack to walk. */
+ * function has not saved its return address in a frame record yet (it
+ * is at the stack pointer on x86-64, in the link register on arm64), so
+ * the frame-pointer walk, which starts from the caller's frame pointer,
+ * would skip the caller; it is put back after the leaf. ctx is then the
+ * user's registers (a uprobe's context): the registers are read from
+ * it, and there is no kernel stack to walk. */
 static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u64 weight, __u64 now, __u32 skip, __u64 entry_sp)
 {
 	struct rs_hdr *h = (struct rs_hdr *)s->buf;
@@ -436,11 +518,10 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 	__u64 *regs = (__u64 *)(s->buf + REGS_OFF);
 	bool user = h->pid != 0 && !(BPF_CORE_READ(task, flags) & PF_KTHREAD) && BPF_CORE_READ(task, mm);
 	if (user && !copy_stack && entry_sp) {
-		/* Recent kernels (6.18 here) know a uprobe at a
-		 * function's entry and put the return address at entry_sp
-		 * second in the walk themselves: then the walk is whole. */
-		__u64 ret = 0;
-		bpf_probe_read_user(&ret, sizeof(ret), (void *)entry_sp);
+		/* Recent x86 kernels (6.18 here) know a uprobe at a
+		 * function's entry and put its return address second in the
+		 * walk themselves: then the walk is whole. */
+		__u64 ret = entry_ra(ctx);
 		long u = bpf_get_stack(ctx, s->buf + off, MAX_USER_PCS * 8, BPF_F_USER_STACK);
 		if (u < 0)
 			u = 0;
@@ -448,9 +529,9 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			u = MAX_USER_PCS * 8;
 		u &= ~7L;
 		if (u < 16 || *(__u64 *)(s->buf + off + 8) != ret) {
-			/* Else: leaf, the return address at entry_sp, then
-			 * the walk from the caller's frame pointer (its first
-			 * PC, the leaf again, is overwritten). */
+			/* Else: leaf, its return address, then the walk
+			 * from the caller's frame pointer (its first PC, the
+			 * leaf again, is overwritten). */
 			u = bpf_get_stack(ctx, s->buf + off + 8, (MAX_USER_PCS - 1) * 8, BPF_F_USER_STACK);
 			if (u < 0)
 				u = 0;
@@ -479,11 +560,7 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 		int got_regs = 0;
 		if (entry_sp) {
 			struct pt_regs *c = ctx;
-			r.ax = c->ax; r.bx = c->bx; r.cx = c->cx; r.dx = c->dx;
-			r.si = c->si; r.di = c->di; r.bp = c->bp; r.sp = c->sp;
-			r.ip = c->ip; r.r8 = c->r8; r.r9 = c->r9; r.r10 = c->r10;
-			r.r11 = c->r11; r.r12 = c->r12; r.r13 = c->r13; r.r14 = c->r14;
-			r.r15 = c->r15;
+			COPY_REGS(r, c);
 			got_regs = 1;
 		} else {
 			struct pt_regs *pr = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -506,14 +583,10 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 				off += u;
 			}
 			h->flags |= RS_REGS;
-			regs[0] = r.ax; regs[1] = r.bx; regs[2] = r.cx; regs[3] = r.dx;
-			regs[4] = r.si; regs[5] = r.di; regs[6] = r.bp; regs[7] = r.sp;
-			regs[8] = r.ip; regs[9] = r.r8; regs[10] = r.r9; regs[11] = r.r10;
-			regs[12] = r.r11; regs[13] = r.r12; regs[14] = r.r13; regs[15] = r.r14;
-			regs[16] = r.r15;
+			PERF_REGS(regs, r);
 			/* Copy the stack page by page, so that a window reaching past
 			 * the top of the stack keeps what lies below the top. */
-			__u64 sp = r.sp;
+			__u64 sp = USER_SP(&r);
 			__u32 want = stack_bytes;
 			if (want > MAX_STACK)
 				want = MAX_STACK;
@@ -558,10 +631,10 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			 * and stack pointer, as the thread left user space. */
 			struct pt_regs *pr = entry_sp ? (struct pt_regs *)ctx : (struct pt_regs *)bpf_task_pt_regs(task);
 			__u64 sp = 0, g = 0;
-			if (bpf_probe_read_kernel(&sp, sizeof(sp), &pr->sp) == 0 &&
-			    bpf_probe_read_kernel(&g, sizeof(g), &pr->r14) == 0) {
-				regs[7] = sp;
-				regs[15] = g;
+			if (bpf_probe_read_kernel(&sp, sizeof(sp), &USER_SP(pr)) == 0 &&
+			    bpf_probe_read_kernel(&g, sizeof(g), &GO_G(pr)) == 0) {
+				regs[SP_IDX] = sp;
+				regs[G_IDX] = g;
 				h->flags |= RS_GREGS;
 			}
 		}
@@ -692,7 +765,7 @@ static __always_inline int alloc_enter(struct pt_regs *ctx, __u64 size, __u64 me
 	if (bpf_map_update_elem(&alloc_calls, &tid, &c, BPF_ANY) != 0)
 		count_lost(LOST_ALLOC);
 	else
-		emit_in(s, ctx, RS_ALLOC, size, c.time, 0, ctx->sp);
+		emit_in(s, ctx, RS_ALLOC, size, c.time, 0, USER_SP(ctx));
 	s->busy = 0;
 	return 0;
 }
@@ -700,28 +773,28 @@ static __always_inline int alloc_enter(struct pt_regs *ctx, __u64 size, __u64 me
 SEC("uprobe")
 int malloc_enter(struct pt_regs *ctx)
 {
-	return alloc_enter(ctx, ctx->di, 0);
+	return alloc_enter(ctx, ARG1(ctx), 0);
 }
 
 SEC("uprobe")
 int calloc_enter(struct pt_regs *ctx)
 {
-	return alloc_enter(ctx, ctx->di * ctx->si, 0);
+	return alloc_enter(ctx, ARG1(ctx) * ARG2(ctx), 0);
 }
 
 /* aligned_alloc(alignment, size) */
 SEC("uprobe")
 int aligned_alloc_enter(struct pt_regs *ctx)
 {
-	return alloc_enter(ctx, ctx->si, 0);
+	return alloc_enter(ctx, ARG2(ctx), 0);
 }
 
 /* posix_memalign(void **memptr, size_t alignment, size_t size) */
 SEC("uprobe")
 int posix_memalign_enter(struct pt_regs *ctx)
 {
-	__u64 memptr = ctx->di;
-	return alloc_enter(ctx, ctx->dx, memptr ? memptr : 1);
+	__u64 memptr = ARG1(ctx);
+	return alloc_enter(ctx, ARG3(ctx), memptr ? memptr : 1);
 }
 
 /* free_block reports the free of a sampled block of the current process. */
@@ -738,7 +811,7 @@ SEC("uprobe")
 int free_enter(struct pt_regs *ctx)
 {
 	if (alloc_rate)
-		free_block(ctx->di);
+		free_block(ARG1(ctx));
 	return 0;
 }
 
@@ -749,7 +822,7 @@ int realloc_enter(struct pt_regs *ctx)
 {
 	if (!alloc_rate)
 		return 0;
-	__u64 ptr = ctx->di, size = ctx->si;
+	__u64 ptr = ARG1(ctx), size = ARG2(ctx);
 	if (!ptr)
 		return 0;
 	free_block(ptr);
@@ -772,7 +845,7 @@ int alloc_return(struct pt_regs *ctx)
 	struct alloc_call *c = bpf_map_lookup_elem(&alloc_calls, &tid);
 	if (!c)
 		return 0;
-	__u64 addr = ctx->ax, size = c->size, time = c->time, memptr = c->memptr;
+	__u64 addr = RETVAL(ctx), size = c->size, time = c->time, memptr = c->memptr;
 	bpf_map_delete_elem(&alloc_calls, &tid);
 	if (memptr) { /* posix_memalign: 0 on success, the block in *memptr */
 		__u64 rc = addr;
@@ -845,9 +918,9 @@ int shim_alloc(struct pt_regs *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!selected(id >> 32))
 		return 0;
-	if (ctx->dx && ctx->cx)
-		shim_frees(ctx->dx, ctx->cx);
-	__u64 addr = ctx->di, size = ctx->si;
+	if (ARG3(ctx) && ARG4(ctx))
+		shim_frees(ARG3(ctx), ARG4(ctx));
+	__u64 addr = ARG1(ctx), size = ARG2(ctx);
 	if (!addr) {
 		count_lost(LOST_ALLOC);
 		return 0;
@@ -862,7 +935,7 @@ int shim_alloc(struct pt_regs *ctx)
 	}
 	s->busy = 1;
 	__u64 now = bpf_ktime_get_ns();
-	emit_in(s, ctx, RS_ALLOC, size, now, 0, ctx->sp);
+	emit_in(s, ctx, RS_ALLOC, size, now, 0, USER_SP(ctx));
 	s->busy = 0;
 	emit_small(RS_ALLOC_RET, now, addr);
 	return 0;
@@ -871,11 +944,11 @@ int shim_alloc(struct pt_regs *ctx)
 SEC("uprobe")
 int shim_free(struct pt_regs *ctx)
 {
-	if (!running || !alloc_rate || !ctx->di)
+	if (!running || !alloc_rate || !ARG1(ctx))
 		return 0;
 	if (!selected(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	shim_frees(ctx->di, ctx->si);
+	shim_frees(ARG1(ctx), ARG2(ctx));
 	return 0;
 }
 

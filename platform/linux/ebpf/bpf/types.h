@@ -37,14 +37,34 @@ enum bpf_map_type {
 #define BPF_RB_AVAIL_DATA 0
 #define PF_KTHREAD 0x00200000
 
+#if defined(__TARGET_ARCH_x86)
 /* x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h). */
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
 	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 } __attribute__((preserve_access_index));
+#elif defined(__TARGET_ARCH_arm64)
+/* arm64's struct pt_regs (arch/arm64/include/asm/ptrace.h) begins with
+ * struct user_pt_regs (uapi asm/ptrace.h), an ABI: a uprobe's context,
+ * bpf_task_pt_regs and the perf_event context's regs (bpf_user_pt_regs_t)
+ * are read through this prefix, at fixed offsets. */
+struct pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+#endif
 
-/* The perf_event program context (uapi linux/bpf_perf_event.h); the
- * verifier rewrites its accesses, so no CO-RE here. */
+/* The perf_event program context (uapi linux/bpf_perf_event.h, regs
+ * being the architecture's bpf_user_pt_regs_t); the verifier rewrites
+ * its accesses, so no CO-RE here. */
 struct bpf_perf_event_data {
 	struct pt_regs regs;
 	__u64 sample_period;

@@ -172,10 +172,12 @@ func (h *RawHandler) Lost(e *format.Lost) {
 
 // SampleRecord lays out a sample record as the eBPF back end's programs
 // and the allocation sampler write it (platform/linux/tracking's
-// samplerec.go): the header, 17 registers when regs is not nil, the
+// samplerec_linux.go): the header, the architecture's registers
+// (tracking.SampleNRegs, flagged present when regs is not nil), the
 // kernel and user frames and the stack copy.
 func SampleRecord(kind uint32, pid, tid uint32, t, weight uint64, kernel, user []uint64, regs []uint64, stack []byte) []byte {
-	const hdr, kernelOff = 48, 48 + 8*17
+	const hdr = 48
+	kernelOff := hdr + 8*sampleNRegs
 	b := make([]byte, kernelOff+8*(len(kernel)+len(user))+len(stack))
 	le := binary.LittleEndian
 	le.PutUint32(b, kind)
@@ -200,6 +202,10 @@ func SampleRecord(kind uint32, pid, tid uint32, t, weight uint64, kernel, user [
 	copy(b[off:], stack)
 	return b
 }
+
+// sampleNRegs is tracking.SampleNRegs (which this package cannot import:
+// package tracking's tests import it).
+var sampleNRegs = map[string]int{"amd64": 17, "arm64": 33}[runtime.GOARCH]
 
 // SampleHeader lays out a header-only sample record: an allocation's
 // block or the free of one (weight: the block), or the eBPF back end's
