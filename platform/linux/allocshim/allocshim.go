@@ -33,7 +33,6 @@ package allocshim
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"debug/elf"
 	_ "embed"
 	"encoding/hex"
@@ -93,8 +92,10 @@ func Install(dir string) (string, error) {
 	} else if err := private(dir); err != nil {
 		return "", fmt.Errorf("installing the allocation sampler: %w", err)
 	}
-	sum := sha256.Sum256(Object)
-	path := filepath.Join(dir, "librawstack-alloc-"+hex.EncodeToString(sum[:6])+".so")
+	// Named by its build id (a hash of its contents, made by the
+	// linker; no crypto package in every rawstack command's init).
+	id := BuildID()
+	path := filepath.Join(dir, "librawstack-alloc-"+hex.EncodeToString(id[:min(len(id), 6)])+".so")
 	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, Object) {
 		return path, nil
 	}

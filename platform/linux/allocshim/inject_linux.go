@@ -123,13 +123,22 @@ const (
 	attachOutOff   = 16 + 1024
 )
 
-// The errors rawstack_attach returns (negated), as shim.c's ATTACH_ERR_*.
-var attachErrs = map[int64]string{
-	1: "the sampler refused its arguments",
-	2: "the process already runs the sampler, preloaded",
-	3: "no malloc and free were found in the process",
-	4: "the sampler could not map its memory",
-	5: "another attach or detach is under way",
+// attachErr says what an error rawstack_attach returns (negated) means,
+// as shim.c's ATTACH_ERR_*; "" for another.
+func attachErr(n int64) string {
+	switch n {
+	case 1:
+		return "the sampler refused its arguments"
+	case 2:
+		return "the process already runs the sampler, preloaded"
+	case 3:
+		return "no malloc and free were found in the process"
+	case 4:
+		return "the sampler could not map its memory"
+	case 5:
+		return "another attach or detach is under way"
+	}
+	return ""
 }
 
 // Inject loads the sampler into process pid and attaches it (see the
@@ -209,7 +218,7 @@ func Inject(pid int, cfg InjectConfig) (*Injection, error) {
 		return nil, &InjectError{Pid: pid, Reason: "reading the sampler's answer", Err: err}
 	}
 	if n := int64(int32(rc)); n < 0 {
-		why := attachErrs[-n]
+		why := attachErr(-n)
 		if why == "" {
 			why = fmt.Sprintf("rawstack_attach returned %d", n)
 		}
