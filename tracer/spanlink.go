@@ -121,9 +121,12 @@ type linkState struct {
 // goLinks are the linked spans of one goroutine (keyed by its g), or of
 // one thread where the g is not known (tid | 1<<63), as slots.
 type goLinks struct {
-	spans []uint32 // by begin
-	open  []uint32 // open now, innermost last
-	gone  int      // spans forgotten but still in spans
+	spans []uint32 // by begin from sorted on (see sort)
+	// spans[:sorted] are in begin order, and begin no later than any
+	// span after them.
+	sorted int
+	open   []uint32 // open now, innermost last
+	gone   int      // spans forgotten but still in spans
 }
 
 // SpanLink opens a span like [Tracer.Span], linked to the OpenTelemetry
@@ -201,12 +204,17 @@ func (l *linkState) begin(lk *linkSpan, tid uint32, ts int64) {
 		r.outer = gl.open[n-1]
 		r.outerGen = l.recs[r.outer].gen
 	}
-	// By begin: records of one goroutine come from several rings.
-	i := len(gl.spans)
-	for i > 0 && l.recs[gl.spans[i-1]].begin > ts {
-		i--
+	// By begin, at the next lookup: records of one goroutine come from
+	// several rings, each drained in turn, so a ring's begins may precede
+	// those just filed from another. Placing each at once cost a scan and
+	// a move of the spans filed since (thousands per drain, on a
+	// goroutine that moves between Ps).
+	if n := len(gl.spans); gl.sorted == n && (n == 0 || l.recs[gl.spans[n-1]].begin <= ts) {
+		gl.sorted++
+	} else if gl.sorted > 0 && l.recs[gl.spans[gl.sorted-1]].begin > ts {
+		gl.sorted, _ = slices.BinarySearchFunc(gl.spans[:gl.sorted], ts+1, l.byBegin)
 	}
-	gl.spans = slices.Insert(gl.spans, i, slot)
+	gl.spans = append(gl.spans, slot)
 	if lk.end != 0 {
 		r.end = max(lk.end, ts+1)
 		l.forgetLater(slot)
@@ -259,9 +267,11 @@ func (l *linkState) forgetLater(slot uint32) {
 			for len(gl.spans) > 0 && l.recs[gl.spans[0]].gone {
 				l.release(gl.spans[0])
 				gl.spans = gl.spans[1:]
+				gl.sorted = max(gl.sorted-1, 0)
 				gl.gone--
 			}
 			if gl.gone > 64 && gl.gone > len(gl.spans)/2 {
+				l.sort(gl) // deleting keeps the order
 				gl.spans = slices.DeleteFunc(gl.spans, func(s uint32) bool {
 					if l.recs[s].gone {
 						l.release(s)
@@ -269,7 +279,7 @@ func (l *linkState) forgetLater(slot uint32) {
 					}
 					return false
 				})
-				gl.gone = 0
+				gl.gone, gl.sorted = 0, len(gl.spans)
 			}
 			if len(gl.spans) == 0 && len(gl.open) == 0 {
 				delete(l.of, r.key)
@@ -294,12 +304,24 @@ func (l *linkState) release(slot uint32) {
 // the last one begun by t, or, when that one had ended, the one it was
 // opened in.
 func (l *linkState) at(gl *goLinks, t int64) uint32 {
-	i, _ := slices.BinarySearchFunc(gl.spans, t+1, func(s uint32, t int64) int { return cmp.Compare(l.recs[s].begin, t) })
+	l.sort(gl)
+	i, _ := slices.BinarySearchFunc(gl.spans, t+1, l.byBegin)
 	if i == 0 {
 		return 0
 	}
 	return l.openFrom(gl.spans[i-1], t)
 }
+
+// sort puts gl.spans in begin order: it sorts those filed out of order
+// since the last sort, all of which begin after the ones before them.
+func (l *linkState) sort(gl *goLinks) {
+	if gl.sorted < len(gl.spans) {
+		slices.SortFunc(gl.spans[gl.sorted:], func(a, b uint32) int { return cmp.Compare(l.recs[a].begin, l.recs[b].begin) })
+		gl.sorted = len(gl.spans)
+	}
+}
+
+func (l *linkState) byBegin(s uint32, t int64) int { return cmp.Compare(l.recs[s].begin, t) }
 
 // openFrom returns the first of slot and the spans it was opened in
 // (its outer spans) that is open at t, 0 if none.
