@@ -96,14 +96,20 @@ func (tr *otelTracer) Start(ctx context.Context, name string, opts ...trace.Span
 		return ctx, s
 	}
 	w := &span{Span: s, rs: rs, p: tr.p}
-	return trace.ContextWithSpan(ctx, w), w
+	if spanKey == nil {
+		return trace.ContextWithSpan(ctx, w), w
+	}
+	w.ctx = spanCtx{Context: ctx, s: w}
+	return &w.ctx, w
 }
 
-// span is a wrapped span and its rawstack span.
+// span is a wrapped span, its rawstack span, and the context that
+// carries it.
 type span struct {
 	trace.Span
-	rs tracer.Span
-	p  *provider
+	rs  tracer.Span
+	p   *provider
+	ctx spanCtx
 }
 
 func (s *span) End(opts ...trace.SpanEndOption) {
@@ -112,3 +118,48 @@ func (s *span) End(opts ...trace.SpanEndOption) {
 }
 
 func (s *span) TracerProvider() trace.TracerProvider { return s.p }
+
+// spanCtx is what trace.ContextWithSpan(ctx, s) returns, without an
+// allocation of its own: ctx, where s is the current span.
+type spanCtx struct {
+	context.Context
+	s *span
+}
+
+func (c *spanCtx) Value(key any) any {
+	if key == spanKey {
+		return c.s
+	}
+	return c.Context.Value(key)
+}
+
+// spanKey is the key under which a context holds its current span, as
+// trace.SpanFromContext asks for it; nil if that could not be learnt, or
+// if a context answering it is not what SpanFromContext reads (Start
+// then calls trace.ContextWithSpan).
+var spanKey any
+
+func init() {
+	var p keyProbe
+	trace.SpanFromContext(&p)
+	if len(p.keys) != 1 {
+		return
+	}
+	spanKey = p.keys[0]
+	w := &span{}
+	w.ctx = spanCtx{Context: context.Background(), s: w}
+	if trace.SpanFromContext(&w.ctx) != trace.Span(w) {
+		spanKey = nil
+	}
+}
+
+// keyProbe is a context that records the keys it is asked for.
+type keyProbe struct {
+	context.Context
+	keys []any
+}
+
+func (p *keyProbe) Value(key any) any {
+	p.keys = append(p.keys, key)
+	return nil
+}
