@@ -179,7 +179,7 @@ func TestSpanRingFull(t *testing.T) {
 	<-tr.sp.drained
 	tr.sp.drainq = nil
 	tr.sp.kick = nil
-	n := 3*len(tr.sp.rings)*spanRingSize + 100
+	n := 3*len(tr.sp.use())*spanRingSize + 100
 	for i := 0; i < n; i++ {
 		tr.Marker("m")
 	}
@@ -207,7 +207,7 @@ func TestSpanRingLost(t *testing.T) {
 	tr.sp.noHelp = true
 	runtime.LockOSThread()
 	n := 0
-	for i := 0; i < len(tr.sp.rings)*spanRingSize+100; i++ {
+	for i := 0; i < len(tr.sp.use())*spanRingSize+100; i++ {
 		tr.Marker("m")
 		n++
 	}
@@ -393,7 +393,7 @@ func reportLost(b *testing.B, tr *Tracer) {
 	b.StopTimer()
 	stopSpanTracer(tr)
 	var lost uint64
-	for _, r := range tr.sp.rings {
+	for _, r := range tr.sp.use() {
 		lost += r.lost.Load()
 	}
 	b.ReportMetric(float64(lost)/float64(b.N), "lost/op")
