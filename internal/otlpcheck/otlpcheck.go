@@ -20,7 +20,8 @@
 //   - every index is in range (string, attribute, mapping, location,
 //     function, stack and link indices, wherever they appear);
 //   - no table holds the same entry twice, and every entry but index 0
-//     is referenced (no orphans) by the dictionary or the profiles;
+//     is referenced (no orphans) by the dictionary or the profiles (in
+//     memory, Check: or by resource and scope attributes);
 //   - on the wire (CheckBytes), resource and scope attributes hold
 //     their strings inline: references into the string table
 //     (key_strindex, string_value_strindex, opentelemetry-proto 1.10)
@@ -54,8 +55,21 @@ import (
 const maxErrors = 32
 
 // Check returns the violations of p, joined, or nil when p conforms.
+//
+// In memory, resource and scope attributes hold their strings whether
+// they came inline or as references into the string table (pdata
+// resolves references as it decodes, keeping the strings in the table,
+// and writes them as references as it encodes: what a Collector
+// forwards carries them so), so the strings they use count as
+// referenced here. CheckBytes, for what rawstack itself encodes, does
+// not count them and asks that the attributes be inline, as profcheck
+// does.
 func Check(p pprofile.Profiles) error {
-	c := checker{d: p.Dictionary()}
+	return check(p, true)
+}
+
+func check(p pprofile.Profiles, attrRefs bool) error {
+	c := checker{d: p.Dictionary(), attrRefs: attrRefs}
 	c.run(p)
 	if c.n > len(c.errs) {
 		c.errs = append(c.errs, fmt.Errorf("and %d more", c.n-len(c.errs)))
@@ -71,7 +85,7 @@ func CheckBytes(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("otlpcheck: the request does not decode: %w", err)
 	}
-	return errors.Join(Check(p), inlineAttrs(b))
+	return errors.Join(check(p, false), inlineAttrs(b))
 }
 
 // Field numbers (opentelemetry-proto: collector/profiles/v1development,
@@ -163,9 +177,13 @@ func each(b []byte, f func(num protowire.Number, v []byte) error) error {
 }
 
 type checker struct {
-	d    pprofile.ProfilesDictionary
-	errs []error
-	n    int
+	d pprofile.ProfilesDictionary
+	// attrRefs: the strings resource and scope attributes use count as
+	// referenced (Check, not CheckBytes).
+	attrRefs bool
+	strIndex map[string]int // string → first index, made on first use
+	errs     []error
+	n        int
 	// references, per table, by index
 	strRef, attrRef, mapRef, locRef, fnRef, stackRef, linkRef []bool
 }
@@ -264,18 +282,50 @@ func (c *checker) zeroValues() {
 	}
 }
 
-// entityAttrs: a resource's or a scope's attributes have unique keys.
-// Their strings are not the string table's: CheckBytes asks that they
-// be inline on the wire, where profcheck, which counts only the
-// dictionary's and the profiles' references, would find the strings
-// of references orphaned.
+// entityAttrs: a resource's or a scope's attributes have unique keys;
+// with attrRefs, the strings they use are referenced.
 func (c *checker) entityAttrs(where string, m pcommon.Map) {
 	seen := make(map[string]bool, m.Len())
-	for k := range m.All() {
+	for k, v := range m.All() {
 		if seen[k] {
 			c.fail("%s: duplicate key %q", where, k)
 		}
 		seen[k] = true
+		if c.attrRefs {
+			c.refString(k)
+			c.refValue(v)
+		}
+	}
+}
+
+// refString marks s referenced if the string table holds it.
+func (c *checker) refString(s string) {
+	if c.strIndex == nil {
+		c.strIndex = make(map[string]int, c.d.StringTable().Len())
+		for i, t := range c.d.StringTable().All() {
+			if _, ok := c.strIndex[t]; !ok {
+				c.strIndex[t] = i
+			}
+		}
+	}
+	if i, ok := c.strIndex[s]; ok {
+		c.strRef[i] = true
+	}
+}
+
+func (c *checker) refValue(v pcommon.Value) {
+	switch v.Type() {
+	case pcommon.ValueTypeStr:
+		c.refString(v.Str())
+	case pcommon.ValueTypeSlice:
+		for _, e := range v.Slice().All() {
+			c.refValue(e)
+		}
+	case pcommon.ValueTypeMap:
+		for k, e := range v.Map().All() {
+			c.refString(k)
+			c.refValue(e)
+		}
 	}
 }
 

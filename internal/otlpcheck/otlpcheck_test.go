@@ -179,4 +179,11 @@ func TestCheckBytes(t *testing.T) {
 	if err := CheckBytes(b); err == nil || !strings.Contains(err.Error(), "refers to the string table") || !strings.Contains(err.Error(), "referenced by nothing") {
 		t.Errorf("pdata's encoding: got %v, want the attribute's reference and its orphaned strings", err)
 	}
+	// Decoded, it is valid OTLP: its attributes hold their strings.
+	var u pprofile.ProtoUnmarshaler
+	if q, err := u.UnmarshalProfiles(b); err != nil {
+		t.Fatal(err)
+	} else if err := Check(q); err != nil {
+		t.Errorf("pdata's encoding, decoded: %v", err)
+	}
 }
