@@ -189,12 +189,22 @@ func TestOffCPUParked(t *testing.T) {
 	}
 	off := map[uint32]time.Duration{}
 	stacks := map[uint32]map[string]bool{}
+	seen := map[uint32]bool{}
 	for _, smp := range c.samples {
 		if _, ok := parked[smp.Tid]; !ok {
 			continue
 		}
+		first := !seen[smp.Tid]
+		seen[smp.Tid] = true
 		if smp.Flags&format.SampleOffCPU == 0 {
-			t.Errorf("parked thread %d has an on-CPU sample", smp.Tid)
+			if first {
+				// The CPU time of the thread's last steps into its
+				// wait can be accounted after the session's first
+				// reading of it (Wine, CI: once in five runs).
+				t.Logf("parked thread %d: its first sample is on CPU", smp.Tid)
+				continue
+			}
+			t.Errorf("parked thread %d has an on-CPU sample after its first", smp.Tid)
 			continue
 		}
 		off[smp.Tid] += time.Duration(smp.Weight)
