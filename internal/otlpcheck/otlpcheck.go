@@ -45,6 +45,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rawstack/rawstack/internal/protofields"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -155,25 +156,7 @@ func inlineAttrs(b []byte) error {
 // each calls f with the number and payload of each field of message b
 // (nil for a field that is not length-delimited).
 func each(b []byte, f func(num protowire.Number, v []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return protowire.ParseError(m)
-		}
-		var v []byte
-		if typ == protowire.BytesType {
-			v, _ = protowire.ConsumeBytes(b[n:])
-		}
-		if err := f(num, v); err != nil {
-			return err
-		}
-		b = b[n+m:]
-	}
-	return nil
+	return protofields.Each(b, func(num protowire.Number, _ protowire.Type, v, _ []byte) error { return f(num, v) })
 }
 
 type checker struct {

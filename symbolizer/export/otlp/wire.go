@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/rawstack/rawstack/internal/protofields"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -83,7 +84,7 @@ func Marshal(p pprofile.Profiles) ([]byte, error) {
 func inlineAttrs(req []byte, res, scopes []pcommon.Map) ([]byte, error) {
 	out := make([]byte, 0, len(req)+64*len(res))
 	ri, si := 0, 0
-	err := fields(req, func(num protowire.Number, typ protowire.Type, v, raw []byte) error {
+	err := protofields.Each(req, func(num protowire.Number, typ protowire.Type, v, raw []byte) error {
 		if num != fieldRequestResourceProfiles || typ != protowire.BytesType || ri >= len(res) {
 			out = append(out, raw...)
 			return nil
@@ -92,7 +93,7 @@ func inlineAttrs(req []byte, res, scopes []pcommon.Map) ([]byte, error) {
 		// resource written first merges with the one pdata wrote.
 		rp := appendMessage(nil, fieldResourceProfilesResource, appendKeyValues(nil, fieldResourceAttributes, res[ri]))
 		ri++
-		err := fields(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) error {
+		err := protofields.Each(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) error {
 			if num != fieldResourceProfilesScopes || typ != protowire.BytesType || si >= len(scopes) {
 				rp = append(rp, raw...)
 				return nil
@@ -109,30 +110,6 @@ func inlineAttrs(req []byte, res, scopes []pcommon.Map) ([]byte, error) {
 		return nil, fmt.Errorf("otlp: writing the request's attributes: %w", err)
 	}
 	return out, nil
-}
-
-// fields calls f with each field of message b: its number, type, payload
-// (of a length-delimited field) and raw bytes (tag included).
-func fields(b []byte, f func(num protowire.Number, typ protowire.Type, v, raw []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return protowire.ParseError(m)
-		}
-		var v []byte
-		if typ == protowire.BytesType {
-			v, _ = protowire.ConsumeBytes(b[n:])
-		}
-		if err := f(num, typ, v, b[:n+m]); err != nil {
-			return err
-		}
-		b = b[n+m:]
-	}
-	return nil
 }
 
 func appendMessage(b []byte, num protowire.Number, msg []byte) []byte {
