@@ -53,7 +53,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.Out, "o", "trace.rawstack", "output file")
 	fs.IntVar(&f.Hz, "F", 999, "sampling frequency per thread (per CPU with -a), Hz")
 	fs.IntVar(&f.Pid, "p", 0, "attach to this running process")
-	fs.DurationVar(&f.Duration, "duration", 0, "with -p or -a: stop after this long (default: until the process exits or Ctrl-C)")
+	fs.DurationVar(&f.Duration, "duration", 0, "with -p or -a: stop after sampling this long, counted from when the sampler runs (default: until the process exits or Ctrl-C)")
 	fs.BoolVar(&f.NoKernel, "no-kernel", false, "leave out kernel frames")
 	fs.BoolVar(&f.Quiet, "q", false, "no progress line")
 	fs.StringVar(&f.Unwind, "unwind", "auto", "user stacks: fp (frame pointers), dwarf (registers + stack copy, unwound with CFI) or auto (a frame-pointer program: fp with the leaf repaired from CFI; any other: dwarf); with --backend ebpf the default is dwarf")

@@ -90,10 +90,6 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if rf.Duration > 0 {
-		ctx, cancel = context.WithTimeout(ctx, rf.Duration)
-		defer cancel()
-	}
 	opts := rf.Options(be, mode)
 	opts.Streams = s.streams
 	opts.MaxStacks = rf.otlp.maxStacks // the agent's; the companion mirrors it
@@ -121,6 +117,13 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 	}
 	if err != nil {
 		return err
+	}
+	if rf.Duration > 0 {
+		// The duration is of sampling, as perf's "-a sleep 5" is: it
+		// starts once the sampler runs, not before its start (the BPF
+		// verifier alone takes seconds of a slow or emulated CPU).
+		stop := time.AfterFunc(rf.Duration, cancel)
+		defer stop.Stop()
 	}
 	// The OTLP companion dying, when it is the only sink, ends the
 	// recording: nothing else would notice until the end (the agent would
