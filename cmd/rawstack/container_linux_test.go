@@ -216,6 +216,7 @@ func TestContainerChurn(t *testing.T) {
 	t.Setenv(idcache.Env, cache)
 	const builds = 5
 	var roots []string
+	var ids [][]byte
 	for i := 0; i < builds; i++ {
 		bin := testbuild.Build(t, testbuild.Cmd{
 			Tool:   "cc",
@@ -225,6 +226,12 @@ func TestContainerChurn(t *testing.T) {
 			Key:    strconv.Itoa(i),
 		})
 		roots = append(roots, testbuild.ContainerRoot(t, map[string]string{bin: "/app/chainpriv"}, nil, bin))
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, locate.BuildID(f))
+		f.Close()
 	}
 	trace := filepath.Join(t.TempDir(), "t.rawstack")
 	done := make(chan int, 1)
@@ -257,11 +264,18 @@ func TestContainerChurn(t *testing.T) {
 	named, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
 	lost, _ := foldedShare(t, trace, "chainpriv+0x")
 	t.Logf("whole host: %d samples, %.2f%% in the containers' chain, %.2f%% in their program unnamed; the cache holds %d bytes", n, 100*named, 100*lost, idcache.Usage(cache))
-	// Known defect, open in issue 36: in 2 of 5 CI runs one of the five
-	// builds was never copied ("4 files copied") and its samples, about
-	// a fifth of the containers', stayed unnamed (3.6-3.7% of all);
-	// uninvestigated. Held to that until it is found.
-	if named == 0 || lost > named/3 {
-		t.Errorf("%.2f%% of the samples name the containers' chain, %.2f%% are in their program unnamed: want some, and at most a third as many unnamed", 100*named, 100*lost)
+	// Every build is met alive at least once among 20 containers each,
+	// so every build is copied and named. Unnamed samples are those of a
+	// process whose file could be read neither through its root nor on
+	// the host before it exited: 0.00% in local runs; a build remembered
+	// as unreadable after one such process (the defect this once had:
+	// "4 files copied", a fifth of the containers unnamed) fails it.
+	for i, id := range ids {
+		if !idcache.Has(cache, id, false) {
+			t.Errorf("build %d (build id %x) is not in the build-id cache", i, id)
+		}
+	}
+	if named == 0 || lost > named/50 {
+		t.Errorf("%.2f%% of the samples name the containers' chain, %.2f%% are in their program unnamed: want some, and at most 1/50 as many unnamed", 100*named, 100*lost)
 	}
 }

@@ -499,7 +499,7 @@ func (s *Tracker) moduleIDs(pid uint32, path string, dev, ino uint64) (elfIDs, b
 	}
 	path = strings.TrimSuffix(path, " (deleted)")
 	var ids elfIDs
-	ok := false
+	ok, opened := false, false
 	for _, p := range []string{procfs.Dir(int(pid)) + "/root" + path, path} {
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 			continue // never block reading a device or FIFO
@@ -508,12 +508,21 @@ func (s *Tracker) moduleIDs(pid uint32, path string, dev, ino uint64) (elfIDs, b
 		if err != nil {
 			continue
 		}
+		opened = true
 		ids, err = readBuildIDs(f)
 		f.Close()
 		if err == nil {
 			ok = true
 			break
 		}
+	}
+	if !opened {
+		// Neither the process's root nor the host had the file: the
+		// process is gone (a container that lived milliseconds) and
+		// the host has no such path. Not remembered: the next process
+		// mapping the same file reads it, or every process of that
+		// build would stay without its build id, unnamed and uncached.
+		return ids, false
 	}
 	if len(s.ids) > 4096 {
 		clear(s.ids)
