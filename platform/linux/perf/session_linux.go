@@ -217,6 +217,7 @@ func (s *Session) attach() error {
 			return err
 		}
 	}
+	s.ReportLateMappings()
 	// A thread created while we were opening events, by a thread that had
 	// none yet, inherited nothing. Threads created by a thread that had an
 	// event were reported by a FORK record. Open the others directly, until

@@ -139,6 +139,14 @@ func (s *Tracker) ThreadName(t int64, pid, tid uint32, name string) {
 // mappings as they are now.
 func (s *Tracker) ReportInitial(tids []int) { s.reportInitial(tids) }
 
+// ReportLateMappings reports the target's executable mappings made
+// between ReportInitial and the enabling of its events, which no mmap
+// record announces: a back end that reports before it enables calls it
+// after. (A runtime starting up maps its JIT code then: V8's code space
+// 50 ms into node's life was missed, and every JavaScript frame in it
+// stayed an unnamed address.)
+func (s *Tracker) ReportLateMappings() { s.reportMappings(uint32(s.pid), sys.Monotonic(), true) }
+
 // ReportProcess reports process pid, its threads and its executable
 // mappings as they are at time now.
 func (s *Tracker) ReportProcess(pid int, tids []int, now int64) { s.reportProcess(pid, tids, now) }

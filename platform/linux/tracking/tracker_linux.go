@@ -409,19 +409,45 @@ func (s *Tracker) reportProcess(ipid int, tids []int, now int64) {
 			s.h.ModuleLoad(&k) // not in procState: the kernel is never unmapped
 		}
 	}
+	s.reportMappings(pid, now, false)
+}
+
+// reportMappings reports the executable mappings of process pid as
+// /proc/PID/maps lists them now; with onlyNew, only those not reported
+// already at the same addresses.
+func (s *Tracker) reportMappings(pid uint32, now int64, onlyNew bool) {
 	var err error
-	s.mapsBuf, err = procfs.ReadInto(dir+"/maps", s.mapsBuf[:0], 64<<20)
+	s.mapsBuf, err = procfs.ReadInto(procfs.Dir(int(pid))+"/maps", s.mapsBuf[:0], 64<<20)
 	if err != nil {
 		return
 	}
 	maps, _ := procfs.ParseMaps(s.mapsBuf)
 	for i := range maps {
 		m := &maps[i]
-		if !m.Exec() {
+		if s.jit.MMap(pid, m.Path) {
+			// A jitdump file its runtime mapped before the recording
+			// (an attached process): code names, not code, as when
+			// its mmap record arrives.
+			continue
+		}
+		if !m.Exec() || onlyNew && s.known(pid, m.Start, m.End) {
 			continue
 		}
 		s.loadModule(now, pid, m.Start, m.End, m.Offset, uint64(m.Major)<<32|uint64(m.Minor), m.Inode, m.Path, nil)
 	}
+}
+
+// known reports whether process pid has a module reported at exactly
+// start..end.
+func (s *Tracker) known(pid uint32, start, end uint64) bool {
+	if ps := s.procs[pid]; ps != nil {
+		for _, m := range ps.modules {
+			if m.start == start && m.end == end {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // loadModule reports an executable mapping, unloading what it replaces.
