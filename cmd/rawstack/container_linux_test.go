@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -294,5 +295,103 @@ func TestContainerChurn(t *testing.T) {
 	}
 	if named == 0 || lost > named/50 {
 		t.Errorf("%.2f%% of the samples name the containers' chain, %.2f%% are in their program unnamed: want some, and at most 1/50 as many unnamed", 100*named, 100*lost)
+	}
+}
+
+// TestContainerDebian records a container of another distribution
+// release than the host's: Debian 11 (glibc 2.31, Python 3.9), made by
+// mmdebstrap as an image is. Its program is built by its own compiler
+// against its own libc, and its Python is its own; nothing in it is a
+// host file. Both run under their namespaces and are recorded from the
+// host with each back end; then the container is deleted and the
+// traces converted: the program's chain and the Python chain are named
+// from the files the recordings copied into the build-id cache (the
+// container's libc among them).
+func TestContainerDebian(t *testing.T) {
+	testbuild.Feature(t, linux.Probe())
+	if os.Geteuid() != 0 {
+		testbuild.Skip(t, "needs root for unshare --mount --pid")
+	}
+	root := testbuild.DebianRoot(t, "bullseye", "python3-minimal", "gcc", "libc6-dev")
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	for src, dst := range map[string]string{"testdata/container/chainpriv.c": "app/chainpriv.c", spin: "app/spin.py"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, dst), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("chroot", root, "gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-o", "/app/chainpriv", "/app/chainpriv.c").CombinedOutput(); err != nil {
+		t.Fatalf("the container's gcc: %v: %s", err, out)
+	}
+	libcID := func(path string) []byte {
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return locate.BuildID(f)
+	}
+	libc := libcID(filepath.Join(root, "lib/x86_64-linux-gnu/libc.so.6"))
+	if bytes.Equal(libc, libcID("/lib/x86_64-linux-gnu/libc.so.6")) {
+		t.Fatal("the container's libc is the host's: the test would not test copying")
+	}
+	cache := t.TempDir()
+	t.Setenv(idcache.Env, cache)
+	traces := map[string]string{}
+	for _, be := range []string{"perf", "ebpf"} {
+		if be == "ebpf" && linux.ProbeBPF() != nil {
+			testbuild.Feature(t, linux.ProbeBPF())
+		}
+		for _, prog := range [][]string{{"native", "", "/app/chainpriv", "2.5"}, {"python", "ready", "/usr/bin/python3.9", "-S", "/app/spin.py", "4"}} {
+			pid, cmd := testbuild.Container(t, root, nil, prog[1], prog[2:]...)
+			trace := filepath.Join(t.TempDir(), "t.rawstack")
+			args := []string{"record", "-q", "-F", "499", "-o", trace, "-p", strconv.Itoa(pid), "--duration", "1.5s", "--backend", be}
+			var stdout, stderr bytes.Buffer
+			code := run(args, &stdout, &stderr)
+			syscall.Kill(pid, syscall.SIGKILL)
+			cmd.Wait()
+			if code != 0 {
+				t.Fatalf("%q exited %d: %s", args, code, stderr.String())
+			}
+			t.Logf("%s/%s: %s", prog[0], be, strings.TrimSpace(stderr.String()))
+			traces[prog[0]+"/"+be] = trace
+		}
+	}
+	os.RemoveAll(root) // the container is gone
+	if !idcache.Has(cache, libc, false) {
+		t.Errorf("the container's libc (build id %x) is not in the build-id cache", libc)
+	}
+	for _, be := range []string{"perf", "ebpf"} {
+		if trace := traces["native/"+be]; trace != "" {
+			share, n := foldedShare(t, trace, "alpha_step;beta_step;gamma_step")
+			t.Logf("native/%s: %d samples, %.1f%% with the chain named after the container was deleted", be, n, 100*share)
+			if share < 0.95 {
+				t.Errorf("native/%s: %.1f%% of the samples name alpha_step;beta_step;gamma_step, want >= 95%%", be, 100*share)
+			}
+		}
+		if trace := traces["python/"+be]; trace != "" {
+			// Python 3.9 calls through C: its native frames
+			// (_PyFunction_Vectorcall, _PyEval_EvalFrameDefault) lie
+			// between the Python ones.
+			var all, inN, chainN int64
+			pyChain := regexp.MustCompile(`alpha_py;(.*;)?beta_py;(.*;)?gamma_py`)
+			eachFolded(t, trace, func(stack string, n int64) {
+				all += n
+				if strings.Contains(stack, "_PyEval_EvalFrameDefault") {
+					inN += n
+					if pyChain.MatchString(stack) {
+						chainN += n
+					}
+				}
+			})
+			in, chain := float64(inN)/float64(max(all, 1)), float64(chainN)/float64(max(all, 1))
+			t.Logf("python/%s: %d samples, %.1f%% in the interpreter, %.1f%% of those with alpha_py, beta_py, gamma_py in order", be, all, 100*in, 100*chain/max(in, 1e-9))
+			if in < 0.5 || chain/in < 0.85 {
+				t.Errorf("python/%s: %.1f%% of the interpreter's samples have the Python chain (%.1f%% in the interpreter), want >= 85%%", be, 100*chain/max(in, 1e-9), 100*in)
+			}
+		}
 	}
 }

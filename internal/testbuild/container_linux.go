@@ -169,3 +169,53 @@ func Container(t testing.TB, root string, env []string, ready string, args ...st
 	t.Fatalf("no process %s in the container: %s", args[0], stderr.String())
 	return 0, nil
 }
+
+// DebianRoot returns a root file system of Debian suite (minbase, with
+// the packages of include) made by mmdebstrap from the host's Debian
+// mirror, as a distribution's container image is: its libc, its
+// interpreters, its compiler, none of them the host's files. It is made
+// once per suite and package list (the fixture cache) and copied into a
+// temporary directory for the test, which may delete it.
+func DebianRoot(t testing.TB, suite string, include ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root for mmdebstrap")
+	}
+	Need(t, "mmdebstrap", "makes a Debian root file system for the container tests")
+	mirror := debianMirror()
+	made := Build(t, Cmd{
+		Tool: "mmdebstrap",
+		Args: []string{"--quiet", "--variant=minbase", "--include=" + strings.Join(include, ","), suite, "{dir}/root", mirror},
+		Out:  "root",
+		Key:  suite + " " + strings.Join(include, ",") + " " + mirror,
+	})
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-a", made, root).CombinedOutput(); err != nil {
+		t.Fatalf("copying the %s root: %v: %s", suite, err, out)
+	}
+	for _, d := range []string{"app", "proc"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	return root
+}
+
+// debianMirror returns the Debian mirror the host's apt uses (the first
+// URI of its deb822 or one-line sources naming a ".../debian"), else
+// deb.debian.org.
+func debianMirror() string {
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*")
+	for _, f := range append(files, "/etc/apt/sources.list") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, w := range strings.Fields(line) {
+				if (strings.HasPrefix(w, "http://") || strings.HasPrefix(w, "https://")) && strings.HasSuffix(strings.TrimSuffix(w, "/"), "/debian") {
+					return w
+				}
+			}
+		}
+	}
+	return "http://deb.debian.org/debian"
+}
