@@ -40,7 +40,7 @@ import (
 type idCacher struct {
 	dir  string
 	max  int64
-	seen map[string]bool // build ids (with "d" for debug files) decided
+	seen map[string]bool // build ids decided (copied), and build id + NUL + path (the host has it there)
 
 	jobs chan idJob
 	done chan struct{}
@@ -81,22 +81,28 @@ func (c *idCacher) module(pid uint32, path string, id []byte) {
 	if c == nil || len(id) < 2 || path == "" || !strings.HasPrefix(path, "/") {
 		return
 	}
-	key := string(id)
-	if c.seen[key] {
+	path = strings.TrimSuffix(path, " (deleted)")
+	// Decided for good, per build id, when the cache has the file or a
+	// copy is under way; per build id and path when the host has the
+	// file at that path: the same build at a path the host does not
+	// have (a container's /opt/py/lib/libpython3.12.so of the host's
+	// /root/.pyenv/… one) is looked up there, by its recorded path or
+	// its build id, and must be copied all the same.
+	key, hostKey := string(id), string(id)+"\x00"+path
+	if c.seen[key] || c.seen[hostKey] {
 		return
 	}
 	if len(c.seen) > 1<<16 {
 		clear(c.seen)
 	}
-	path = strings.TrimSuffix(path, " (deleted)")
 	root := procfs.Dir(int(pid)) + "/root"
 	inner := root + path
-	// Decided for good when the host has the file, the cache has it, or
-	// a copy is under way; a process gone before it could be read (a
-	// container that lived milliseconds) leaves the next process of the
-	// same build to try.
+	// A process gone before it could be read (a container that lived
+	// milliseconds) leaves the next process of the same build to try.
 	switch {
-	case sameFile(path, inner) || hostHas(path, id) || idcache.Has(c.dir, id, false):
+	case sameFile(path, inner) || hostHas(path, id):
+		key = hostKey
+	case idcache.Has(c.dir, id, false):
 	default:
 		f, err := os.Open(inner)
 		if err != nil {
