@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 )
@@ -15,7 +17,12 @@ import (
 // MaxFiles of them open, closing the least recently used first, and
 // remembers up to MaxAddrs answers per file. A file that cannot be opened
 // is remembered as such, so a missing debug file costs one search, not
-// one per address. A Resolver is safe for concurrent use.
+// one per address; it is looked for again after a second, then after
+// twice as long each time, up to every five minutes: a file a recorder
+// is still copying into the build-id cache (a container's library, met
+// an instant ago) is found then, where remembering the miss for good
+// left it unnamed for the life of the process (the agent's Python in a
+// container: every sample). A Resolver is safe for concurrent use.
 type Resolver struct {
 	opts     *Options
 	maxFiles int
@@ -35,6 +42,10 @@ type resolved struct {
 	once sync.Once
 	o    *Opened
 	err  error
+	// failed is when the open failed (UnixNano; 0: not failed), and
+	// backoff how long the miss is remembered before the next search.
+	failed  atomic.Int64
+	backoff time.Duration
 
 	mu    sync.Mutex
 	addrs map[uint64][]Frame
@@ -76,7 +87,10 @@ func (r *Resolver) Resolve(m *Module, abs uint64) (frames []Frame, rel uint64, e
 		e.o, e.err = open(m, r.opts)
 		if e.err != nil {
 			e.err = fmt.Errorf("symbolizer: module %s: %w", m.Name(), e.err)
-			r.opts.warn(e.err)
+			if e.backoff == retryFirst {
+				r.opts.warn(e.err) // once, not at each search again
+			}
+			e.failed.Store(now().UnixNano())
 		}
 	})
 	var segs []Segment
@@ -103,14 +117,41 @@ func (r *Resolver) Resolve(m *Module, abs uint64) (frames []Frame, rel uint64, e
 	return fr, rel, nil
 }
 
+// The first search after a miss, and the longest wait between two.
+const (
+	retryFirst = time.Second
+	retryMax   = 5 * time.Minute
+)
+
+// now is time.Now; tests move it.
+var now = time.Now
+
+// due reports whether e, a file not found, is to be looked for again.
+func (e *resolved) due() bool {
+	f := e.failed.Load()
+	return f != 0 && now().UnixNano()-f >= int64(e.backoff)
+}
+
 func (r *Resolver) acquire(k fileKey) *resolved {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.files[k]
+	backoff := retryFirst
+	if e != nil && e.due() {
+		// Forget the miss: a new entry searches again.
+		backoff = min(2*e.backoff, retryMax)
+		r.lru.Remove(e.elem)
+		delete(r.files, k)
+		e.gone = true
+		if e.users == 0 {
+			e.close()
+		}
+		e = nil
+	}
 	if e != nil {
 		r.lru.MoveToFront(e.elem)
 	} else {
-		e = &resolved{key: k, addrs: map[uint64][]Frame{}}
+		e = &resolved{key: k, addrs: map[uint64][]Frame{}, backoff: backoff}
 		e.elem = r.lru.PushFront(e)
 		r.files[k] = e
 		for r.lru.Len() > r.maxFiles {
@@ -145,14 +186,14 @@ func (e *resolved) close() {
 }
 
 // Known reports whether m's file has been looked for already (found, or
-// remembered as missing) and is still cached: resolving in it costs no
-// search. A service that bounds the searches a request may cause (a
+// remembered as missing and not yet due to be looked for again) and is
+// still cached: resolving in it costs no search. A service that bounds the searches a request may cause (a
 // hostile sender can name any number of build ids) asks this first.
 func (r *Resolver) Known(m *Module) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.files[keyOf(m)]
-	return ok
+	e, ok := r.files[keyOf(m)]
+	return ok && !e.due()
 }
 
 // Open reports how many module files are open or remembered.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/testbuild"
@@ -99,5 +100,59 @@ func TestResolverNamesAndBoundsOpenFiles(t *testing.T) {
 	}
 	if r.Known(selfModule(t, exe)) {
 		t.Error("Known after eviction (bound 1)")
+	}
+}
+
+// TestResolverRetriesMissing: a file not found is remembered, and looked
+// for again after a second, then twice as long each time: a library a
+// recorder copies into the build-id cache an instant after its first
+// sample was symbolized is named from the next search on.
+func TestResolverRetriesMissing(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		testbuild.Skip(t, "%v", err)
+	}
+	clock := time.Now()
+	defer symbolizer.SetNow(func() time.Time { return clock })()
+	path := filepath.Join(t.TempDir(), "later")
+	m := selfModule(t, path)
+	pc := uint64(resolverTarget())
+	r := symbolizer.NewResolver(nil, 0, 0)
+	defer r.Close()
+	if _, _, err := r.Resolve(m, pc); err == nil {
+		t.Fatal("no error for a missing file")
+	}
+	if err := os.Symlink(exe, path); err != nil { // the copy lands
+		t.Fatal(err)
+	}
+	clock = clock.Add(900 * time.Millisecond)
+	if _, _, err := r.Resolve(m, pc); err == nil {
+		t.Error("a miss is searched again before a second")
+	}
+	if !r.Known(m) {
+		t.Error("a miss within its second is not Known")
+	}
+	clock = clock.Add(100 * time.Millisecond)
+	if r.Known(m) {
+		t.Error("a miss due to be searched again is Known")
+	}
+	frames, _, err := r.Resolve(m, pc)
+	if err != nil || len(frames) == 0 || !strings.HasSuffix(frames[len(frames)-1].Function, "resolverTarget") {
+		t.Fatalf("after the file appeared and a second passed: %+v, %v", frames, err)
+	}
+	// Misses back off: 1 s, 2 s, 4 s, ...
+	gone := selfModule(t, filepath.Join(t.TempDir(), "never"))
+	var searches []time.Duration
+	start := clock
+	for clock.Sub(start) < 20*time.Second {
+		if !r.Known(gone) {
+			searches = append(searches, clock.Sub(start))
+			r.Resolve(gone, pc)
+		}
+		clock = clock.Add(100 * time.Millisecond)
+	}
+	want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second}
+	if !reflect.DeepEqual(searches, want) {
+		t.Errorf("searches at %v, want %v", searches, want)
 	}
 }
