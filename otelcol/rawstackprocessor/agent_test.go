@@ -252,9 +252,9 @@ func resourceOf(sink *consumertest.ProfilesSink, pid int) map[string]any {
 
 // TestAgentContainer runs rawstack agent (the whole host) while a
 // program that exists only inside a container (its own mount and pid
-// namespaces, at a path the host does not have) runs, then ends the
-// container and deletes its root while the agent still sends: its
-// samples arrive named, from the build-id cache the agent filled while
+// namespaces, at a path the host does not have) runs, and a Python 3.12
+// that exists only inside another, then ends the containers and deletes
+// their roots while the agent still sends: their samples arrive named, from the build-id cache the agent filled while
 // the program lived, on the host (--otlp-raw=false) and in the Collector
 // (raw), whose processor is given the host's cache as a debug directory.
 func TestAgentContainer(t *testing.T) {
@@ -271,18 +271,41 @@ func TestAgentContainer(t *testing.T) {
 				"--buildid-cache", cache, "--otlp-raw="+strconv.FormatBool(raw))
 			root := testbuild.ContainerRoot(t, map[string]string{bin: "/app/chain"}, nil, bin)
 			pid, cmd := testbuild.Container(t, root, nil, "", "/app/chain", "60")
+			pyRoot, pyPid, pyCmd := pythonContainer(t)
 			waitPid(t, c.sink, pid, time.Minute)
+			waitPid(t, c.sink, pyPid, time.Minute)
 			time.Sleep(time.Second)
-			syscall.Kill(pid, syscall.SIGKILL) // the container ends
-			cmd.Wait()
-			os.RemoveAll(root)
-			time.Sleep(time.Second) // batches sent after the container is gone
+			for _, p := range []struct {
+				pid  int
+				cmd  *exec.Cmd
+				root string
+			}{{pid, cmd, root}, {pyPid, pyCmd, pyRoot}} {
+				syscall.Kill(p.pid, syscall.SIGKILL) // the container ends
+				p.cmd.Wait()
+				os.RemoveAll(p.root)
+			}
+			time.Sleep(time.Second) // batches sent after the containers are gone
 			stopAgent(t, agent, stderr)
 			samples, named := perPid(t, c.sink)
 			n := samples[int64(pid)]
 			t.Logf("pid %d: %d samples, %d named c;b;a;main", pid, n, named[int64(pid)])
 			if n == 0 || float64(named[int64(pid)]) < 0.95*float64(n) {
 				t.Errorf("pid %d: %d of %d samples named c;b;a;main, want >= 95%%", pid, named[int64(pid)], n)
+			}
+			// Python 3.12 in its own container: its frames are read
+			// through the container's root on the host, its
+			// interpreter named from the cache.
+			pySamples, pyNamed := perPidChain(t, c.sink, "gamma_py;beta_py;alpha_py")
+			_, inEval := perPidChain(t, c.sink, "_PyEval_EvalFrameDefault")
+			pn := pySamples[int64(pyPid)]
+			t.Logf("python pid %d: %d samples, %d named gamma_py;beta_py;alpha_py, %d in _PyEval_EvalFrameDefault (named)", pyPid, pn, pyNamed[int64(pyPid)], inEval[int64(pyPid)])
+			// The agent's Python share is held where TestAgentRuntimes
+			// holds it (issue 33: 82.7-99.7% on this machine).
+			if pn == 0 || float64(pyNamed[int64(pyPid)]) < 0.7*float64(pn) {
+				t.Errorf("python pid %d: %d of %d samples named gamma_py;beta_py;alpha_py, want >= 70%%", pyPid, pyNamed[int64(pyPid)], pn)
+			}
+			if float64(inEval[int64(pyPid)]) < 0.7*float64(pn) {
+				t.Errorf("python pid %d: %d of %d samples name the container's interpreter (_PyEval_EvalFrameDefault), want >= 70%%", pyPid, inEval[int64(pyPid)], pn)
 			}
 		})
 	}
@@ -361,4 +384,23 @@ func TestAgentRuntimes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pythonContainer runs the Python fixture (spin.py, its main thread in
+// alpha_py -> beta_py -> gamma_py) under a Python 3.12 that exists only
+// inside its container, and returns the root, the host pid and the
+// unshare command.
+func pythonContainer(t *testing.T) (string, int, *exec.Cmd) {
+	py := testbuild.Python(t, "3.12")
+	prefix := filepath.Dir(filepath.Dir(py))
+	lib := filepath.Join(prefix, "lib", "libpython3.12.so.1.0")
+	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+	root := testbuild.ContainerRoot(t, map[string]string{
+		py:  "/opt/py/bin/python3.12",
+		lib: "/opt/py/lib/libpython3.12.so.1.0",
+		filepath.Join(prefix, "lib", "python3.12"): "/opt/py/lib/python3.12",
+		spin: "/app/spin.py",
+	}, []string{"test", "idlelib", "tkinter", "ensurepip", "site-packages", "lib2to3", "turtledemo", "pydoc_data", "config-3.12-x86_64-linux-gnu"}, lib)
+	pid, cmd := testbuild.Container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, "ready", "/opt/py/bin/python3.12", "-S", "/app/spin.py", "60")
+	return root, pid, cmd
 }
