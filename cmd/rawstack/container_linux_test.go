@@ -102,9 +102,6 @@ func TestContainerPython(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testbuild.Skip(t, "needs root for unshare --mount --pid")
 	}
-	py := testbuild.Python(t, "3.12")
-	prefix := filepath.Dir(filepath.Dir(py))
-	lib := filepath.Join(prefix, "lib", "libpython3.12.so.1.0")
 	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
 	for _, be := range []string{"perf", "ebpf"} {
 		t.Run(be, func(t *testing.T) {
@@ -112,13 +109,7 @@ func TestContainerPython(t *testing.T) {
 				testbuild.Feature(t, linux.ProbeBPF())
 			}
 			t.Setenv(idcache.Env, t.TempDir())
-			root := testbuild.ContainerRoot(t, map[string]string{
-				py:  "/opt/py/bin/python3.12",
-				lib: "/opt/py/lib/libpython3.12.so.1.0",
-				filepath.Join(prefix, "lib", "python3.12"): "/opt/py/lib/python3.12",
-				spin: "/app/spin.py",
-			}, []string{"test", "idlelib", "tkinter", "ensurepip", "site-packages", "lib2to3", "turtledemo", "pydoc_data", "config-3.12-x86_64-linux-gnu"}, lib)
-			pid, cmd := testbuild.Container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, "ready", "/opt/py/bin/python3.12", "-S", "/app/spin.py", "4")
+			root, pid, cmd := testbuild.PythonContainer(t, spin, "ready", "4")
 			trace := recordContainer(t, pid, cmd, root, "--backend", be)
 			in, n := foldedShare(t, trace, "_PyEval_EvalFrameDefault")
 			chain, _ := foldedShare(t, trace, "_PyEval_EvalFrameDefault", "alpha_py;beta_py;gamma_py")

@@ -219,3 +219,24 @@ func debianMirror() string {
 	}
 	return "http://deb.debian.org/debian"
 }
+
+// PythonContainer runs script (a host file, at /app/<its name> inside)
+// with args under pyenv's Python 3.12 copied into a container root at
+// /opt/py (its interpreter, libpython and standard library, none of them
+// at a host path), once it has printed ready (if not ""); it returns the
+// root, the host pid and the unshare command, as [Container] does.
+func PythonContainer(t testing.TB, script, ready string, args ...string) (string, int, *exec.Cmd) {
+	t.Helper()
+	py := Python(t, "3.12")
+	prefix := filepath.Dir(filepath.Dir(py))
+	lib := filepath.Join(prefix, "lib", "libpython3.12.so.1.0")
+	app := "/app/" + filepath.Base(script)
+	root := ContainerRoot(t, map[string]string{
+		py:  "/opt/py/bin/python3.12",
+		lib: "/opt/py/lib/libpython3.12.so.1.0",
+		filepath.Join(prefix, "lib", "python3.12"): "/opt/py/lib/python3.12",
+		script: app,
+	}, []string{"test", "idlelib", "tkinter", "ensurepip", "site-packages", "lib2to3", "turtledemo", "pydoc_data", "config-3.12-x86_64-linux-gnu"}, lib)
+	pid, cmd := Container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, ready, append([]string{"/opt/py/bin/python3.12", "-S", app}, args...)...)
+	return root, pid, cmd
+}

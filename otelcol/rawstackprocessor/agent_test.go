@@ -271,7 +271,8 @@ func TestAgentContainer(t *testing.T) {
 				"--buildid-cache", cache, "--otlp-raw="+strconv.FormatBool(raw))
 			root := testbuild.ContainerRoot(t, map[string]string{bin: "/app/chain"}, nil, bin)
 			pid, cmd := testbuild.Container(t, root, nil, "", "/app/chain", "60")
-			pyRoot, pyPid, pyCmd := pythonContainer(t)
+			spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
+			pyRoot, pyPid, pyCmd := testbuild.PythonContainer(t, spin, "ready", "60")
 			waitPid(t, c.sink, pid, time.Minute)
 			waitPid(t, c.sink, pyPid, time.Minute)
 			time.Sleep(time.Second)
@@ -384,23 +385,4 @@ func TestAgentRuntimes(t *testing.T) {
 			}
 		})
 	}
-}
-
-// pythonContainer runs the Python fixture (spin.py, its main thread in
-// alpha_py -> beta_py -> gamma_py) under a Python 3.12 that exists only
-// inside its container, and returns the root, the host pid and the
-// unshare command.
-func pythonContainer(t *testing.T) (string, int, *exec.Cmd) {
-	py := testbuild.Python(t, "3.12")
-	prefix := filepath.Dir(filepath.Dir(py))
-	lib := filepath.Join(prefix, "lib", "libpython3.12.so.1.0")
-	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
-	root := testbuild.ContainerRoot(t, map[string]string{
-		py:  "/opt/py/bin/python3.12",
-		lib: "/opt/py/lib/libpython3.12.so.1.0",
-		filepath.Join(prefix, "lib", "python3.12"): "/opt/py/lib/python3.12",
-		spin: "/app/spin.py",
-	}, []string{"test", "idlelib", "tkinter", "ensurepip", "site-packages", "lib2to3", "turtledemo", "pydoc_data", "config-3.12-x86_64-linux-gnu"}, lib)
-	pid, cmd := testbuild.Container(t, root, []string{"LD_LIBRARY_PATH=/opt/py/lib"}, "ready", "/opt/py/bin/python3.12", "-S", "/app/spin.py", "60")
-	return root, pid, cmd
 }
