@@ -6,8 +6,10 @@ import (
 	"math"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
 )
@@ -181,5 +183,99 @@ func checkJava(t *testing.T, st shopStats) {
 	}
 	if chain := float64(st.chain) / float64(st.busy); chain < 0.80 {
 		t.Errorf("the whole chain named in %.1f%% of the busy samples, want >= 80%%", 100*chain)
+	}
+}
+
+// TestSnapshotJava holds snapshot -p of a JVM with 20 threads blocked
+// three calls deep (Shop.serve → hold → park → Object.wait) to jstack,
+// the JVM's own view: every thread jstack shows with Java frames has the
+// same top three, names and lines (a native method's line is jstack's
+// "Native Method", 0 here).
+func TestSnapshotJava(t *testing.T) {
+	java, dir := shopJava(t)
+	jstack := testbuild.Need(t, "jstack", "jstack is the Java snapshot test's oracle")
+	cmd := exec.Command(java, "-cp", dir, "Shop", "wait", "20")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+	}
+	time.Sleep(300 * time.Millisecond) // from printing into Object.wait
+	pid := strconv.Itoa(cmd.Process.Pid)
+	var stdout, stderr strings.Builder
+	if code := run([]string{"snapshot", "-p", pid}, &stdout, &stderr); code != 0 {
+		t.Fatalf("snapshot: %s", stderr.String())
+	}
+	// "#8  0x00007f1ee8941260 Shop.park (Shop.java:39)"
+	ours := map[int][]string{}
+	tid := 0
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if s, ok := strings.CutPrefix(line, "TID "); ok {
+			tid, _ = strconv.Atoi(strings.TrimSuffix(s, ":"))
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 4 || !strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		loc := strings.TrimSuffix(strings.TrimPrefix(f[3], "("), ")")
+		file, ln, ok := strings.Cut(loc, ":")
+		if !ok || !strings.HasSuffix(file, ".java") {
+			continue
+		}
+		ours[tid] = append(ours[tid], f[2]+":"+ln)
+	}
+	js, err := exec.Command(jstack, pid).Output()
+	if err != nil {
+		t.Fatalf("jstack: %v", err)
+	}
+	// "\"worker-3\" #17 daemon prio=5 os_prio=0 cpu=0.22ms elapsed=1.04s tid=0x... nid=0x4c0f in Object.wait()  [0x...]"
+	// "\tat java.lang.Object.wait(java.base@17.0.15/Native Method)"
+	// "\tat Shop.park(Shop.java:39)"
+	theirs := map[int][]string{}
+	tid = 0
+	for _, line := range strings.Split(string(js), "\n") {
+		if strings.HasPrefix(line, "\"") {
+			tid = 0
+			if i := strings.Index(line, " nid=0x"); i >= 0 {
+				hex := strings.Fields(line[i+7:])[0]
+				n, _ := strconv.ParseInt(hex, 16, 64)
+				tid = int(n)
+			}
+			continue
+		}
+		at, ok := strings.CutPrefix(strings.TrimSpace(line), "at ")
+		if !ok || tid == 0 {
+			continue
+		}
+		name, loc, _ := strings.Cut(at, "(")
+		loc = strings.TrimSuffix(loc, ")")
+		ln := "0"
+		if _, l, ok := strings.Cut(loc, ":"); ok {
+			ln = l
+		}
+		theirs[tid] = append(theirs[tid], name+":"+ln)
+	}
+	threads := 0
+	for tid, want := range theirs {
+		want = want[:min(3, len(want))]
+		got := ours[tid][:min(3, len(ours[tid]))]
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("thread %d: snapshot's top Java frames %v, jstack's %v", tid, got, want)
+			continue
+		}
+		if strings.HasPrefix(want[len(want)-1], "Shop.park:") {
+			threads++
+		}
+	}
+	t.Logf("%d threads with Java frames agree with jstack, %d of them in Shop.park", len(theirs), threads)
+	if threads != 20 {
+		t.Errorf("%d threads in Shop.park agree with jstack, want 20", threads)
 	}
 }
