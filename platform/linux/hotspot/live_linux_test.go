@@ -53,6 +53,8 @@ func TestFramesLive(t *testing.T) {
 	}
 	names := map[uint64]format.JITFunc{}
 	found := 0
+	var mainRegs hotspot.Regs
+	var mainPCs []uint64
 	for _, th := range snap.Threads {
 		if th.Err != nil {
 			continue
@@ -70,6 +72,13 @@ func TestFramesLive(t *testing.T) {
 		t.Logf("%d %s: %v", th.Tid, th.Name, got)
 		if strings.Contains(strings.Join(got, " "), "Shop.park:39 Shop.hold:42 Shop.serve:44") {
 			found++
+			mainRegs, mainPCs = regs, th.PCs
+		}
+	}
+	if found > 0 {
+		allocs := testing.AllocsPerRun(50, func() { s.Frames(uint32(pid), mainRegs, hotspot.Stack{Live: true}, mainPCs) })
+		if allocs != 0 {
+			t.Errorf("a walk over cached methods allocates %.1f times, want 0", allocs)
 		}
 	}
 	if errs := s.Errors(); len(errs) > 0 {

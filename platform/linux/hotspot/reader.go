@@ -71,6 +71,7 @@ type Reader struct {
 	tmp    [maxObject]byte
 	scan   [512]byte
 	w      [16]byte // the walk's stack words
+	small  [8]byte  // one value read (a local buffer passed to read would escape)
 }
 
 type proc struct {
@@ -402,27 +403,27 @@ func (r *Reader) blobAt(p *proc, pid uint32, pc uint64, leaf bool) *blob {
 	}
 	low, seg, lg := p.heaps[h][0], p.heaps[h][2], p.heapLog[h]
 	i := (pc - low) >> lg
-	var c [1]byte
 	for steps := 0; ; steps++ {
-		if steps == maxSegSteps || !r.read(pid, seg+i, c[:]) {
+		c, ok := r.u8(pid, seg+i)
+		if steps == maxSegSteps || !ok {
 			r.Stats.Cut[CutRead]++
 			return nil
 		}
-		if c[0] == 0xff {
+		if c == 0xff {
 			r.Stats.Cut[CutCheck]++
 			return nil
 		}
-		if c[0] == 0 {
+		if c == 0 {
 			break
 		}
-		if uint64(c[0]) > i {
+		if uint64(c) > i {
 			r.Stats.Cut[CutCheck]++
 			return nil
 		}
-		i -= uint64(c[0])
+		i -= uint64(c)
 	}
 	block := low + i<<lg
-	if !r.read(pid, block+l.blockUsed, c[:]) || c[0] == 0 {
+	if used, ok := r.u8(pid, block+l.blockUsed); !ok || used == 0 {
 		r.Stats.Cut[CutCheck]++
 		return nil
 	}
@@ -594,15 +595,15 @@ func (r *Reader) scopesAt(p *proc, pid uint32, b *blob, pc uint64, leaf bool) []
 // interpreted appends the interpreter frame whose frame pointer is fp.
 func (r *Reader) interpreted(p *proc, pid uint32, pc, fp uint64, st Stack) {
 	l := p.layout
-	var w [8]byte
-	if fp == 0 || !r.stack(pid, st, uint64(int64(fp)+l.fpMethod), w[:]) {
+	w := r.small[:8]
+	if fp == 0 || !r.stack(pid, st, uint64(int64(fp)+l.fpMethod), w) {
 		return
 	}
-	mp := le64(w[:], 0)
-	if !r.stack(pid, st, uint64(int64(fp)+l.fpBcp), w[:]) {
+	mp := le64(w, 0)
+	if !r.stack(pid, st, uint64(int64(fp)+l.fpBcp), w) {
 		return
 	}
-	bcp := le64(w[:], 0)
+	bcp := le64(w, 0)
 	m := r.method(p, pid, mp)
 	if m == nil {
 		return
@@ -663,13 +664,12 @@ func (r *Reader) method(p *proc, pid uint32, mp uint64) *method {
 		return nil
 	}
 	file := ""
-	var sf [2]byte
 	at := holder + l.ikSourceFile
 	if l.srcInPool {
 		at = cp + l.ikSourceFile
 	}
-	if r.read(pid, at, sf[:]) {
-		if idx := uint64(binary.LittleEndian.Uint16(sf[:])); idx != 0 {
+	if sf, ok := r.u16(pid, at); ok {
+		if idx := uint64(sf); idx != 0 {
 			if s, ok := r.word(pid, cp+l.cpSize+8*idx); ok {
 				file, _ = r.symbol(p, pid, s)
 			}
@@ -804,11 +804,11 @@ func (r *Reader) symbol(p *proc, pid uint32, sym uint64) (string, bool) {
 	if sym == 0 {
 		return "", false
 	}
-	var n [2]byte
-	if !r.read(pid, sym+l.symLength, n[:]) {
+	n, ok := r.u16(pid, sym+l.symLength)
+	if !ok {
 		return "", false
 	}
-	ln := uint64(binary.LittleEndian.Uint16(n[:]))
+	ln := uint64(n)
 	if ln > maxSymbol {
 		return "", false
 	}
@@ -894,19 +894,35 @@ func (r *Reader) stack(pid uint32, st Stack, addr uint64, b []byte) bool {
 }
 
 func (r *Reader) word(pid uint32, addr uint64) (uint64, bool) {
-	var b [8]byte
-	if !r.read(pid, addr, b[:]) {
+	b := r.small[:8]
+	if !r.read(pid, addr, b) {
 		return 0, false
 	}
-	return binary.LittleEndian.Uint64(b[:]), true
+	return binary.LittleEndian.Uint64(b), true
 }
 
 func (r *Reader) i32(pid uint32, addr uint64) (int32, bool) {
-	var b [4]byte
-	if !r.read(pid, addr, b[:]) {
+	b := r.small[:4]
+	if !r.read(pid, addr, b) {
 		return 0, false
 	}
-	return int32(binary.LittleEndian.Uint32(b[:])), true
+	return int32(binary.LittleEndian.Uint32(b)), true
+}
+
+func (r *Reader) u16(pid uint32, addr uint64) (uint16, bool) {
+	b := r.small[:2]
+	if !r.read(pid, addr, b) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(b), true
+}
+
+func (r *Reader) u8(pid uint32, addr uint64) (byte, bool) {
+	b := r.small[:1]
+	if !r.read(pid, addr, b) {
+		return 0, false
+	}
+	return b[0], true
 }
 
 func le64(b []byte, off uint64) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
