@@ -403,19 +403,37 @@ func readLayout(read func(addr uint64, b []byte) bool, s Symbols) (*Layout, erro
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("hotspot: VM %s: its tables lack %v: %w", l.Version, missing, ErrUnknownVersion)
 	}
-	for _, v := range []uint64{l.gaLen, l.gaData, l.heapMemory, l.heapSegmap, l.heapLog, l.vsLow, l.vsHigh, l.blockLength, l.blockUsed,
+	l.blobHeader = max(l.blobName, l.blobSize, l.blobFrameSize, l.blobFrameComplete, l.blobCodeBegin, l.blobCodeEnd) + 8
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// check holds the layout to what the reader's reads assume: every field
+// inside the bytes read of its structure.
+func (l *Layout) check() error {
+	for _, v := range []uint64{l.gaLen, l.gaData, l.heapMemory + l.vsLow, l.heapMemory + l.vsHigh, l.heapSegmap + l.vsLow, l.heapLog, l.blockLength, l.blockUsed,
 		l.blobName, l.blobSize, l.blobFrameSize, l.blobFrameComplete, l.blobCodeBegin, l.blobCodeEnd, l.cmMethod, l.cmScopesData,
 		l.nmMetadata, l.nmScopesPcs, l.nmDepends, l.nmCompLevel, l.pcOffset, l.pcScope, l.methodConst, l.cmConstants, l.cmFlags,
 		l.cmCodeSize, l.cmNameIndex, l.cpHolder, l.klassName, l.ikSourceFile, l.symLength, l.symBody} {
 		if v > maxObject-8 {
-			return nil, fmt.Errorf("hotspot: VM %s: a field offset %#x beyond %d: %w", l.Version, v, maxObject, ErrUnknownVersion)
+			return fmt.Errorf("hotspot: VM %s: a field offset %#x beyond %d: %w", l.Version, v, maxObject, ErrUnknownVersion)
 		}
 	}
-	l.blobHeader = max(l.blobName, l.blobSize, l.blobFrameSize, l.blobFrameComplete, l.blobCodeBegin, l.blobCodeEnd) + 8
-	if l.pcDescSize < l.pcScope+4 || l.pcDescSize < l.pcOffset+4 || l.pcDescSize > 64 {
-		return nil, fmt.Errorf("hotspot: VM %s: PcDesc of %d bytes: %w", l.Version, l.pcDescSize, ErrUnknownVersion)
+	if l.blobHeader != max(l.blobName, l.blobSize, l.blobFrameSize, l.blobFrameComplete, l.blobCodeBegin, l.blobCodeEnd)+8 {
+		return fmt.Errorf("hotspot: VM %s: CodeBlob header of %d bytes: %w", l.Version, l.blobHeader, ErrUnknownVersion)
 	}
-	return l, nil
+	if l.pcDescSize < l.pcScope+4 || l.pcDescSize < l.pcOffset+4 || l.pcDescSize > 64 {
+		return fmt.Errorf("hotspot: VM %s: PcDesc of %d bytes: %w", l.Version, l.pcDescSize, ErrUnknownVersion)
+	}
+	if l.constMethodSize > maxObject || l.constMethodSize < l.cmConstants+8 || l.constMethodSize < max(l.cmFlags, l.cmCodeSize, l.cmNameIndex)+2 {
+		return fmt.Errorf("hotspot: VM %s: ConstMethod of %d bytes: %w", l.Version, l.constMethodSize, ErrUnknownVersion)
+	}
+	if l.heapBlockSize > maxObject || l.cpSize > 1<<16 {
+		return fmt.Errorf("hotspot: VM %s: HeapBlock of %d bytes, ConstantPool of %d: %w", l.Version, l.heapBlockSize, l.cpSize, ErrUnknownVersion)
+	}
+	return nil
 }
 
 // maxObject caps the bytes the reader reads of one VM structure.

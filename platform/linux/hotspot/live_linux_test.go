@@ -4,8 +4,10 @@ package hotspot_test
 
 import (
 	"bufio"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +88,45 @@ func TestFramesLive(t *testing.T) {
 	}
 	if found != 4 {
 		t.Errorf("%d threads show Shop.park:39 Shop.hold:42 Shop.serve:44, want 4 (stats %+v)", found, s.Stats())
+	}
+}
+
+// TestCaptureSeeds writes FuzzFrames's seeds (testdata/fuzz/FuzzFrames)
+// from a JVM running Shop.java: one of a blocked thread (interpreted
+// frames), and, with $RAWSTACK_CAPTURE_PID, of that JVM's threads (a busy
+// Shop.java: compiled and inlined frames).
+func TestCaptureSeeds(t *testing.T) {
+	if os.Getenv("RAWSTACK_CAPTURE") == "" {
+		t.Skip("RAWSTACK_CAPTURE not set: the seeds are in testdata")
+	}
+	pid, _ := strconv.Atoi(os.Getenv("RAWSTACK_CAPTURE_PID"))
+	if pid == 0 {
+		pid = startWait(t, 2)
+	}
+	s := hotspot.NewSampling()
+	if !s.AttachMaps(uint32(pid)) {
+		t.Fatalf("no libjvm: %v", s.Errors())
+	}
+	snap, err := snapshot.Process(pid, &snapshot.Options{NoThreadNames: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, th := range snap.Threads {
+		if th.Err != nil || n == 2 {
+			continue
+		}
+		img, frames := s.CaptureSeed(uint32(pid), hotspot.Regs{PC: th.Regs.PC(), SP: th.Regs.SP(), FP: th.Regs.FP()}, th.PCs)
+		if frames < 3 {
+			continue
+		}
+		name := os.Getenv("RAWSTACK_CAPTURE") + "-" + itoa(n)
+		t.Logf("thread %d: %d frames, seed %s of %d bytes", th.Tid, frames, name, len(img))
+		hotspot.WriteSeed(t, name, img)
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no thread had Java frames")
 	}
 }
 
