@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rawstack/rawstack/internal/testbuild"
+	"github.com/rawstack/rawstack/platform/linux"
 )
 
 // The HotSpot tests record Java 17 with no flag and name its Java frames
@@ -140,11 +141,15 @@ func jfrShares(t *testing.T, file string) (map[string]float64, float64, int) {
 func TestJITJavaNoFlag(t *testing.T) {
 	needPerfEvents(t)
 	java, dir := shopJava(t)
-	for _, mode := range []string{"auto", "dwarf", "jfr"} {
+	for _, mode := range []string{"auto", "dwarf", "ebpf", "jfr"} {
 		t.Run(mode, func(t *testing.T) {
 			flags := []string{"--unwind", mode}
 			argv := []string{java, "-cp", dir, "Shop", "3"}
 			jfrFile := filepath.Join(t.TempDir(), "shop.jfr")
+			if mode == "ebpf" {
+				testbuild.Feature(t, linux.ProbeBPF())
+				flags = []string{"--backend", "ebpf"}
+			}
 			if mode == "jfr" {
 				// The oracle, in the same run: JFR's sampler every 10 ms
 				// (its "profile" settings). It does not change what C2
