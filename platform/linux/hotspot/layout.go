@@ -62,7 +62,7 @@ func FileSymbols(f *elf.File, path string) (Symbols, error) {
 	var s Symbols
 	syms, err := f.DynamicSymbols()
 	if err != nil {
-		return s, fmt.Errorf("hotspot: %s: %w", path, err)
+		return s, fmt.Errorf("hotspot: %s: no dynamic symbols (stripped?): %v: %w", path, err, ErrUnknownVersion)
 	}
 	vals := make(map[string]uint64, len(symbolNames))
 	for _, sym := range syms {
@@ -178,14 +178,17 @@ func readTables(read func(addr uint64, b []byte) bool, s Symbols) (*tables, erro
 	if d.SStride == 0 || d.TStride == 0 || d.IStride == 0 || d.LStride == 0 {
 		return nil, errNotReady
 	}
-	for _, v := range []uint64{d.SType, d.SField, d.SIsStatic, d.SOffset, d.SAddress, d.TName, d.TSize, d.IName, d.IValue, d.LName, d.LValue} {
-		if v > maxStride-8 {
-			return nil, fmt.Errorf("hotspot: table entry offset %d: %w", v, ErrUnknownVersion)
+	for _, v := range []uint64{d.SStride, d.TStride, d.IStride, d.LStride} {
+		if v > maxStride || v < 8 {
+			return nil, fmt.Errorf("hotspot: table stride %d: %w", v, ErrUnknownVersion)
 		}
 	}
-	for _, v := range []uint64{d.SStride, d.TStride, d.IStride, d.LStride} {
-		if v > maxStride {
-			return nil, fmt.Errorf("hotspot: table stride %d: %w", v, ErrUnknownVersion)
+	// Every number an entry holds must lie inside the entry.
+	for _, e := range [][2]uint64{{d.SType, d.SStride}, {d.SField, d.SStride}, {d.SIsStatic, d.SStride}, {d.SOffset, d.SStride},
+		{d.SAddress, d.SStride}, {d.TName, d.TStride}, {d.TSize, d.TStride}, {d.IName, d.IStride}, {d.IValue, d.IStride},
+		{d.LName, d.LStride}, {d.LValue, d.LStride}} {
+		if e[0] > e[1]-8 {
+			return nil, fmt.Errorf("hotspot: table entry offset %d in entries of %d bytes: %w", e[0], e[1], ErrUnknownVersion)
 		}
 	}
 	t := &tables{fields: map[string]uint64{}, static: map[string]bool{}, types: map[string]uint64{}, consts: map[string]int64{}}
