@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/rawstack/rawstack/format"
@@ -50,6 +51,12 @@ func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool {
 // them.
 func (s *Sampling) ModuleLoaded(pid uint32, path string, start, end uint64) {
 	if !IsLibJVM(path) {
+		return
+	}
+	if runtime.GOARCH != "amd64" {
+		// The walk knows x86-64's frames (a leaf's return address on the
+		// stack, the interpreter's slots): elsewhere, no guess.
+		s.warn(path, fmt.Errorf("hotspot: %s: Java frames are read on x86-64 only, not %s: %w", path, runtime.GOARCH, ErrUnknownVersion))
 		return
 	}
 	fr, ok := s.files[path]
