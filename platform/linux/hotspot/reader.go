@@ -5,18 +5,15 @@ import (
 	"strings"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform/linux/jitstack"
 )
 
-// Regs are a sample's registers the walk starts from.
-type Regs struct{ PC, SP, FP uint64 }
+// Regs are the registers a walk starts from.
+type Regs = jitstack.Regs
 
-// Stack is a copy of the sampled thread's stack from Addr (a sample's
-// stack copy), or, with Live, the process's own stack (a stopped thread).
-type Stack struct {
-	Addr uint64
-	Data []byte
-	Live bool
-}
+// Stack is the thread's stack as the sample copied it (or, Live, the
+// stopped thread's own).
+type Stack = jitstack.Stack
 
 // Why a walk was cut short.
 const (
@@ -855,42 +852,13 @@ func (r *Reader) intern(name, file string) uint64 {
 // find returns the address, at or above from, of the first stack word
 // holding ret.
 func (r *Reader) find(pid uint32, st Stack, from, ret uint64) (uint64, bool) {
-	from = (from + 7) &^ 7
-	for at := from; at < from+maxFrameSize; {
-		var blk []byte
-		if at >= st.Addr && at < st.Addr+uint64(len(st.Data)) {
-			blk = st.Data[at-st.Addr:]
-			blk = blk[:len(blk)&^7]
-		} else if st.Live {
-			n := uint64(len(r.scan)) - at%uint64(len(r.scan))
-			blk = r.scan[:n]
-			if !r.read(pid, at, blk) {
-				return 0, false
-			}
-		} else {
-			return 0, false
-		}
-		if len(blk) == 0 {
-			return 0, false
-		}
-		for off := 0; off+8 <= len(blk); off += 8 {
-			if le64(blk, uint64(off)) == ret {
-				return at + uint64(off), true
-			}
-		}
-		at += uint64(len(blk))
-	}
-	return 0, false
+	return st.Find(r.read, pid, r.scan[:], from, ret, maxFrameSize)
 }
 
 // stack reads the stack at addr into b: from the copy, or from the
 // process when st.Live.
 func (r *Reader) stack(pid uint32, st Stack, addr uint64, b []byte) bool {
-	if addr >= st.Addr && addr+uint64(len(b)) <= st.Addr+uint64(len(st.Data)) && addr+uint64(len(b)) > addr {
-		copy(b, st.Data[addr-st.Addr:])
-		return true
-	}
-	return st.Live && r.read(pid, addr, b)
+	return st.Read(r.read, pid, addr, b)
 }
 
 func (r *Reader) word(pid uint32, addr uint64) (uint64, bool) {
