@@ -24,6 +24,7 @@ type Sampling struct {
 	layouts map[string]*Layout // by libjvm path, once read from a process
 	errs    []error
 	warned  map[string]bool
+	failed  map[string]bool // libjvms whose tables were read and refused
 }
 
 type fileResult struct {
@@ -34,7 +35,7 @@ type fileResult struct {
 
 // NewSampling returns a Sampling that reads with process_vm_readv.
 func NewSampling() *Sampling {
-	s := &Sampling{files: map[string]fileResult{}, layouts: map[string]*Layout{}, warned: map[string]bool{}}
+	s := &Sampling{files: map[string]fileResult{}, layouts: map[string]*Layout{}, warned: map[string]bool{}, failed: map[string]bool{}}
 	s.r = NewReader(s.read)
 	return s
 }
@@ -67,7 +68,7 @@ func (s *Sampling) ModuleLoaded(pid uint32, path string, start, end uint64) {
 			s.warn(path, fr.err)
 		}
 	}
-	if fr.err != nil {
+	if fr.err != nil || s.failed[path] {
 		return
 	}
 	bias, ok := textBias(fr.f, start)
@@ -108,6 +109,8 @@ func (s *Sampling) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]form
 			s.layouts[p.path] = p.layout
 		}
 		if p.err != nil && !errors.Is(p.err, errNotReady) {
+			// Other processes of this libjvm would fail alike.
+			s.failed[p.path] = true
 			s.warn(p.path, fmt.Errorf("%s: %w", p.path, p.err))
 		}
 	}
