@@ -45,7 +45,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	maxFrames := fs.Int("max-frames", 0, "cap on frames per thread (0: 512)")
 	minidump := fs.String("minidump", "", "a Windows minidump to read instead of a live process")
 	noPython := fs.Bool("no-python", false, "do not read CPython threads' Python frames (by default printed at their _PyEval_EvalFrameDefault frames)")
-	noJIT := fs.Bool("no-jit", false, "do not name Node.js threads' JavaScript frames from V8's metadata (by default printed in place of the native frames they name)")
+	noJIT := fs.Bool("no-jit", false, "do not name Node.js threads' JavaScript frames from V8's metadata, nor a JVM's Java frames from HotSpot's tables (by default printed in place of the native frames they name)")
 	writeDump := fs.String("write-minidump", "", "also write the threads, their stacks and the modules as a minidump (Windows processes, minidumps)")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}

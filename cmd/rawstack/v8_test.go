@@ -35,6 +35,7 @@ type jsFrame struct {
 	fn, file string
 	line     int64
 	v8       bool // in the [v8] pseudo-module: named from V8's metadata
+	hotspot  bool // in the [hotspot] pseudo-module: named from HotSpot's tables
 	anon     bool // anonymous code no one named
 }
 
@@ -57,7 +58,7 @@ func pprofFrames(t *testing.T, trace string) ([][]jsFrame, []int64) {
 				continue
 			}
 			for _, ln := range l.Line {
-				fs = append(fs, jsFrame{fn: ln.Function.Name, file: ln.Function.Filename, line: ln.Line, v8: m == "[v8]"})
+				fs = append(fs, jsFrame{fn: ln.Function.Name, file: ln.Function.Filename, line: ln.Line, v8: m == "[v8]", hotspot: m == "[hotspot]"})
 			}
 		}
 		stacks = append(stacks, fs)

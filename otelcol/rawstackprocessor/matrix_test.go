@@ -103,7 +103,8 @@ func checkDelivered(t *testing.T, c *collector, r *recording, chainLeafFirst str
 // runtimeRow is a program whose frames only the host can name: a Python
 // program (Python frames, read from the interpreter's memory) or a Node
 // program with a perf map (JIT code, and frames named from V8's own
-// metadata). argv starts it; its samples name leafFirst (OTLP's order) /
+// metadata), or a Java program (frames named from HotSpot's own tables).
+// argv starts it; its samples name leafFirst (OTLP's order) /
 // rootFirst (folded's).
 type runtimeRow struct {
 	name                 string
@@ -111,17 +112,29 @@ type runtimeRow struct {
 	leafFirst, rootFirst string
 }
 
-// runtimeRows are the rows; the Python program spins for secs seconds,
-// the Node program does rounds rounds of work.
+// runtimeRows are the rows; the Python and Java programs spin for secs
+// seconds, the Node program does rounds rounds of work.
 func runtimeRows(secs, rounds string) []runtimeRow {
 	spin, _ := filepath.Abs("../../platform/linux/cpython/testdata/spin.py")
 	app, _ := filepath.Abs("../../cmd/rawstack/testdata/jit/app.js")
+	shop, _ := filepath.Abs("../../cmd/rawstack/testdata/jit/Shop.java")
 	return []runtimeRow{
 		{"python", func(t *testing.T) []string { return []string{testbuild.Python(t, "3.12"), spin, secs} },
 			"gamma_py;beta_py;alpha_py", "alpha_py;beta_py;gamma_py"},
 		{"jit", func(t *testing.T) []string {
 			return []string{testbuild.Need(t, "node", "the JIT rows record node --perf-basic-prof"), "--perf-basic-prof", app, rounds}
 		}, "fibJit", "fibJit"},
+		{"java", func(t *testing.T) []string {
+			// Java frames named from HotSpot's own tables, no flag: the
+			// chain C2 inlined (Shop.java), its two innermost frames.
+			java := testbuild.Need(t, "java", "the Java rows record a JVM")
+			class := testbuild.Build(t, testbuild.Cmd{Tool: "javac", Args: []string{"-d", "{dir}", "{in0}"}, Inputs: []string{shop}, Out: "Shop.class"})
+			// At least 3 s: the JVM's start and warm-up take about one.
+			if f, err := strconv.ParseFloat(secs, 64); err == nil && f < 3 {
+				secs = "3"
+			}
+			return []string{java, "-cp", filepath.Dir(class), "Shop", secs}
+		}, "Shop$Price.mix;Shop.lambda$handle$0", "Shop.lambda$handle$0;Shop$Price.mix"},
 	}
 }
 

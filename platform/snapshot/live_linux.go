@@ -17,6 +17,7 @@ import (
 	"github.com/rawstack/rawstack/internal/unix"
 	"github.com/rawstack/rawstack/platform"
 	"github.com/rawstack/rawstack/platform/linux/cpython"
+	"github.com/rawstack/rawstack/platform/linux/hotspot"
 	v8 "github.com/rawstack/rawstack/platform/linux/v8"
 )
 
@@ -153,10 +154,23 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	} else {
 		jsc <- nil
 	}
+	hsc := make(chan *hotspot.Sampling, 1)
+	if opts != nil && opts.JIT && mayRunHotSpot(maps) {
+		go func() {
+			hs := hotspot.NewSampling()
+			if !hs.AttachMaps(uint32(pid)) {
+				hs = nil
+			}
+			hsc <- hs
+		}()
+	} else {
+		hsc <- nil
+	}
 	mods, set := loadModules(maps, cache, open, image)
 	p, received = <-prec, true
 	py := <-pyc
 	js := <-jsc
+	hs := <-hsc
 	buf := p.buf
 	snap.Name, snap.Cmdline = p.name, p.cmdline
 	snap.Modules = mods
@@ -224,6 +238,22 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			snap.JITFuncs = append(snap.JITFuncs, fresh...)
 		}
 	}
+	if hs != nil {
+		for i := range snap.Threads {
+			t := &snap.Threads[i]
+			if t.Err != nil {
+				continue
+			}
+			frames, fresh, walk := hs.Frames(uint32(pid), hotspot.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, hotspot.Stack{Live: true}, t.PCs)
+			t.JIT = append(t.JIT, frames...)
+			snap.JITFuncs = append(snap.JITFuncs, fresh...)
+			if len(frames) > 0 && len(walk) > len(t.PCs) {
+				// Compiled Java code keeps no frame pointers: the walk
+				// went on where the native unwind stopped.
+				t.PCs = append(t.PCs[:0:0], walk...)
+			}
+		}
+	}
 	// Names do not need the threads stopped: another goroutine reads
 	// them (a /proc file per thread) while this one detaches, not while
 	// the unwind needs the CPUs.
@@ -255,6 +285,16 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: pid %d: %w", pid, err)
 	}
 	return snap, nil
+}
+
+// mayRunHotSpot says some executable mapping is HotSpot's libjvm.
+func mayRunHotSpot(maps []mapping) bool {
+	for i := range maps {
+		if maps[i].Exec() && hotspot.IsLibJVM(maps[i].Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // mayRunV8 says some executable mapping is a file V8's reader attaches

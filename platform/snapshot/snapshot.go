@@ -88,9 +88,11 @@ type Thread struct {
 	// GIL says whether the thread held its interpreter's GIL, or was
 	// blocked taking it (its stack in take_gil), while stopped.
 	GIL format.PyGIL
-	// JIT holds the frames V8's metadata named in the thread's native
-	// stack (Options.JIT; a live Node.js process), leaf first, each tied
-	// to its native frame by address (format.JITFrame).
+	// JIT holds the frames V8's metadata or HotSpot's tables named in the
+	// thread's native stack (Options.JIT; a live Node.js process or JVM),
+	// leaf first, each tied to its native frame by address
+	// (format.JITFrame). For a JVM, PCs is the stack HotSpot's walk found
+	// where the native unwind stopped at compiled Java code.
 	JIT []format.JITFrame
 }
 
@@ -145,8 +147,9 @@ type Options struct {
 	// in a core of one, from the memory the core holds.
 	Python bool
 	// JIT names each thread's JavaScript frames in a live Node.js process
-	// from V8's metadata (package platform/linux/v8), while the threads
-	// are stopped.
+	// from V8's metadata (package platform/linux/v8), and its Java frames
+	// in a live JVM from HotSpot's serviceability tables (package
+	// platform/linux/hotspot), while the threads are stopped.
 	JIT bool
 	// NoThreadNames (live processes) leaves Thread.Name empty: reading
 	// each thread's comm from /proc costs a file open per thread, which

@@ -179,10 +179,10 @@ func (rf *Flags) run(be platform.Backend, mode platform.UnwindMode, rest []strin
 		fmt.Fprintf(stderr, "rawstack record: warning: Python frames not recorded: %s\n", st.PythonWarning)
 	}
 	if (st.JITSamples > 0 || st.JITCut > 0) && !quietAgent {
-		fmt.Fprintf(stderr, "rawstack record: %d samples with JavaScript frames named from V8's metadata (%d frames left anonymous by a check)\n", st.JITSamples, st.JITCut)
+		fmt.Fprintf(stderr, "rawstack record: %d samples with JIT frames named from the runtime's own metadata (V8, HotSpot; %d frames left anonymous by a check)\n", st.JITSamples, st.JITCut)
 	}
 	if st.JITWarning != "" && !quietAgent {
-		fmt.Fprintf(stderr, "rawstack record: warning: JavaScript frames left anonymous: %s\n", st.JITWarning)
+		fmt.Fprintf(stderr, "rawstack record: warning: JIT frames left anonymous: %s\n", st.JITWarning)
 	}
 	if st.Suspensions > 0 {
 		fmt.Fprintf(stderr, "rawstack record: threads suspended %d times for p50 %v, p99 %v, max %v (%v in all); %d idle thread-ticks skipped\n",

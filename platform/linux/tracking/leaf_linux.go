@@ -8,6 +8,7 @@ import (
 
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/hotspot"
 	"github.com/rawstack/rawstack/platform/linux/procfs"
 	v8 "github.com/rawstack/rawstack/platform/linux/v8"
 )
@@ -41,7 +42,7 @@ func (uw *Unwinder) ChooseAuto(pid int) {
 	}
 	if fp {
 		uw.leaf = true
-		if !uw.sizeSet && !v8.MaybeV8(real) { // V8's frames are read from the copy (v8_linux.go)
+		if !uw.sizeSet && !v8.MaybeV8(real) && !hotspot.MaybeJava(real) { // V8's and HotSpot's frames are read from the copy (v8_linux.go, hotspot_linux.go)
 			uw.size = leafWindow
 		}
 	} else if uf.table != nil {

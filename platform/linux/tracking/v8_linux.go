@@ -8,6 +8,7 @@ import (
 	"github.com/rawstack/rawstack/arch"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/hotspot"
 	v8 "github.com/rawstack/rawstack/platform/linux/v8"
 )
 
@@ -19,6 +20,7 @@ import (
 type jsFrames struct {
 	s    *Tracker
 	v8   *v8.Sampling
+	java javaFrames // HotSpot's frames (hotspot_linux.go)
 	a    arch.Arch
 	regs arch.Regs
 	nerr int
@@ -30,6 +32,7 @@ func (j *jsFrames) init(s *Tracker, cfg platform.Config) {
 	}
 	j.s, j.v8, j.a = s, v8.NewSampling(), s.uw.arch
 	j.v8.Anon = s.anonCode
+	j.java.init(cfg)
 }
 
 // loaded tells the reader of an executable mapping of a file.
@@ -43,25 +46,44 @@ func (j *jsFrames) loaded(pid uint32, path string, start, end uint64) {
 		w := errors.Join(errs...).Error()
 		j.s.jsWarning.Store(&w)
 	}
+	if w, ok := j.java.loaded(pid, path, start, end); ok {
+		j.s.jsWarning.Store(&w)
+	}
 }
 
 func (j *jsFrames) forget(pid uint32) {
 	if j.v8 != nil {
 		j.v8.Forget(pid)
 	}
+	j.java.forget(pid)
 }
 
 // frames returns the JavaScript frames of sample r, whose native stack
 // sm holds once unwound (with --keep-raw it is not: the frame pointers
 // are followed from the registers).
 func (j *jsFrames) frames(r *record, sm *platform.Sample) ([]format.JITFrame, []format.JITFunc) {
-	if j.v8 == nil || !j.v8.Attached(r.Pid) || r.UserABI == 0 || len(r.UserRegs) == 0 {
+	if j.v8 == nil || r.UserABI == 0 || len(r.UserRegs) == 0 {
+		return nil, nil
+	}
+	java := j.java.hs != nil && j.java.hs.Attached(r.Pid)
+	if !java && !j.v8.Attached(r.Pid) {
 		return nil, nil
 	}
 	if j.regs.SetPerf(j.a, j.s.uw.mask, r.UserRegs) != nil {
 		return nil, nil
 	}
 	sp := j.regs.SP()
+	if java {
+		fs, fresh := j.java.frames(r.Pid, hotspot.Regs{PC: j.regs.PC(), SP: sp, FP: j.regs.FP()}, hotspot.Stack{Addr: sp, Data: r.UserStack}, sm)
+		if len(fs) > 0 {
+			j.s.jsSamples.Add(1)
+		}
+		if w, ok := j.java.warning(); ok {
+			j.s.jsWarning.Store(&w)
+		}
+		j.storeCut()
+		return fs, fresh
+	}
 	pcs := sm.PCs
 	if sm.Stack != nil {
 		pcs = nil
@@ -70,12 +92,22 @@ func (j *jsFrames) frames(r *record, sm *platform.Sample) ([]format.JITFrame, []
 	if len(fs) > 0 {
 		j.s.jsSamples.Add(1)
 	}
+	j.storeCut()
+	return fs, fresh
+}
+
+// storeCut sums the walks both readers cut short.
+func (j *jsFrames) storeCut() {
 	var cut uint64
 	for _, n := range j.v8.Stats().Cut {
 		cut += n
 	}
+	if j.java.hs != nil {
+		for _, n := range j.java.hs.Stats().Cut {
+			cut += n
+		}
+	}
 	j.s.jsCut.Store(cut)
-	return fs, fresh
 }
 
 // anonCode reports whether addr of pid lies in anonymous executable

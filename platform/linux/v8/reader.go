@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/rawstack/rawstack/format"
+	"github.com/rawstack/rawstack/platform/linux/jitstack"
 )
 
 // Limits of what a Reader reads from a target. A frame chain deeper than
@@ -48,19 +49,12 @@ type Stats struct {
 	Cut    [nCuts]uint64 // frames left anonymous, by reason
 }
 
-// Regs are the registers a walk starts from: the sampled pc, stack
-// pointer and frame pointer (rbp).
-type Regs struct{ PC, SP, FP uint64 }
+// Regs are the registers a walk starts from.
+type Regs = jitstack.Regs
 
-// Stack is the thread's stack as the sample copied it: Data holds the
-// bytes from Addr on. Live says the stack may also be read from the
-// process (its threads are stopped: a snapshot); otherwise a frame
-// outside the copy ends the walk, as the thread has moved on since.
-type Stack struct {
-	Addr uint64
-	Data []byte
-	Live bool
-}
+// Stack is the thread's stack as the sample copied it (or, Live, the
+// stopped thread's own).
+type Stack = jitstack.Stack
 
 // Reader names the JavaScript frames of sampled threads from V8's heap,
 // read out of their processes' memory. It is used from one goroutine.
@@ -247,33 +241,7 @@ func (r *Reader) byPCs(p *proc, pid uint32, regs Regs, st Stack, pcs []uint64) b
 // holding ret: where the call that returns to ret saved its return
 // address.
 func (r *Reader) find(pid uint32, st Stack, from, ret uint64) (uint64, bool) {
-	from = (from + 7) &^ 7
-	end := from + maxFrameSize
-	for at := from; at < end; {
-		var blk []byte
-		if at >= st.Addr && at < st.Addr+uint64(len(st.Data)) {
-			blk = st.Data[at-st.Addr:]
-			blk = blk[:len(blk)&^7]
-		} else if st.Live {
-			n := scanBlock - at%scanBlock // stay within the page
-			blk = r.scan[:n]
-			if !r.read(pid, at, blk) {
-				return 0, false
-			}
-		} else {
-			return 0, false
-		}
-		if len(blk) == 0 {
-			return 0, false
-		}
-		for off := 0; off+8 <= len(blk); off += 8 {
-			if le64(blk, uint64(off)) == ret {
-				return at + uint64(off), true
-			}
-		}
-		at += uint64(len(blk))
-	}
-	return 0, false
+	return st.Find(r.read, pid, r.scan[:], from, ret, maxFrameSize)
 }
 
 // byFP follows the frame pointer chain from regs.
@@ -300,11 +268,7 @@ func (r *Reader) byFP(p *proc, pid uint32, regs Regs, st Stack) {
 // stack reads the stack at addr into b: from the copy, or from the
 // process when st.Live.
 func (r *Reader) stack(pid uint32, st Stack, addr uint64, b []byte) bool {
-	if addr >= st.Addr && addr+uint64(len(b)) <= st.Addr+uint64(len(st.Data)) && addr+uint64(len(b)) > addr {
-		copy(b, st.Data[addr-st.Addr:])
-		return true
-	}
-	return st.Live && r.read(pid, addr, b)
+	return st.Read(r.read, pid, addr, b)
 }
 
 func (p *proc) inText(pc uint64) bool {
