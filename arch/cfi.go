@@ -214,6 +214,12 @@ func elfArch(f *elf.File, path string) (Arch, error) {
 // headers it finds .eh_frame through the PT_GNU_EH_FRAME segment. path only
 // names the file in errors.
 func NewTableELF(f *elf.File, path string) (*Table, error) {
+	return newTableELF(f, path, nil)
+}
+
+// newTableELF is NewTableELF; file, if not nil, is f mapped in memory,
+// where a Go binary's pclntab is read in place (goRuntimeELF).
+func newTableELF(f *elf.File, path string, file []byte) (*Table, error) {
 	s := Sections{File: path}
 	a, err := elfArch(f, path)
 	if err != nil {
@@ -251,7 +257,7 @@ func NewTableELF(f *elf.File, path string) (*Table, error) {
 			return nil, err
 		}
 	}
-	g := goRuntimeELF(f, a)
+	g := goRuntimeELF(f, a, file)
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 && g == nil {
 		return nil, fmt.Errorf("%w in %s", ErrNoUnwindInfo, path)
 	}

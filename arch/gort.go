@@ -58,8 +58,11 @@ const maxPclntab = 1 << 30
 
 // goRuntimeELF returns f's Go part, or nil when f is not a Go binary (or
 // its table is unreadable: the module is then unwound as any other).
-func goRuntimeELF(f *elf.File, a Arch) *goRuntime {
-	tab, _, err := gopclntab.ParseELF(f, maxPclntab)
+// file, if not nil, is f mapped in memory: the pclntab is read there in
+// place (see gopclntab.ParseELFIn), where a copy would be garbage of
+// several MiB for every Go binary a whole-host session unwinds.
+func goRuntimeELF(f *elf.File, a Arch, file []byte) *goRuntime {
+	tab, _, err := gopclntab.ParseELFIn(f, file, maxPclntab)
 	if err != nil {
 		return nil
 	}

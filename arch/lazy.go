@@ -64,11 +64,11 @@ func NewLazyTableELFMapped(f *elf.File, path string, file []byte) (*Table, error
 	}
 	s.Arch = a
 	if f.ByteOrder != binary.LittleEndian {
-		return NewTableELF(f, path)
+		return newTableELF(f, path, file)
 	}
 	df := f.Section(".debug_frame")
 	if df != nil && (f.Section(".eh_frame") != nil || hasEHFrameSegment(f)) {
-		return NewTableELF(f, path) // both: NewTable merges them
+		return newTableELF(f, path, file) // both: NewTable merges them
 	}
 	if df != nil {
 		s.DebugFrame = sectionData(df, file)
@@ -76,12 +76,12 @@ func NewLazyTableELFMapped(f *elf.File, path string, file []byte) (*Table, error
 		s.EHFrame, s.EHFrameAddr, s.EHFrameHdr, s.EHFrameHdrAddr = lazySections(f, file)
 	}
 	if len(s.EHFrame) == 0 && len(s.DebugFrame) == 0 {
-		return NewTableELF(f, path) // it says why, or has a Go binary's rules
+		return newTableELF(f, path, file) // it says why, or has a Go binary's rules
 	}
 	s.Stubs = pltStubs(f, s.Arch)
 	t, err := NewLazyTable(s)
 	if t != nil {
-		t.gort = goRuntimeELF(f, a)
+		t.gort = goRuntimeELF(f, a, file)
 	}
 	return t, err
 }

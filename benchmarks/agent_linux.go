@@ -14,25 +14,30 @@ import (
 	"time"
 )
 
-// The agent scenario (issue 22): `rawstack agent` — the whole host through
-// the eBPF back end, raw OTLP batches to an endpoint in this process —
-// side by side with `perf record -a -g` at the same frequency, at 20 Hz
-// (a fleet daemon's rate) and 100 Hz, while short-lived processes start
-// and exit all the time (a shell spawning /bin/true, 50 a second) beside
-// whatever else the machine runs. Each recorder runs for the same
-// duration, in turn (agent, perf, agent, perf): 10 minutes each, 20
+// The agent scenario (issues 22, 38): `rawstack agent` — the whole host
+// through the eBPF back end, raw OTLP batches to an endpoint in this
+// process — side by side with its real peer, the OpenTelemetry eBPF
+// profiler (the binary RAWSTACK_BENCH_OTEL_PROFILER names, into an
+// endpoint of its own; without it the row says it is absent), and with
+// `perf record -a -g` at the same frequency, at 20 Hz (a fleet daemon's
+// rate) and 100 Hz, on one load for the whole scenario: a CPU-bound
+// two-thread program (benchmarks/testdata/twothreads.c), a program whose
+// stacks never repeat (randstack.c), and short-lived processes (a shell
+// spawning /bin/true, 50 a second). Each recorder runs for the same
+// duration, in turn (agent, peer, perf, agent, ...): 10 minutes each, 20
 // seconds with -short.
 //
 // The agent runs as deploy/rawstack-agent.service runs it: rawstack-ebpf
-// agent, with its rawstack-otlp child. Metrics: the recorder's CPU time
-// (its whole tree), per minute, over the whole run (start-up, which reads
-// every process of the host, and exit included) and after the first
-// minute (7 s with -short); its peak RSS (the sum of the tree's peaks);
-// and its RSS growth after the first minute: the resident set at the end
-// minus the one then, which stays near zero when nothing grows with the
-// processes seen. Beside each agent cell runs the floor: a Go program that
-// only wakes once a second (benchmarks/testdata/wakefloor), what any Go
-// daemon pays before it does anything.
+// agent, one process that streams OTLP itself. Metrics: the recorder's
+// CPU time (its whole tree), per minute, over the whole run (start-up,
+// which reads every process of the host, and exit included) and after
+// the first minute (7 s with -short); its peak RSS (the sum of the
+// tree's peaks); its RSS growth after the first minute: the resident set
+// at the end minus the one then, which stays near zero when nothing grows
+// with the processes seen; and the samples its endpoint received. Beside
+// each agent cell runs the floor: a Go program that only wakes once a
+// second (benchmarks/testdata/wakefloor), what any Go daemon pays before
+// it does anything.
 func init() {
 	register(&scenario{name: "agent", order: 220, run: runAgentScenario})
 }
@@ -52,7 +57,15 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	if os.Geteuid() != 0 {
 		return absent("agent", "skipped", "needs root (CAP_BPF, CAP_PERFMON)")
 	}
-	rawstack, err := buildCompanions(cfg, "rawstack-ebpf", "rawstack-otlp")
+	rawstack, err := buildCompanions(cfg, "rawstack-ebpf")
+	if err != nil {
+		return nil, err
+	}
+	twothreads, err := buildC(cfg, "twothreads.c", "-O2", "-fno-omit-frame-pointer", "-pthread")
+	if err != nil {
+		return nil, err
+	}
+	randstack, err := buildC(cfg, "randstack.c", "-O2", "-fno-omit-frame-pointer")
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +106,24 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	}
 	defer ep.close()
 
-	// The churn: 50 short-lived processes a second for the whole run.
+	// The peer's endpoint, its own: each endpoint's count is of one
+	// recorder's samples.
+	peerEP, err := newCountingEndpoint()
+	if err != nil {
+		return nil, err
+	}
+	defer peerEP.close()
+	otelProfiler := os.Getenv("RAWSTACK_BENCH_OTEL_PROFILER")
+
+	// The load: the two programs for the whole run (their CPU time in
+	// seconds, more than the run lasts; killed at the end), and 50
+	// short-lived processes a second.
+	for _, l := range []*exec.Cmd{exec.Command(twothreads, "100000"), exec.Command(randstack, "100000")} {
+		if err := l.Start(); err != nil {
+			return nil, err
+		}
+		defer func() { l.Process.Kill(); l.Wait() }()
+	}
 	stop := make(chan struct{})
 	var spawned atomic.Int64
 	var wg sync.WaitGroup
@@ -129,6 +159,7 @@ func runAgentScenario(cfg *config) ([]row, error) {
 			c.Env = append(os.Environ(), "GOMAXPROCS=1")
 			fl, flErr = runFor(c, d, early, syscall.SIGTERM)
 		}()
+		ep.samples.Store(0)
 		agent, err := runFor(exec.Command(filepath.Join(filepath.Dir(rawstack), "rawstack-ebpf"), "agent", "--otlp-endpoint", ep.addr, "-F", hz), d, early, syscall.SIGTERM)
 		<-flDone
 		if err != nil {
@@ -136,6 +167,29 @@ func runAgentScenario(cfg *config) ([]row, error) {
 		}
 		if flErr != nil {
 			return nil, fmt.Errorf("wakefloor: %w", flErr)
+		}
+		if _, err := ep.received(); err != nil {
+			return nil, err
+		}
+		agentGot := ep.samples.Load()
+		// The OpenTelemetry eBPF profiler, as its README runs it, into
+		// its own endpoint.
+		var or agentRun
+		var orGot int64
+		orNote := "the OpenTelemetry eBPF profiler: absent (RAWSTACK_BENCH_OTEL_PROFILER names its binary; README says how to build it)"
+		if otelProfiler != "" {
+			peerEP.samples.Store(0)
+			or, err = runFor(exec.Command(otelProfiler, "-collection-agent", peerEP.addr, "-disable-tls", "-samples-per-second", hz), d, early, syscall.SIGTERM)
+			if err != nil {
+				return nil, fmt.Errorf("%s -samples-per-second %s: %w", otelProfiler, hz, err)
+			}
+			if _, err := peerEP.received(); err != nil {
+				return nil, err
+			}
+			orGot = peerEP.samples.Load()
+			orNote = ""
+			fmt.Fprintf(cfg.logger, "  %s Hz: OTel eBPF profiler %.0f ms CPU (%.0f after %v) in %.1f min, peak %.1f MiB, RSS %.1f -> %.1f MiB, %d samples received\n",
+				hz, or.cpuMs, or.steadyMs, early, or.minutes, or.peakMiB, or.earlyMiB, or.late, orGot)
 		}
 		var pr agentRun
 		peer := ""
@@ -158,8 +212,8 @@ func runAgentScenario(cfg *config) ([]row, error) {
 			}
 			peer = "perf record -a -g -F " + hz
 		}
-		fmt.Fprintf(cfg.logger, "  %s Hz: agent %.0f ms CPU (%.0f after %v) in %.1f min, peak %.1f MiB, RSS %.1f -> %.1f MiB, %.0f samples; perf %.0f ms (%.0f), peak %.1f MiB, RSS %.1f -> %.1f MiB, %.0f samples\n",
-			hz, agent.cpuMs, agent.steadyMs, early, agent.minutes, agent.peakMiB, agent.earlyMiB, agent.late, agent.samples, pr.cpuMs, pr.steadyMs, pr.peakMiB, pr.earlyMiB, pr.late, pr.samples)
+		fmt.Fprintf(cfg.logger, "  %s Hz: agent %.0f ms CPU (%.0f after %v) in %.1f min, peak %.1f MiB, RSS %.1f -> %.1f MiB, %.0f samples (%d received); perf %.0f ms (%.0f), peak %.1f MiB, RSS %.1f -> %.1f MiB, %.0f samples\n",
+			hz, agent.cpuMs, agent.steadyMs, early, agent.minutes, agent.peakMiB, agent.earlyMiB, agent.late, agent.samples, agentGot, pr.cpuMs, pr.steadyMs, pr.peakMiB, pr.earlyMiB, pr.late, pr.samples)
 		steady := (d - early).Minutes()
 		metric := func(m string, a, p float64, note string) row {
 			r := row{Scenario: "agent", Metric: m + " at " + hz + " Hz", Rawstack: a, Better: "lower", Note: note}
@@ -168,14 +222,34 @@ func runAgentScenario(cfg *config) ([]row, error) {
 			}
 			return r
 		}
+		// The peer's rows: the agent against the OpenTelemetry eBPF
+		// profiler on the same load.
+		otel := func(m string, a, p float64, note string) row {
+			r := row{Scenario: "agent", Metric: m + " at " + hz + " Hz, vs the OTel eBPF profiler", Rawstack: a, Better: "lower", Note: note}
+			if orNote != "" {
+				r.Note = orNote
+			} else {
+				r.Peer, r.PeerVal = "ebpf-profiler -samples-per-second "+hz, p
+			}
+			return r
+		}
 		rows = append(rows,
-			metric("CPU (ms per minute, start-up and exit included)", agent.cpuMs/agent.minutes, pr.cpuMs/pr.minutes, "target: <= 0.5x perf's"),
-			metric(fmt.Sprintf("CPU after %v (ms per minute)", early), agent.steadyMs/steady, pr.steadyMs/steady, "target: <= 0.5x perf's"),
-			metric("peak RSS (MiB)", agent.peakMiB, pr.peakMiB, "target: <= 64 MiB"),
+			otel("CPU (ms per minute, start-up and exit included)", agent.cpuMs/agent.minutes, or.cpuMs/or.minutes, "target: <= 0.3x the peer's"),
+			otel(fmt.Sprintf("CPU after %v (ms per minute)", early), agent.steadyMs/steady, or.steadyMs/steady, "target: <= 0.5x the peer's"),
+			otel("peak RSS, all its processes (MiB)", agent.peakMiB, or.peakMiB, "target: <= 0.5x the peer's"),
+			otel(fmt.Sprintf("RSS growth after %v (MiB)", early), agent.late-agent.earlyMiB, or.late-or.earlyMiB, "target: ~0 (flat)"),
+		)
+		got := otel("samples received by its endpoint", float64(agentGot), float64(orGot), "")
+		got.Better = "higher"
+		rows = append(rows, got)
+		rows = append(rows,
+			metric("CPU (ms per minute, start-up and exit included)", agent.cpuMs/agent.minutes, pr.cpuMs/pr.minutes, ""),
+			metric(fmt.Sprintf("CPU after %v (ms per minute)", early), agent.steadyMs/steady, pr.steadyMs/steady, ""),
+			metric("peak RSS (MiB)", agent.peakMiB, pr.peakMiB, ""),
 			metric(fmt.Sprintf("RSS growth after %v (MiB)", early), agent.late-agent.earlyMiB, pr.late-pr.earlyMiB, "target: ~0 (flat)"),
 			row{Scenario: "agent", Metric: "samples at " + hz + " Hz", Rawstack: agent.samples, Peer: peer, PeerVal: pr.samples, Better: "higher"},
 			row{Scenario: "agent", Metric: "floor: CPU (ms per minute, start-up and exit included) of a Go process that only wakes once a second, beside the " + hz + " Hz agent",
-				Rawstack: fl.cpuMs / fl.minutes, Better: "lower", Note: "benchmarks/testdata/wakefloor, GOMAXPROCS=1; the agent is two Go processes"},
+				Rawstack: fl.cpuMs / fl.minutes, Better: "lower", Note: "benchmarks/testdata/wakefloor, GOMAXPROCS=1, as the agent"},
 			row{Scenario: "agent", Metric: fmt.Sprintf("floor: CPU after %v (ms per minute), the same process", early),
 				Rawstack: fl.steadyMs / steady, Better: "lower", Note: "perf's CPU after its first minute is below it"},
 		)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 )
 
 // The otlp scenario (issue 16): bytes per sample of the OTLP profiles
@@ -139,12 +141,14 @@ func runOTLP(cfg *config) ([]row, error) {
 
 // countingEndpoint is an OTLP/gRPC endpoint (HTTP/2 without TLS) that
 // accepts everything and counts every byte it reads from its
-// connections.
+// connections, and the samples of the profiles it receives.
 type countingEndpoint struct {
-	addr  string
-	srv   *http.Server
-	bytes atomic.Int64
-	open  atomic.Int64 // connections not yet closed
+	addr    string
+	srv     *http.Server
+	bytes   atomic.Int64
+	open    atomic.Int64 // connections not yet closed
+	samples atomic.Int64 // timestamps (or, without, values) of the samples received
+	bad     atomic.Int64 // requests that did not decode
 }
 
 func newCountingEndpoint() (*countingEndpoint, error) {
@@ -156,7 +160,11 @@ func newCountingEndpoint() (*countingEndpoint, error) {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	e.srv = &http.Server{Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		if n, err := otlpSamples(r.Body, r.Header.Get("Grpc-Encoding")); err != nil {
+			e.bad.Add(1)
+		} else {
+			e.samples.Add(n)
+		}
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Trailer", "Grpc-Status")
 		w.WriteHeader(http.StatusOK)
@@ -195,6 +203,57 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	}
 	l.e.open.Add(1)
 	return &countingConn{Conn: c, e: l.e}, nil
+}
+
+// otlpSamples reads a gRPC request body of ExportProfilesServiceRequest
+// messages (each a flag byte, a 4-byte length and the message, gzipped
+// when the flag is set: the request's grpc-encoding) and counts their samples: a sample's timestamps,
+// or its first value where it has none. Every byte is read either way.
+func otlpSamples(body io.Reader, encoding string) (int64, error) {
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for len(b) >= 5 {
+		size := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
+		if size > len(b)-5 {
+			return n, fmt.Errorf("gRPC message of %d bytes in %d", size, len(b)-5)
+		}
+		msg, compressed := b[5:5+size], b[0] == 1
+		b = b[5+size:]
+		if compressed {
+			if encoding != "gzip" {
+				return n, fmt.Errorf("compressed gRPC message, grpc-encoding %q", encoding)
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(msg))
+			if err != nil {
+				return n, err
+			}
+			if msg, err = io.ReadAll(zr); err != nil {
+				return n, err
+			}
+		}
+		req := pprofileotlp.NewExportRequest()
+		if err := req.UnmarshalProto(msg); err != nil {
+			return n, err
+		}
+		for _, rp := range req.Profiles().ResourceProfiles().All() {
+			for _, sp := range rp.ScopeProfiles().All() {
+				for _, pr := range sp.Profiles().All() {
+					for _, smp := range pr.Samples().All() {
+						switch {
+						case smp.TimestampsUnixNano().Len() > 0:
+							n += int64(smp.TimestampsUnixNano().Len())
+						case smp.Values().Len() > 0:
+							n += smp.Values().At(0)
+						}
+					}
+				}
+			}
+		}
+	}
+	return n, nil
 }
 
 // countingConn counts the bytes read from a sender's connection.

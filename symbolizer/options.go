@@ -44,6 +44,11 @@ type Options struct {
 	DebuginfodURLs []string
 	// NoDebuginfod disables debuginfod even when DEBUGINFOD_URLS is set.
 	NoDebuginfod bool
+	// SymbolsOnly names ELF functions from the binaries' symbol tables
+	// alone: no DWARF is read and no separate debug file looked for. It is
+	// what a raw profile's checks need (is this CPython's evaluation
+	// loop?), where a binary's DWARF would cost a daemon tens of MiB.
+	SymbolsOnly bool
 	// DebuginfodCache is where downloaded files are kept; "" means
 	// $DEBUGINFOD_CACHE_PATH or the user cache directory.
 	DebuginfodCache string

@@ -9,24 +9,22 @@
 //
 // stream reads a rawstack stream on standard input (record writes it as
 // one of its tracer's streams), sends it in batches and, at the end,
-// prints one summary line on standard error.
+// prints one summary line on standard error (package
+// cmd/internal/otlpstream, which rawstack-ebpf runs in its own process).
 package main
 
 import (
 	"bufio"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/rawstack/rawstack/cmd/internal/otlpstream"
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/internal/selfprof"
 	"github.com/rawstack/rawstack/symbolizer"
@@ -125,104 +123,19 @@ func convert(args []string) error {
 	return nil
 }
 
+// stream is package otlpstream fed from standard input.
 func stream(args []string) error {
-	fs := flag.NewFlagSet("stream", flag.ExitOnError)
-	endpoint := fs.String("endpoint", "", "HOST:PORT")
-	raw := fs.Bool("raw", false, "send raw locations")
-	rawKernel := fs.Bool("raw-kernel", false, "with --raw, leave kernel frames unnamed too")
-	interval := fs.Duration("interval", 5*time.Second, "batch interval")
-	queue := fs.Int("queue", 32, "batches kept while the endpoint is down")
-	useTLS := fs.Bool("tls", false, "connect with TLS")
-	ca := fs.String("ca", "", "PEM file of the endpoint's CA")
-	var headers multiFlag
-	fs.Var(&headers, "header", "KEY=VALUE (repeatable)")
-	service := fs.String("service", "", "service.name")
-	compression := fs.String("compression", "gzip", "gzip or none")
-	label := fs.String("label", "rawstack record", "prefix of the summary line")
-	hz := fs.Int("hz", 0, "sampling frequency, for the summary line")
-	every := fs.Duration("every", 0, "also print the totals this often (0: only at the end)")
-	noWarn := fs.Bool("no-warn", false, "do not print export failures (the summary counts what they lost)")
-	maxStacks := fs.Int("max-stacks", 0, "the recorder's stack table cap (tracer.Options.MaxStacks): older stacks are forgotten")
-	fs.Parse(args)
-	start := time.Now()
 	// The stream ends when standard input does: the recorder closes it
 	// after an interrupt or SIGTERM, which a terminal or a service manager
 	// also sends here. Dying on them would lose what is queued.
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
-	c := otlp.Client{Endpoint: *endpoint, Headers: map[string]string{}, Gzip: *compression == "gzip"}
-	for _, h := range headers {
-		k, v, ok := strings.Cut(h, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("header %q: want KEY=VALUE", h)
-		}
-		c.Headers[k] = v
-	}
-	if *useTLS || *ca != "" {
-		c.TLS = &tls.Config{}
-		if *ca != "" {
-			pem, err := os.ReadFile(*ca)
-			if err != nil {
-				return err
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("%s: no PEM certificate", *ca)
-			}
-			c.TLS.RootCAs = pool
-		}
-	}
-	host, _ := os.Hostname()
-	opts := otlp.ExporterOptions{Client: c, Interval: *interval, Queue: *queue,
-		Build: otlp.Options{Raw: *raw, RawKernel: *rawKernel, HostName: host, ServiceName: *service, MaxStacks: *maxStacks}}
-	if !*raw {
-		opts.Build.Resolver = symbolizer.NewResolver(nil, 0, 0)
-	}
-	last := ""
-	opts.Warn = func(err error) {
-		if *noWarn {
-			return
-		}
-		if s := err.Error(); s != last {
-			last = s
-			fmt.Fprintf(os.Stderr, "%s: %v\n", *label, err)
-		}
-	}
-	exp, err := otlp.NewExporter(opts)
+	s, err := otlpstream.Start(args, os.Stderr)
 	if err != nil {
 		return err
 	}
-	if *every > 0 {
-		tk := time.NewTicker(*every)
-		defer tk.Stop()
-		go func() {
-			for range tk.C {
-				es := exp.Stats()
-				fmt.Fprintf(os.Stderr, "%s: %.0fs: %d samples taken, %d sent in %d batches, %d lost, %d batches queued\n",
-					*label, time.Since(start).Seconds(), es.Samples, es.Sent, es.Batches, es.Lost+es.StreamLost, es.Queued)
-			}
-		}()
-	}
-	_, cerr := io.Copy(exp, os.Stdin)
-	if err := exp.Close(); err != nil && cerr == nil {
+	_, cerr := io.Copy(s, os.Stdin)
+	if err := s.Close(); err != nil && cerr == nil {
 		cerr = err
 	}
-	fmt.Fprintln(os.Stderr, summary(*label, *endpoint, exp.Stats(), *hz, time.Since(start)))
 	return cerr
-}
-
-// summary is stream's last line: what was sent, and what was lost where
-// and why.
-func summary(label, endpoint string, es otlp.ExporterStats, hz int, d time.Duration) string {
-	before := ""
-	if es.StreamLost > 0 {
-		var rs []string
-		for r, n := range es.StreamLostBy {
-			rs = append(rs, fmt.Sprintf("%d %v", n, r))
-		}
-		sort.Strings(rs)
-		before = ": " + strings.Join(rs, ", ")
-	}
-	return fmt.Sprintf("%s: otlp %s: %d samples sent in %d batches (%d bytes, %d on the wire), %d lost (%d queue full, %d rejected, %d unsent at exit; %d retries; %d lost before the exporter%s; %d taken, %d Hz, %.1fs)",
-		label, endpoint, es.Sent, es.Batches, es.Bytes, es.WireBytes, es.Lost, es.LostQueueFull, es.LostRejected, es.LostUnsent,
-		es.Retries, es.StreamLost, before, es.Samples, hz, d.Seconds())
 }

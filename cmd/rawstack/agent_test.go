@@ -6,11 +6,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +18,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 
+	"github.com/rawstack/rawstack/cmd/internal/otlpstream"
+	"github.com/rawstack/rawstack/cmd/internal/record"
 	"github.com/rawstack/rawstack/internal/testbuild"
 	"github.com/rawstack/rawstack/platform/linux"
 	"github.com/rawstack/rawstack/symbolizer/export/otlp"
@@ -79,32 +79,26 @@ func otlpStackNames(d pprofile.ProfilesDictionary, si int32) string {
 	return strings.Join(names, ";")
 }
 
-// buildOTLPCompanion builds rawstack-otlp, the companion through which
-// record and agent stream OTLP, from this module's sources.
-func buildOTLPCompanion(t *testing.T) string {
-	t.Helper()
-	src, err := filepath.Abs("../rawstack-otlp")
-	if err != nil {
-		t.Fatal(err)
+// inProcessOTLP makes record stream OTLP in this process, as
+// rawstack-ebpf does, until the test ends.
+func inProcessOTLP(t *testing.T) {
+	record.InProcessOTLP = func(args []string, stderr io.Writer) (io.WriteCloser, error) {
+		return otlpstream.Start(args, stderr)
 	}
-	return testbuild.Build(t, testbuild.Cmd{
-		Tool: "go", Args: []string{"build", "-o", "{dir}/rawstack-otlp", "."},
-		// The packages it is built from (go list -deps).
-		Inputs: []string{"../rawstack-otlp", "../internal", "../../arch", "../../format", "../../internal", "../../symbolizer", "../../go.mod", "../../go.sum"},
-		Out:    "rawstack-otlp", Env: []string{"CGO_ENABLED=0", "GOFLAGS="}, Dir: src, Key: runtime.Version(),
-	})
+	t.Cleanup(func() { record.InProcessOTLP = nil })
 }
 
 // TestAgentOTLP runs rawstack agent as a host runs it, the whole host at
 // 99 Hz for 5 s with its samples named on the host (--otlp-raw=false), into an
 // OTLP receiver on the loopback interface, while the chain fixture spins
 // in main → a → b → c: the receiver gets the fixture's samples, named,
-// as OTLP profiles. (The otelcol module's TestAgent runs the agent into
-// the Collector, which names raw samples centrally.)
+// as OTLP profiles. The exporter runs in this process, as in
+// rawstack-ebpf (record.InProcessOTLP): no rawstack-otlp is built.
+// (The otelcol module's TestAgent runs the agent's binaries into the
+// Collector, which names raw samples centrally.)
 func TestAgentOTLP(t *testing.T) {
 	testbuild.Feature(t, linux.ProbeBPF())
-	companion := buildOTLPCompanion(t)
-	t.Setenv("PATH", filepath.Dir(companion)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	inProcessOTLP(t)
 	bin := chainFixtures(t)[0].bin
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/rawstack/rawstack/cmd/internal/companion"
+	"github.com/rawstack/rawstack/platform"
 )
 
 // ebpfHelper records with the eBPF back end. Its loader links
@@ -18,11 +19,20 @@ import (
 const ebpfHelper = "rawstack-ebpf"
 
 // runEBPF runs rawstack-ebpf sub (record or agent) with the command's
-// arguments; its output and exit status become the command's.
+// arguments; its output and exit status become the command's. The agent
+// execs it in this process's place: a daemon is one process (its pid
+// the one a service manager or a user signals), and rawstack-ebpf
+// streams OTLP itself.
 func runEBPF(sub string, args []string, stdout, stderr io.Writer) error {
 	path, err := companion.Find(ebpfHelper, "--backend ebpf")
 	if err != nil {
 		return err
+	}
+	if sub == "agent" && stdout == os.Stdout && stderr == os.Stderr {
+		err := execInPlace(path, append([]string{path, sub}, args...))
+		if !errors.Is(err, platform.ErrNotSupported) {
+			return err
+		}
 	}
 	cmd := exec.Command(path, append([]string{sub}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr

@@ -74,6 +74,15 @@ func word(bo binary.ByteOrder, ps int, data []byte, off int) uint64 {
 // the text start of [ELFText]. It also returns the section's address.
 // Inlined frames are not decoded (see [Parse]).
 func ParseELF(f *elf.File, max uint64) (*Table, uint64, error) {
+	return ParseELFIn(f, nil, max)
+}
+
+// ParseELFIn is [ParseELF] over file, f's bytes mapped in memory, where
+// it holds the section: the table is then a slice of the mapping, and
+// only the pages a lookup touches are read (a large Go binary's table is
+// tens of MiB, which a copy would put on the heap). With a nil file, or
+// one that does not hold the section, it reads the section.
+func ParseELFIn(f *elf.File, file []byte, max uint64) (*Table, uint64, error) {
 	sec := f.Section(".gopclntab")
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
 		return nil, 0, fmt.Errorf("gopclntab: no .gopclntab section")
@@ -81,9 +90,14 @@ func ParseELF(f *elf.File, max uint64) (*Table, uint64, error) {
 	if sec.Size > max {
 		return nil, 0, fmt.Errorf("gopclntab: .gopclntab is %d bytes, over the %d cap", sec.Size, max)
 	}
-	data, err := sec.Data()
-	if err != nil {
-		return nil, 0, fmt.Errorf("gopclntab: reading .gopclntab: %w", err)
+	var data []byte
+	if sec.Flags&elf.SHF_COMPRESSED == 0 && sec.Offset <= uint64(len(file)) && sec.Size <= uint64(len(file))-sec.Offset {
+		data = file[sec.Offset : sec.Offset+sec.Size : sec.Offset+sec.Size]
+	} else {
+		var err error
+		if data, err = sec.Data(); err != nil {
+			return nil, 0, fmt.Errorf("gopclntab: reading .gopclntab: %w", err)
+		}
 	}
 	t, err := Parse(data, f.ByteOrder, 0, 0, nil)
 	if err != nil {

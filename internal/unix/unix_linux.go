@@ -91,6 +91,11 @@ func MmapRead(fd int, off int64, size int) ([]byte, error) {
 	return unix.Mmap(fd, off, size, unix.PROT_READ, unix.MAP_SHARED)
 }
 
+// DropPages takes the pages of b, a read-only file mapping, out of this
+// process's resident set (madvise MADV_DONTNEED): they stay in the page
+// cache, and a later access maps them again (a minor fault).
+func DropPages(b []byte) error { return unix.Madvise(b, unix.MADV_DONTNEED) }
+
 // Munmap unmaps b.
 func Munmap(b []byte) error { return unix.Munmap(b) }
 

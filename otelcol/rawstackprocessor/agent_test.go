@@ -97,6 +97,7 @@ func TestAgent(t *testing.T) {
 	boxed, svc, want := startPrograms(t, bin, "agent-test-svc")
 	waitPid(t, c.sink, boxed.Process.Pid, time.Minute)
 	waitPid(t, c.sink, svc.Process.Pid, time.Minute)
+	onlyProcess(t, agent.Process.Pid)
 	svc.Process.Kill()
 	svc.Wait()
 	checkResources(t, c.sink, want)
@@ -122,6 +123,29 @@ func TestAgent(t *testing.T) {
 	}
 	if sum.queueFull == 0 {
 		t.Errorf("a Collector down for 3 s with a queue of 2 batches of 200 ms lost nothing to the queue: %+v", sum)
+	}
+}
+
+// onlyProcess holds the running agent to one process: rawstack agent
+// execs rawstack-ebpf in its place, which streams OTLP itself (no
+// rawstack-otlp child, no second Go runtime).
+func onlyProcess(t *testing.T, pid int) {
+	t.Helper()
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(comm)); got != "rawstack-ebpf" {
+		t.Errorf("the agent's process is %q, want rawstack-ebpf (rawstack agent execs it)", got)
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("the agent's threads: %v", err)
+	}
+	for _, f := range tasks {
+		if b, err := os.ReadFile(f); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			t.Errorf("the agent has children (%s: %s), want one process", f, b)
+		}
 	}
 }
 

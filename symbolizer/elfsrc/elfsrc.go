@@ -93,6 +93,11 @@ type Options struct {
 	// NoDemangle keeps function names as the debug information and the
 	// symbol table spell them (llvm-symbolizer --no-demangle).
 	NoDemangle bool
+	// NoDWARF names functions from the symbol table (and a Go binary's
+	// pclntab) alone, reading no DWARF: no lines, no inlined frames, and
+	// none of the tables a binary's DWARF needs in memory
+	// (symbolizer.Options.SymbolsOnly).
+	NoDWARF bool
 }
 
 // Open opens the ELF file at path.
@@ -119,6 +124,10 @@ func Open(path string, opts *Options) (*Source, error) {
 			return nil, fmt.Errorf("elfsrc: debug file: %w", err)
 		}
 		dbg, dbgCloser = df, df
+	}
+	if opts != nil && opts.NoDWARF {
+		s.initGo(f)
+		return s, nil
 	}
 	if err := s.initDWARF(dbg); err != nil {
 		f.Close()

@@ -34,7 +34,12 @@ func OpenModule(m *symbolizer.Module, opts *symbolizer.Options) (*symbolizer.Ope
 	if main == "" {
 		main = res.Debug
 	}
-	src, err := Open(main, &Options{DebugFile: debugIfOther(res)})
+	so := &Options{DebugFile: debugIfOther(res)}
+	if opts != nil && opts.SymbolsOnly {
+		// The symbol table is all that is asked (see Options.NoDWARF).
+		so = &Options{NoDWARF: true}
+	}
+	src, err := Open(main, so)
 	if err != nil {
 		return nil, err
 	}

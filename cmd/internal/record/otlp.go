@@ -19,6 +19,16 @@ import (
 // the companion's standard input.
 const OTLPHelper = "rawstack-otlp"
 
+// InProcessOTLP, when a program sets it, runs the OTLP side in this
+// process instead of the rawstack-otlp companion: it takes the
+// companion's stream arguments and returns what the recording writes its
+// stream to, whose Close sends the last batch and prints the summary.
+// rawstack-ebpf sets it (package cmd/internal/otlpstream), so the agent
+// is one process: one Go runtime, heap and set of module tables, where
+// the companion had its own. The rawstack CLI leaves it nil: linking the
+// exporter would slow every command's start.
+var InProcessOTLP func(args []string, stderr io.Writer) (io.WriteCloser, error)
+
 // otlpFlags are record's options for streaming to an OTLP endpoint.
 type otlpFlags struct {
 	endpoint string
@@ -56,23 +66,28 @@ func (o *otlpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.compress, "otlp-compression", "gzip", "gzip or none")
 }
 
-// otlpStream is the rawstack-otlp child that streams what record writes
-// to its standard input.
+// otlpStream is where record's OTLP stream goes: the rawstack-otlp
+// child's standard input, or the exporter in this process
+// (InProcessOTLP).
 type otlpStream struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	exited chan struct{} // closed when the child has exited; err is its status
+	stdin io.WriteCloser
+	// exited is closed when the child has exited (err is its status);
+	// nil in process, where the exporter cannot end on its own.
+	exited chan struct{}
 	err    error
 }
 
 func (s *otlpStream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
 
-// finish ends the stream and waits for the child to send the last batch
-// and print its summary.
+// finish ends the stream and waits for the exporter to send the last
+// batch and print its summary.
 func (s *otlpStream) finish() error {
-	s.stdin.Close()
+	err := s.stdin.Close()
+	if s.exited == nil {
+		return err
+	}
 	<-s.exited
-	err := s.err
+	err = s.err
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return errors.New(OTLPHelper + " failed (see above)")
@@ -86,7 +101,7 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	if o.endpoint == "" {
 		return nil, nil
 	}
-	args := []string{"stream", "--endpoint", o.endpoint, "--interval", o.interval.String(), "--queue", strconv.Itoa(o.queue),
+	args := []string{"--endpoint", o.endpoint, "--interval", o.interval.String(), "--queue", strconv.Itoa(o.queue),
 		"--compression", o.compress, "--hz", strconv.Itoa(hz), "--label", label}
 	if o.every > 0 {
 		args = append(args, "--every", o.every.String())
@@ -112,11 +127,27 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	if o.service != "" {
 		args = append(args, "--service", o.service)
 	}
+	if InProcessOTLP != nil {
+		// The variables the companion would get (the build-id cache the
+		// symbolizer reads) where the environment sets none; the
+		// runtime's (GOGC, GOMAXPROCS) the agent has applied already, and
+		// set here they would reach the programs this one runs.
+		for k, v := range o.env {
+			if k != "GOGC" && k != "GOMAXPROCS" && os.Getenv(k) == "" {
+				os.Setenv(k, v)
+			}
+		}
+		w, err := InProcessOTLP(args, stderr)
+		if err != nil {
+			return nil, err
+		}
+		return &otlpStream{stdin: w}, nil
+	}
 	path, err := companion.Find(OTLPHelper, "--otlp-endpoint")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path, args...)
+	cmd := exec.Command(path, append([]string{"stream"}, args...)...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	for k, v := range o.env {
 		if os.Getenv(k) == "" {
@@ -133,7 +164,7 @@ func (o *otlpFlags) start(stderr io.Writer, hz int, label string) (*otlpStream, 
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &otlpStream{cmd: cmd, stdin: in, exited: make(chan struct{})}
+	s := &otlpStream{stdin: in, exited: make(chan struct{})}
 	go func() { s.err = cmd.Wait(); close(s.exited) }()
 	return s, nil
 }

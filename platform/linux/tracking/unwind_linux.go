@@ -424,6 +424,14 @@ func (uw *Unwinder) openFile(pid uint32, lm lazyModule) *unwindFile {
 		osf.Close()
 		if uf.table == nil {
 			uf.release()
+		} else if uf.mem != nil {
+			// Building the table read the file's headers, its section
+			// index and (a Go binary's) the pclntab's function list,
+			// megabytes that stay in this process's resident set while
+			// mapped though no lookup needs them again: a whole-host
+			// session maps every binary it unwinds. Lookups fault back the
+			// few pages they read, from the page cache.
+			sys.DropPages(uf.mem)
 		}
 		if uw.auto && !uw.leaf && keepsFramePointers(uw.arch, uf.table) && !uf.table.Go() {
 			uf.fp, uf.table = true, nil // walked by frame pointers: drop the rows

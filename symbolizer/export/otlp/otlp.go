@@ -569,7 +569,10 @@ func (b *Builder) resolver() *symbolizer.Resolver {
 	if b.opts.Resolver == nil {
 		var o *symbolizer.Options
 		if b.opts.Raw {
-			o = &symbolizer.Options{NoDebuginfod: true}
+			// Raw profiles name kernel frames and find CPython's
+			// evaluation loop (isEval): symbol tables are enough, where
+			// a binary's DWARF cost the agent tens of MiB.
+			o = &symbolizer.Options{NoDebuginfod: true, SymbolsOnly: true}
 		}
 		b.opts.Resolver = symbolizer.NewResolver(o, 0, 0)
 	}
