@@ -159,18 +159,22 @@ func TestRecordGoSwitch(t *testing.T) {
 			// over 5 s its share of ~45% has a standard error of 1.3
 			// points (the recorder's, from ~6000 samples, 0.6): seen
 			// over six runs, 42.1-47.5% against the recorder's steady
-			// 41.6-43.5%. A cell that misses by more than 5 points is
+			// 41.6-43.5%. On a loaded machine the program gets far
+			// less CPU (CI once: 283 pprof samples, 2210 recorded):
+			// the bound is 5 points or three standard errors of the
+			// difference, whichever is wider. A cell that misses is
 			// recorded once more before it fails.
 			for try := 1; ; try++ {
 				trace, prof := record("alloc", "5s", true)
 				got, n := goShare(t, trace, "main.allocTop")
 				want, np := pprofShare(t, prof, "main.allocTop")
-				t.Logf("alloc: main.allocTop %.1f%% of %d samples; runtime/pprof %.1f%% of %d", 100*got, n, 100*want, np)
-				if math.Abs(got-want) <= 0.05 {
+				tol := max(0.05, 3*math.Sqrt(want*(1-want)/float64(max(np, 1))+got*(1-got)/float64(max(n, 1))))
+				t.Logf("alloc: main.allocTop %.1f%% of %d samples; runtime/pprof %.1f%% of %d (bound %.1f points)", 100*got, n, 100*want, np, 100*tol)
+				if math.Abs(got-want) <= tol {
 					break
 				}
 				if try == 2 {
-					t.Errorf("alloc: main.allocTop owns %.1f%% of the samples, runtime/pprof says %.1f%%: want within 5 points", 100*got, 100*want)
+					t.Errorf("alloc: main.allocTop owns %.1f%% of the samples, runtime/pprof says %.1f%%: want within %.1f points", 100*got, 100*want, 100*tol)
 					break
 				}
 			}

@@ -49,6 +49,7 @@ type Stats struct {
 // Reader reads the Python frames of sampled threads out of their
 // processes' memory. It is used from one goroutine.
 type Reader struct {
+	shim  bool // the code object code() returned last is a shim (codeEntry.shim)
 	read  func(pid uint32, addr uint64, buf []byte) bool
 	read2 func(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int
 	procs map[uint32]*proc
@@ -102,6 +103,9 @@ type codeEntry struct {
 	firstLine                     uint32
 	units                         uint64
 	id                            uint64
+	// shim: the interpreter's own entry code (3.12's "<interpreter
+	// trampoline>"), whose frames belong to the C stack.
+	shim bool
 }
 
 // NewReader returns a Reader that reads target memory with read, which
@@ -376,6 +380,15 @@ func (r *Reader) addFrame(pid uint32, p *proc, l *layout, code, instr uint64, la
 		r.Stats.Cut[cut]++
 		return false
 	}
+	if r.shim {
+		// The C stack's entry frame, read while the interpreter was
+		// writing it (its owner byte not yet FRAME_OWNED_BY_CSTACK):
+		// no Python frame, as when the owner says so.
+		if n := len(r.frames); n > 0 {
+			r.frames[n-1].Entry = true
+		}
+		return true
+	}
 	start := code + l.coCode
 	var off uint64
 	switch {
@@ -417,6 +430,7 @@ func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64, cb []byte) (i
 	}
 	if old, ok := p.codes[addr]; ok && old.qualname == e.qualname && old.filename == e.filename &&
 		old.linetable == e.linetable && old.firstLine == e.firstLine && old.codeObj == e.codeObj && (l.legacy || old.units == e.units) {
+		r.shim = old.shim
 		return old.id, old.units, -1
 	}
 	if l.legacy { // the code's size: its co_code bytes object's
@@ -447,7 +461,9 @@ func (r *Reader) code(pid uint32, p *proc, l *layout, addr uint64, cb []byte) (i
 		r.fresh = append(r.fresh, format.PyCode{ID: e.id, Name: name, File: file, FirstLine: e.firstLine,
 			Table: l.table, Lines: table})
 	}
+	e.shim = name == "<interpreter trampoline>" || name == "<shim>"
 	p.codes[addr] = e
+	r.shim = e.shim
 	return e.id, e.units, -1
 }
 
