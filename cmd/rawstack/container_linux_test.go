@@ -75,11 +75,18 @@ func TestContainerNative(t *testing.T) {
 }
 
 // recordContainer records the container process pid with args for
-// 1.5 s, ends the container, deletes its root and returns the trace.
+// 1.5 s (or until it exits), ends the container, deletes its root and
+// returns the trace.
 func recordContainer(t *testing.T, pid int, cmd *exec.Cmd, root string, args ...string) string {
 	t.Helper()
+	return recordContainerFor(t, "1.5s", pid, cmd, root, args...)
+}
+
+// recordContainerFor is recordContainer for at most duration.
+func recordContainerFor(t *testing.T, duration string, pid int, cmd *exec.Cmd, root string, args ...string) string {
+	t.Helper()
 	trace := filepath.Join(t.TempDir(), "t.rawstack")
-	args = append([]string{"record", "-q", "-F", "499", "-o", trace, "-p", strconv.Itoa(pid), "--duration", "1.5s"}, args...)
+	args = append([]string{"record", "-q", "-F", "499", "-o", trace, "-p", strconv.Itoa(pid), "--duration", duration}, args...)
 	var stdout, stderr bytes.Buffer
 	if code := run(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("%q exited %d: %s", args, code, stderr.String())
@@ -137,11 +144,13 @@ func TestContainerNode(t *testing.T) {
 	// node mmaps in its working directory (--perf-prof), each named by
 	// the pid the process has in its own namespace. Node writes its
 	// jitdump through a 2 MiB stdio buffer, flushed when it exits: that
-	// node runs a fixed ~0.5 s of work and exits inside the recording, and
-	// frame pointers (no stack copy: no V8 reader) leave the names to
-	// the jitdump alone.
-	type source struct{ name, flag, rounds, unwind string }
-	for _, src := range []source{{"perf-map", "--perf-basic-prof", "100000", "auto"}, {"jitdump", "--perf-prof", "600", "fp"}} {
+	// node runs a fixed ~0.5 s of work and the recording lasts until it
+	// exits, however slowly a loaded machine runs it (CI once ended a
+	// 1.5 s recording before node's exit, its jitdump unflushed: 0.4%
+	// named); frame pointers (no stack copy: no V8 reader) leave the
+	// names to the jitdump alone.
+	type source struct{ name, flag, rounds, unwind, duration string }
+	for _, src := range []source{{"perf-map", "--perf-basic-prof", "100000", "auto", "1.5s"}, {"jitdump", "--perf-prof", "600", "fp", "60s"}} {
 		for _, be := range []string{"perf", "ebpf"} {
 			t.Run(src.name+"/"+be, func(t *testing.T) {
 				if be == "ebpf" {
@@ -150,7 +159,7 @@ func TestContainerNode(t *testing.T) {
 				t.Setenv(idcache.Env, t.TempDir())
 				root := testbuild.ContainerRoot(t, map[string]string{node: "/opt/node/bin/node", app: "/app/app.js"}, nil, node)
 				pid, cmd := testbuild.Container(t, root, nil, "", "/opt/node/bin/node", src.flag, "/app/app.js", src.rounds)
-				trace := recordContainer(t, pid, cmd, root, "--backend", be, "--unwind", src.unwind)
+				trace := recordContainerFor(t, src.duration, pid, cmd, root, "--backend", be, "--unwind", src.unwind)
 				share, n := foldedShare(t, trace, "fibJit")
 				t.Logf("%d samples, fibJit named in %.1f%%", n, 100*share)
 				if share < 0.8 {
