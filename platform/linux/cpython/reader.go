@@ -44,6 +44,9 @@ type Stats struct {
 	Frames uint64        // Python frames given
 	Codes  uint64        // distinct code objects interned
 	Cut    [nCuts]uint64 // chains cut, by reason
+	// Remembered counts frames read at the sample (FramesRaw) whose
+	// code object could no longer be read, named from its last reading.
+	Remembered uint64
 }
 
 // Reader reads the Python frames of sampled threads out of their
@@ -380,6 +383,12 @@ func (r *Reader) addFrame(pid uint32, p *proc, l *layout, code, instr uint64, la
 		r.Stats.Cut[cut]++
 		return false
 	}
+	return r.addCode(l, code, instr, lasti, entry, id, units)
+}
+
+// addCode is addFrame for the code object at code, known as id, of units
+// code units (r.shim says whether it is the interpreter's entry code).
+func (r *Reader) addCode(l *layout, code, instr uint64, lasti int32, entry bool, id, units uint64) bool {
 	if r.shim {
 		// The C stack's entry frame, read while the interpreter was
 		// writing it (its owner byte not yet FRAME_OWNED_BY_CSTACK):
@@ -621,12 +630,29 @@ func (r *Reader) FramesRaw(pid uint32, raw []uint64, cut, held bool) ([]format.P
 			}
 			continue
 		}
-		if code == 0 || !r.read(pid, code, cb) {
+		entry := l.legacy || l.frIsEntry != 0 && uint8(flags>>8) != 0
+		if code != 0 && !r.read(pid, code, cb) {
+			// The frames were read at the sample; the code object no
+			// longer can be, most often because the process exited
+			// before its last samples were drained. A code object read
+			// before at that address names the frame: the same object
+			// unless it was freed and its address reused since.
+			if old, ok := p.codes[code]; ok {
+				r.shim = old.shim
+				if !r.addCode(l, code, instr, int32(instr), entry, old.id, old.units) {
+					cut = false
+					break
+				}
+				r.Stats.Remembered++
+				continue
+			}
+			code = 0
+		}
+		if code == 0 {
 			r.Stats.Cut[CutRead]++
 			cut = false
 			break
 		}
-		entry := l.legacy || l.frIsEntry != 0 && uint8(flags>>8) != 0
 		if !r.addFrame(pid, p, l, code, instr, int32(instr), entry, cb) {
 			cut = false
 			break
