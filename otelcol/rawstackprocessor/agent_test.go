@@ -395,19 +395,6 @@ func TestAgentRuntimes(t *testing.T) {
 				}
 				p := want[row.name]
 				tol := 0.05 + 3*math.Sqrt(p*(1-p)/float64(max(samples[pid], 1))+p*(1-p)/float64(max(wantN[row.name], 1)))
-				if row.name == "java" && share < p-tol {
-					// Known intermittent defect, open in issue 34:
-					// through the agent (raw or named) Shop's inlined
-					// chain is sometimes named in a fraction of its
-					// samples only (16.6% and 34.1% seen, 94.8-97.0%
-					// in other runs; recordings keep 95-97%). Held to
-					// the frames arriving at all until it is found.
-					t.Logf("known defect (issue 34): java %.1f%% named through the agent, %.1f%% in a recording", 100*share, 100*p)
-					if share < 0.10 {
-						t.Errorf("%s: %.1f%% named through the agent, want HotSpot's frames in at least 10%%", row.name, 100*share)
-					}
-					continue
-				}
 				if d := share - p; d < -tol || d > tol {
 					t.Errorf("%s: %.1f%% named through the agent, %.1f%% in folded output (±%.1f)", row.name, 100*share, 100*p, 100*tol)
 				}

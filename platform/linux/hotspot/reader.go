@@ -3,6 +3,7 @@ package hotspot
 import (
 	"encoding/binary"
 	"strings"
+	"time"
 
 	"github.com/rawstack/rawstack/format"
 	"github.com/rawstack/rawstack/platform/linux/jitstack"
@@ -43,8 +44,14 @@ const (
 	maxLineTable = 64 << 10
 	maxSymbol    = 1024
 	maxBlobCache = 1 << 16 // pcs remembered per process
-	retryLayout  = 256     // samples before the tables of a starting VM are read again
-	retryHeaps   = 64      // samples before the code heaps are read again after a miss
+	// A starting VM's tables, or its code heaps, are read again at its
+	// next sample after firstRetry, then after twice as long each time
+	// up to maxRetry: soon after the VM fills them, at any sampling
+	// rate (a count of samples waited 2.6 s at 99 Hz, most of a short
+	// program's run).
+	firstRetry = 5 * time.Millisecond
+	maxRetry   = 200 * time.Millisecond
+	settleTime = 5 * time.Second
 )
 
 // Blob kinds.
@@ -76,12 +83,13 @@ type proc struct {
 	syms   Symbols
 	layout *Layout
 	err    error
-	retry  int
+	retry  backoff
+	first  time.Time // the first reading of its tables
 
 	heaps      [maxHeaps][3]uint64 // low, high, segment map's low
 	heapLog    [maxHeaps]uint32
 	nheaps     int
-	heapsRetry int
+	heapsRetry backoff
 
 	blobs   map[uint64]*blob // by the pc met
 	methods map[uint64]*method
@@ -177,13 +185,17 @@ func (r *Reader) ready(p *proc, pid uint32) bool {
 		return false
 	}
 	if p.layout == nil {
-		if p.retry > 0 {
-			p.retry--
+		if p.retry.wait() {
 			return false
 		}
 		l, err := readLayout(func(addr uint64, b []byte) bool { return r.read(pid, addr, b) }, p.syms)
-		if err == errNotReady {
-			p.retry = retryLayout
+		if p.first.IsZero() {
+			p.first = time.Now()
+		}
+		// Tables still being filled may read as anything: an error is
+		// final only once the VM has had settleTime to start.
+		if err == errNotReady || err != nil && time.Since(p.first) < settleTime {
+			p.retry.miss()
 			return false
 		}
 		if err != nil {
@@ -193,17 +205,31 @@ func (r *Reader) ready(p *proc, pid uint32) bool {
 		p.layout = l
 	}
 	if p.nheaps == 0 {
-		if p.heapsRetry > 0 {
-			p.heapsRetry--
+		if p.heapsRetry.wait() {
 			return false
 		}
 		r.readHeaps(p, pid)
 		if p.nheaps == 0 {
-			p.heapsRetry = retryHeaps
+			p.heapsRetry.miss()
 			return false
 		}
 	}
 	return true
+}
+
+// backoff spaces the reads of what a starting VM has not filled yet.
+type backoff struct {
+	at   time.Time     // not before then
+	last time.Duration // the last wait
+}
+
+// wait reports whether it is too early to read again.
+func (b *backoff) wait() bool { return !b.at.IsZero() && time.Now().Before(b.at) }
+
+// miss records a read that found nothing yet.
+func (b *backoff) miss() {
+	b.last = min(max(2*b.last, firstRetry), maxRetry)
+	b.at = time.Now().Add(b.last)
 }
 
 // readHeaps reads the bounds of the code cache's heaps.
