@@ -56,7 +56,10 @@ func (r *Reader) lineOf(p *proc, pid uint32, s *sfiInfo, pos sourcePosition) uin
 		return lineUnknown
 	}
 	ends := s.src.ends(r, p, pid)
-	if ends == nil {
+	if ends == nil || uint32(off) > ends[len(ends)-1] {
+		// Past the script's last line end: the table is not this
+		// script's (or the position is not), and a line past it would be
+		// a wrong one.
 		return lineUnknown
 	}
 	i := sort.Search(len(ends), func(i int) bool { return ends[i] >= uint32(off) })
@@ -101,13 +104,18 @@ func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 		if a, ok := r.fixedArray(p, pid, s.lineEndsPtr, maxLineEnds); ok && len(a) > 0 {
 			ends := make([]uint32, 0, len(a))
 			for _, v := range a {
-				if !isSMI(v) || smi(v) < 0 {
+				if !isSMI(v) || smi(v) < 0 || len(ends) > 0 && uint32(smi(v)) <= ends[len(ends)-1] {
 					return nil
 				}
 				ends = append(ends, uint32(smi(v)))
 			}
-			s.lineEnds = ends
-			return ends
+			// The last line ends at the source's end (V8 counts the
+			// ending line): an array that does not is not this
+			// script's line ends.
+			if n, ok := r.strLen(p, pid, s.source); ok && (ends[len(ends)-1] == uint32(n) || ends[len(ends)-1]+1 == uint32(n)) {
+				s.lineEnds = ends
+				return ends
+			}
 		}
 	}
 	t := r.typeOf(p, pid, s.source)
@@ -128,6 +136,20 @@ func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 	}
 	s.lineEnds = append(ends, uint32(len(src)))
 	return s.lineEnds
+}
+
+// strLen returns the length in UTF-16 code units of the String at ptr
+// (tagged).
+func (r *Reader) strLen(p *proc, pid uint32, ptr uint64) (int, bool) {
+	if !isHeap(ptr) || r.typeOf(p, pid, ptr) >= p.l.firstNonString {
+		return 0, false
+	}
+	w := r.tmp[:4]
+	if !r.read(pid, ptr-heapObjectTag+p.l.strLength, w) {
+		return 0, false
+	}
+	n := int(int32(binary.LittleEndian.Uint32(w)))
+	return n, n >= 0
 }
 
 // str reads the String at ptr (tagged) of instance type t as UTF-8.
