@@ -116,10 +116,12 @@ type sfiInfo struct {
 }
 
 type scriptInfo struct {
+	ptr                       uint64 // the Script (tagged)
 	name, source, lineEndsPtr uint64
 	file                      string
 	lineEnds                  []uint32 // offsets of the line ends; nil when not known
 	tried                     bool     // lineEnds was looked for
+	unstable                  int      // reads of the source that moved under the reader
 }
 
 // bcInfo is a BytecodeArray read before, the same while its length and
@@ -546,29 +548,35 @@ func (r *Reader) fixedArray(p *proc, pid uint32, ptr uint64, max uint64) ([]uint
 	return out, true
 }
 
-// typeOf returns the instance type of the heap object at ptr (tagged), 0
-// when it cannot be read.
+// typeOf returns the instance type of the heap object at ptr (tagged),
+// noType when it cannot be read.
 func (r *Reader) typeOf(p *proc, pid uint32, ptr uint64) uint16 {
 	w := r.tmp[:8]
 	if !isHeap(ptr) || !r.read(pid, ptr-heapObjectTag+p.l.mapOff, w) {
-		return 0
+		return noType
 	}
 	return r.typeOfMap(p, pid, le64(w, 0))
 }
+
+// noType is what typeOf and typeOfMap return for an object or map they
+// could not read: not 0, which is a string type (V8's internalized
+// two-byte string), so that an unreadable source was read as two-byte
+// characters, every line of a run then wrong.
+const noType = 0xffff
 
 // typeOfMap returns the instance type a Map (tagged) gives its objects.
 // The maps of the objects read here are read-only roots: their types are
 // cached.
 func (r *Reader) typeOfMap(p *proc, pid uint32, m uint64) uint16 {
 	if !isHeap(m) {
-		return 0
+		return noType
 	}
 	if t, ok := p.types[m]; ok {
 		return t
 	}
 	w := r.tmp[:2]
 	if !r.read(pid, m-heapObjectTag+p.l.instanceType, w) {
-		return 0
+		return noType
 	}
 	t := binary.LittleEndian.Uint16(w)
 	if len(p.types) < 4096 {

@@ -96,3 +96,67 @@ func TestFindNode(t *testing.T) {
 		t.Errorf("/bin/sh: %v, want not V8", err)
 	}
 }
+
+// TestScriptLinesMovedSource: a Script read from a stale copy (the
+// garbage collector moved it, and its source, since the pointer was
+// read) names the source's old copy, whose map word forwards to where it
+// is now; the lines are counted there. A source whose map cannot be read
+// gives no lines (and is looked for again), never its bytes read as
+// two-byte characters (type 0), which gave every line of a run as 1.
+func TestScriptLinesMovedSource(t *testing.T) {
+	l := node20()
+	mem := map[uint64][]byte{}
+	obj := func(addr uint64, size int) []byte {
+		b := make([]byte, size)
+		mem[addr] = b
+		return b
+	}
+	put := func(b []byte, off, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
+	const tag = heapObjectTag
+	// The one-byte string map (a Map whose instance type is 0x28).
+	strMap := obj(0x10000, 64)
+	binary.LittleEndian.PutUint16(strMap[l.instanceType:], 0x28)
+	src := "// a comment\nfunction f() {\n  return 1;\n}\n"
+	// The source where it is now, and its old copy, forwarding.
+	now := obj(0x20000, int(l.seqChars)+len(src))
+	put(now, l.mapOff, 0x10000+tag)
+	binary.LittleEndian.PutUint32(now[l.strLength:], uint32(len(src)))
+	copy(now[l.seqChars:], src)
+	old := obj(0x30000, int(l.seqChars)+len(src))
+	put(old, l.mapOff, 0x20000) // the new address, untagged
+	binary.LittleEndian.PutUint32(old[l.strLength:], uint32(len(src)))
+	// The Script's stale copy still names the old source.
+	script := obj(0x40000, int(max(l.scriptName, l.scriptSource, l.scriptLineEnds))+8)
+	put(script, l.scriptSource, 0x30000+tag)
+	read := func(_ uint32, addr uint64, b []byte) bool {
+		for base, m := range mem {
+			if addr >= base && addr+uint64(len(b)) <= base+uint64(len(m)) {
+				copy(b, m[addr-base:])
+				return true
+			}
+		}
+		return false
+	}
+	r := NewReader(read)
+	p := &proc{l: l, types: map[uint64]uint16{}, srcs: map[uint64]*scriptInfo{}}
+	s := r.script(p, 1, 0x40000+tag)
+	if s == nil {
+		t.Fatal("the Script was not read")
+	}
+	sfi := &sfiInfo{src: s}
+	// "return 1" is on line 3.
+	at := sourcePosition(uint64(strings.Index(src, "return")+1) << 1)
+	if got := r.lineOf(p, 1, sfi, at); got != 3 {
+		t.Errorf("line %d through the forwarded source, want 3", got)
+	}
+
+	// A source whose map cannot be read: no line, looked for again.
+	put(script, l.scriptSource, 0x50000+tag) // nothing mapped there
+	s = &scriptInfo{ptr: 0x40000 + tag, source: 0x50000 + tag}
+	if got := r.lineOf(p, 1, &sfiInfo{src: s}, at); got != lineUnknown {
+		t.Errorf("line %d from an unreadable source, want none", got)
+	}
+	if s.tried {
+		t.Error("an unreadable source is not looked for again")
+	}
+}

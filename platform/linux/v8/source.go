@@ -70,6 +70,7 @@ func (r *Reader) lineOf(p *proc, pid uint32, s *sfiInfo, pos sourcePosition) uin
 // its name and source pointers read the same.
 func (r *Reader) script(p *proc, pid uint32, ptr uint64) *scriptInfo {
 	l := p.l
+	ptr = r.current(p, pid, ptr)
 	n := max(l.scriptName, l.scriptSource, l.scriptLineEnds) + 8
 	b := make([]byte, n)
 	if !r.read(pid, ptr-heapObjectTag, b) {
@@ -79,7 +80,7 @@ func (r *Reader) script(p *proc, pid uint32, ptr uint64) *scriptInfo {
 	if s := p.srcs[ptr]; s != nil && s.name == name && s.source == src {
 		return s
 	}
-	s := &scriptInfo{name: name, source: src, lineEndsPtr: ends}
+	s := &scriptInfo{ptr: ptr, name: name, source: src, lineEndsPtr: ends}
 	if t := r.typeOf(p, pid, name); isHeap(name) && t < l.firstNonString {
 		s.file, _ = r.str(p, pid, name, t, maxName, 0)
 	}
@@ -90,14 +91,57 @@ func (r *Reader) script(p *proc, pid uint32, ptr uint64) *scriptInfo {
 	return s
 }
 
-// ends returns the offsets of the script's line ends: its line_ends
-// array when V8 computed it, else counted in its source.
+// ends returns the offsets of the script's line ends, counted in its
+// source; when the source cannot be read (an external string), its
+// line_ends array if V8 computed one that passes the checks below.
 func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 	if s.tried {
 		return s.lineEnds
 	}
 	s.tried = true
 	l := p.l
+	// A Script read from a pointer that a compaction since made stale
+	// still names its source's old copy, whose map word forwards.
+	source := r.current(p, pid, s.source)
+	t := r.typeOf(p, pid, source)
+	if t == noType && isHeap(source) {
+		// Unread, not a type: when a failed read gave type 0 (a
+		// two-byte string) a one-byte source was read two characters
+		// at a time, and every line of the run was 1 (one node run in
+		// ten).
+		s.retry()
+		return nil
+	}
+	if isHeap(source) && t < l.firstNonString && t&l.strReprMask != l.strExternal {
+		// The source, checked to have stayed in place while it was
+		// read (below).
+		before, ok1 := r.strStamp(p, pid, source)
+		src, ok := r.str16(p, pid, source, t, maxSource, 0)
+		after, ok2 := r.strStamp(p, pid, source)
+		w := r.tmp[:8]
+		if !ok1 || !ok2 || before != after || !r.read(pid, r.current(p, pid, s.ptr)-heapObjectTag+l.scriptSource, w) ||
+			le64(w, 0) != s.source && le64(w, 0) != source {
+			// The process runs on while it is read: a string the
+			// garbage collector moved meanwhile (its old copy's map
+			// word now forwards) gave other characters, and every
+			// line of the run a wrong one. Read again at a later
+			// sample, a few times.
+			s.retry()
+			return nil
+		}
+		if ok {
+			ends := []uint32{}
+			for i, c := range src {
+				if c == '\n' || c == '\r' && (i+1 == len(src) || src[i+1] != '\n') {
+					ends = append(ends, uint32(i))
+				}
+			}
+			s.lineEnds = append(ends, uint32(len(src)))
+			return s.lineEnds
+		}
+	}
+	// An external source's data pointer is the embedder's, and was seen
+	// to give other bytes: V8's own count, if any.
 	if isHeap(s.lineEndsPtr) && r.typeOf(p, pid, s.lineEndsPtr) == l.typeFixedArray {
 		// An empty array is no count (V8 has not counted them yet): a
 		// script has at least one line end.
@@ -118,24 +162,53 @@ func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 			}
 		}
 	}
-	t := r.typeOf(p, pid, s.source)
-	if !isHeap(s.source) || t >= l.firstNonString || t&l.strReprMask == l.strExternal {
-		// An external source's data pointer is the embedder's, and
-		// was seen to give other bytes: its lines stay unknown.
-		return nil
-	}
-	src, ok := r.str16(p, pid, s.source, t, maxSource, 0)
-	if !ok {
-		return nil
-	}
-	ends := []uint32{}
-	for i, c := range src {
-		if c == '\n' || c == '\r' && (i+1 == len(src) || src[i+1] != '\n') {
-			ends = append(ends, uint32(i))
+	return nil
+}
+
+// current returns where the heap object at ptr (tagged) is now: the
+// copy a garbage collection moved an object away from holds the new
+// address, untagged, in its map word (V8's MapWord::FromForwardingAddress
+// without pointer compression); followed a few times.
+func (r *Reader) current(p *proc, pid uint32, ptr uint64) uint64 {
+	w := r.tmp[:8]
+	for i := 0; i < 4 && isHeap(ptr); i++ {
+		if !r.read(pid, ptr-heapObjectTag+p.l.mapOff, w) {
+			return ptr
 		}
+		m := le64(w, 0)
+		if isHeap(m) || m <= 0xffff || m&7 != 0 {
+			return ptr
+		}
+		ptr = m + heapObjectTag
 	}
-	s.lineEnds = append(ends, uint32(len(src)))
-	return s.lineEnds
+	return ptr
+}
+
+// maxUnstable caps the reads of a script's source that failed or found
+// it moving.
+const maxUnstable = 16
+
+// retry has the script's line ends looked for again at a later sample,
+// up to maxUnstable times.
+func (s *scriptInfo) retry() {
+	if s.unstable++; s.unstable < maxUnstable {
+		s.tried = false
+	}
+}
+
+// strStamp returns what identifies the String at ptr (tagged) as it is
+// now: its map word and length (an object the garbage collector moved
+// has a forwarding address in its old copy's map word).
+func (r *Reader) strStamp(p *proc, pid uint32, ptr uint64) ([2]uint64, bool) {
+	w := r.tmp[:8]
+	if !isHeap(ptr) || !r.read(pid, ptr-heapObjectTag+p.l.mapOff, w) {
+		return [2]uint64{}, false
+	}
+	m := le64(w, 0)
+	if !r.read(pid, ptr-heapObjectTag+p.l.strLength, w[:4]) {
+		return [2]uint64{}, false
+	}
+	return [2]uint64{m, uint64(binary.LittleEndian.Uint32(w[:4]))}, true
 }
 
 // strLen returns the length in UTF-16 code units of the String at ptr
