@@ -383,9 +383,6 @@ func TestAgentRuntimes(t *testing.T) {
 			time.Sleep(time.Second) // the last batch
 			stopAgent(t, agent, stderr)
 			for _, row := range rows {
-				if progs[row.name] == nil {
-					continue
-				}
 				pid := int64(progs[row.name].Process.Pid)
 				samples, named := perPidChain(t, c.sink, row.leafFirst)
 				share := float64(named[pid]) / float64(max(samples[pid], 1))
