@@ -5,6 +5,7 @@ package procmaps
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strconv"
 )
 
@@ -99,4 +100,22 @@ func parseLine(line []byte) (Mapping, error) {
 	}
 	m.Path = string(line)
 	return m, nil
+}
+
+// ExecFiles calls f with each executable mapping of a file in the
+// /proc/PID/maps of process pid as it is now; false if it could not be
+// read. The runtimes' frame readers attach a process found running this
+// way.
+func ExecFiles(pid uint32, f func(m *Mapping)) bool {
+	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
+	if err != nil {
+		return false
+	}
+	maps, _ := Parse(data)
+	for i := range maps {
+		if maps[i].Exec() && maps[i].Path != "" {
+			f(&maps[i])
+		}
+	}
+	return true
 }

@@ -24,3 +24,16 @@ func (r *VMReader) Read(pid int, local [][]byte, remote []RemoteIovec) (int, err
 	}
 	return unix.ProcessVMReadv(pid, r.local, remote, 0)
 }
+
+// RangeReader reads one range of another process per call, reusing its
+// iovec: the memory access of the runtimes' frame readers (CPython, V8,
+// HotSpot).
+type RangeReader struct{ iov [1]RemoteIovec }
+
+// Read reads len(buf) bytes of process pid at addr into buf and reports
+// whether all of them could be read.
+func (r *RangeReader) Read(pid uint32, addr uint64, buf []byte) bool {
+	r.iov[0] = RemoteIovec{Base: uintptr(addr), Len: len(buf)}
+	n, err := ProcessVMRead(int(pid), buf, r.iov[:1])
+	return err == nil && n == len(buf)
+}

@@ -17,7 +17,8 @@ import (
 // in the modules a process maps and reads each sample's frames.
 type Sampling struct {
 	r     *Reader
-	iov   [2]sys.RemoteIovec
+	iov   [2]sys.RemoteIovec // read2's
+	mem   sys.RangeReader
 	files map[string]fileResult
 	errs  []error
 	// nsPid: per process, whether it is in another pid namespace than
@@ -43,11 +44,7 @@ func NewSampling() *Sampling {
 
 // read reads the target's memory with process_vm_readv: a bad address
 // fails the call instead of faulting.
-func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool {
-	s.iov[0] = sys.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
-	n, err := sys.ProcessVMRead(int(pid), buf, s.iov[:1])
-	return err == nil && n == len(buf)
-}
+func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool { return s.mem.Read(pid, addr, buf) }
 
 // read2 reads two ranges with one process_vm_readv.
 func (s *Sampling) read2(pid uint32, a1 uint64, n1 int, a2 uint64, n2 int, buf []byte) int {
@@ -154,17 +151,8 @@ func (s *Sampling) Errors() []error { return s.errs }
 // process pid now (/proc/PID/maps): for a process attached to after it
 // started, or a snapshot. It reports whether pid has one.
 func (s *Sampling) AttachMaps(pid uint32) bool {
-	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
-	if err != nil {
-		return false
-	}
-	maps, _ := procmaps.Parse(data)
-	for _, m := range maps {
-		if m.Exec() && m.Path != "" {
-			s.ModuleLoaded(pid, m.Path, m.Start, m.Offset)
-		}
-	}
-	return s.r.Attached(pid)
+	ok := procmaps.ExecFiles(pid, func(m *procmaps.Mapping) { s.ModuleLoaded(pid, m.Path, m.Start, m.Offset) })
+	return ok && s.r.Attached(pid)
 }
 
 // nsTid returns the id thread tid of process pid has in the process's

@@ -6,7 +6,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 
@@ -19,7 +18,7 @@ import (
 // modules a process maps and names each sample's frames.
 type Sampling struct {
 	r       *Reader
-	iov     [1]sys.RemoteIovec
+	mem     sys.RangeReader
 	files   map[string]fileResult
 	layouts map[string]*Layout // by libjvm path, once read from a process
 	errs    []error
@@ -40,11 +39,7 @@ func NewSampling() *Sampling {
 	return s
 }
 
-func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool {
-	s.iov[0] = sys.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
-	n, err := sys.ProcessVMRead(int(pid), buf, s.iov[:1])
-	return err == nil && n == len(buf)
-}
+func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool { return s.mem.Read(pid, addr, buf) }
 
 // ModuleLoaded attaches process pid to the libjvm whose executable
 // mapping [start, end) of path it maps (other files are ignored). The
@@ -130,15 +125,6 @@ func (s *Sampling) Errors() []error { return s.errs }
 // now (/proc/PID/maps), for a process attached to after it started or a
 // snapshot, and reports whether pid runs it.
 func (s *Sampling) AttachMaps(pid uint32) bool {
-	data, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/maps")
-	if err != nil {
-		return false
-	}
-	maps, _ := procmaps.Parse(data)
-	for _, m := range maps {
-		if m.Exec() && m.Path != "" {
-			s.ModuleLoaded(pid, m.Path, m.Start, m.End)
-		}
-	}
-	return s.r.Attached(pid)
+	ok := procmaps.ExecFiles(pid, func(m *procmaps.Mapping) { s.ModuleLoaded(pid, m.Path, m.Start, m.End) })
+	return ok && s.r.Attached(pid)
 }

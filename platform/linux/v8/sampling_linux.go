@@ -16,7 +16,7 @@ import (
 // modules a process maps and names each sample's frames.
 type Sampling struct {
 	r     *Reader
-	iov   [1]sys.RemoteIovec
+	mem   sys.RangeReader
 	files map[string]fileResult
 	errs  []error
 	// Anon reports whether pc of pid lies in anonymous executable memory
@@ -36,11 +36,7 @@ func NewSampling() *Sampling {
 	return s
 }
 
-func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool {
-	s.iov[0] = sys.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
-	n, err := sys.ProcessVMRead(int(pid), buf, s.iov[:1])
-	return err == nil && n == len(buf)
-}
+func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool { return s.mem.Read(pid, addr, buf) }
 
 // ModuleLoaded looks for V8 in the executable mapping [start, end) of
 // path in process pid (only files named like node are opened) and
