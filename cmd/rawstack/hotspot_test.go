@@ -23,8 +23,8 @@ import (
 // chain.
 
 // shopChain is Shop.java's hot chain, innermost first, as both rawstack
-// and JFR name it (the lambda's hidden class, which JFR hides, has no
-// source file and is left out of rawstack's list).
+// and JFR name it (the lambda's hidden class, whose frames JFR and
+// jstack hide, rawstack hides too).
 const shopChain = "Shop$Price.mix;Shop.lambda$handle$0;Shop$Cart.total;Shop.handle;Shop.main"
 
 // shopJava compiles Shop.java and returns its class directory.
@@ -45,6 +45,13 @@ func javaShares(t *testing.T, trace string) shopStats {
 	stacks, counts := pprofFrames(t, trace)
 	st := shopStats{leaf: map[string]int64{}, lines: map[int]int64{}}
 	for i, fs := range stacks {
+		for _, f := range fs {
+			// A hidden class's method (the lambda's proxy) is left out,
+			// as jstack and JFR leave it out.
+			if f.hotspot && strings.Contains(f.fn, "$$Lambda") {
+				t.Errorf("a hidden method's frame %s in %d samples", f.fn, counts[i])
+			}
+		}
 		main, java, anon, hs := false, false, false, false
 		for _, f := range fs {
 			main = main || f.fn == "JavaMain"

@@ -134,6 +134,7 @@ type Layout struct {
 	pcDescSize, pcOffset, pcScope      uint64 // sizeof(PcDesc), PcDesc::_pc_offset, _scope_decode_offset
 
 	methodConst                      uint64 // Method::_constMethod
+	methodFlags, methodHidden        uint64 // Method::_flags (a u2) and its Method::_hidden bit; 0: not known
 	constMethodSize                  uint64 // sizeof(ConstMethod): its bytecodes follow it
 	cmConstants, cmFlags, cmCodeSize uint64 // ConstMethod::_constants, _flags, _code_size
 	cmNameIndex                      uint64 // ConstMethod::_name_index
@@ -385,6 +386,14 @@ func readLayout(read func(addr uint64, b []byte) bool, s Symbols) (*Layout, erro
 		l.ikSourceFile, l.srcInPool = v, true
 	} else {
 		field(&l.ikSourceFile, "InstanceKlass::_source_file_name_index", false)
+	}
+	// A hidden method (of a hidden class, such as a lambda's proxy, or a
+	// LambdaForm's) is left out, as jstack and JFR leave it out; a VM
+	// that does not say which they are shows them.
+	if off, ok := t.fields["Method::_flags"]; ok && !t.static["Method::_flags"] && t.types["u2"] == 2 {
+		if v, ok := t.consts["Method::_hidden"]; ok && v > 0 && v < 1<<16 {
+			l.methodFlags, l.methodHidden = off, uint64(v)
+		}
 	}
 	field(&l.symLength, "Symbol::_length", false)
 	field(&l.symBody, "Symbol::_body", false)

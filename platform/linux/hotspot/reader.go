@@ -117,6 +117,7 @@ type scope struct {
 
 // method is one Method, as read once.
 type method struct {
+	hidden             bool // jstack and JFR leave its frames out
 	constMethod        uint64
 	codeBase, codeSize uint64
 	fn                 uint64
@@ -556,7 +557,7 @@ func (r *Reader) compiled(p *proc, pid uint32, b *blob, pc uint64, leaf bool) {
 	if len(sc) == 0 {
 		// No debug information there (a pc in the method's prologue):
 		// the method compiled.
-		if m := r.method(p, pid, b.method); m != nil {
+		if m := r.method(p, pid, b.method); m != nil && !m.hidden {
 			r.frames = append(r.frames, format.JITFrame{PC: pc, Func: m.fn, Tier: b.tier})
 		}
 		return
@@ -606,7 +607,9 @@ func (r *Reader) scopesAt(p *proc, pid uint32, b *blob, pc uint64, leaf bool) []
 		if m == nil {
 			return out
 		}
-		out = append(out, scope{fn: m.fn, line: m.line(bci)})
+		if !m.hidden {
+			out = append(out, scope{fn: m.fn, line: m.line(bci)})
+		}
 		if sender >= dec && sender != 0 {
 			break // senders are written before their callees
 		}
@@ -637,6 +640,9 @@ func (r *Reader) interpreted(p *proc, pid uint32, pc, fp uint64, st Stack) {
 		if m = r.method(p, pid, mp); m == nil {
 			return
 		}
+	}
+	if m.hidden {
+		return
 	}
 	if m.codeSize == 0 { // a native method: no bytecode, no line
 		r.frames = append(r.frames, format.JITFrame{PC: pc, Func: m.fn, Tier: format.JITTierInterpreted})
@@ -699,6 +705,11 @@ func (r *Reader) method(p *proc, pid uint32, mp uint64) *method {
 		}
 	}
 	m := &method{constMethod: cm, codeBase: cm + l.constMethodSize, codeSize: codeSize}
+	if l.methodHidden != 0 {
+		if f, ok := r.u16(pid, mp+l.methodFlags); ok {
+			m.hidden = uint64(f)&l.methodHidden != 0
+		}
+	}
 	m.fn = r.intern(strings.ReplaceAll(klass, "/", ".")+"."+name, file)
 	if flags&l.hasLineTable != 0 {
 		m.lines = r.lineTable(pid, m.codeBase+codeSize)
