@@ -12,10 +12,12 @@ import (
 
 // The jitcost scenario (issue 34): what naming JIT frames from the
 // runtimes' own metadata (the V8 and HotSpot readers, on by default, no
-// flag in the target) costs the program recorded. Node running shop.js's
-// chain (benchmarks/testdata/jitcost.js) and a JVM running Shop.java's
-// (JitCost.java), each a fixed amount of work that prints the CPU time it
-// took, are recorded at 999 Hz by each back end with the readers and with
+// flag in the target) costs the program recorded. Node running shop.js
+// and a JVM running Shop.java (cmd/rawstack/testdata/jit: a chain of
+// three functions and a lambda the JIT inlines), each a fixed amount of
+// work whose CPU time the process prints (node preloads
+// benchmarks/testdata/cpuexit.js; Shop.java has a rounds mode), are
+// recorded at 999 Hz by each back end with the readers and with
 // --no-jit, in alternating pairs; the row is the median of the pair
 // ratios (goal ≤ 1.05×), end to end as a user runs it.
 func init() {
@@ -29,12 +31,12 @@ func runJITCost(cfg *config) ([]row, error) {
 	}
 	dir := filepath.Join(cfg.work, "jitcost")
 	os.MkdirAll(dir, 0o755)
-	for _, name := range []string{"jitcost.js", "JitCost.java"} {
-		src, err := os.ReadFile(testdataPath(filepath.Join("benchmarks", "testdata", name)))
+	for _, name := range []string{"benchmarks/testdata/cpuexit.js", "cmd/rawstack/testdata/jit/shop.js", "cmd/rawstack/testdata/jit/Shop.java"} {
+		src, err := os.ReadFile(testdataPath(name))
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(name)), src, 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -50,7 +52,7 @@ func runJITCost(cfg *config) ([]row, error) {
 	}
 	var targets []target
 	if node, err := exec.LookPath("node"); err == nil {
-		targets = append(targets, target{"node", []string{node, "jitcost.js", nodeRounds}, ""})
+		targets = append(targets, target{"node", []string{node, "--require", "./cpuexit.js", "shop.js", nodeRounds}, ""})
 	} else {
 		targets = append(targets, target{"node", nil, "node not installed"})
 	}
@@ -60,10 +62,10 @@ func runJITCost(cfg *config) ([]row, error) {
 	case err1 != nil || err2 != nil:
 		targets = append(targets, target{"java", nil, "java or javac not installed"})
 	default:
-		if out, err := exec.Command(javac, "-d", dir, filepath.Join(dir, "JitCost.java")).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("javac JitCost.java: %v: %s", err, out)
+		if out, err := exec.Command(javac, "-d", dir, filepath.Join(dir, "Shop.java")).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("javac Shop.java: %v: %s", err, out)
 		}
-		targets = append(targets, target{"java", []string{java, "-cp", dir, "JitCost", javaRounds}, ""})
+		targets = append(targets, target{"java", []string{java, "-cp", dir, "Shop", "rounds", javaRounds}, ""})
 	}
 	for _, tg := range targets {
 		for _, backend := range []string{"perf", "ebpf"} {
@@ -108,19 +110,12 @@ func jitCost(cfg *config, cli, dir, backend, metric string, argv []string, pairs
 		}
 		return strconv.ParseFloat(f[len(f)-1], 64)
 	}
-	var with, without, ratios []float64
-	for i := 0; i < pairs; i++ {
-		var a, b float64
-		err := inTurn(i,
-			func() (err error) { a, err = run(false); return err },
-			func() (err error) { b, err = run(true); return err })
-		if err != nil {
-			if err := needPeer(err.Error()); err != nil {
-				return row{}, err
-			}
-			return row{Scenario: "jitcost", Metric: metric, Note: err.Error()}, nil
+	with, without, ratios, err := pairRatios(pairs, func() (float64, error) { return run(false) }, func() (float64, error) { return run(true) })
+	if err != nil {
+		if err := needPeer(err.Error()); err != nil {
+			return row{}, err
 		}
-		with, without, ratios = append(with, a), append(without, b), append(ratios, a/b)
+		return row{Scenario: "jitcost", Metric: metric, Note: err.Error()}, nil
 	}
 	fmt.Fprintf(cfg.logger, "  %s, %s back end: CPU s with the JIT readers %.3f, --no-jit %.3f (medians); pair ratios %.3f\n", argv[0], backend, median(with), median(without), ratios)
 	return row{Scenario: "jitcost", Metric: metric, Rawstack: median(with), Peer: "--no-jit", PeerVal: median(without), Better: "lower",

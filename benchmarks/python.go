@@ -112,19 +112,12 @@ func pythonCost(cfg *config, cli, backend string) ([]row, error) {
 	if cfg.short {
 		pairs = 3
 	}
-	var with, without, ratios []float64
-	for i := 0; i < pairs; i++ {
-		var a, b float64
-		err := inTurn(i,
-			func() (err error) { a, err = run(false); return err },
-			func() (err error) { b, err = run(true); return err })
-		if err != nil {
-			if err := needPeer(err.Error()); err != nil {
-				return nil, err
-			}
-			return []row{{Scenario: "python", Metric: metric, Note: err.Error()}}, nil
+	with, without, ratios, err := pairRatios(pairs, func() (float64, error) { return run(false) }, func() (float64, error) { return run(true) })
+	if err != nil {
+		if err := needPeer(err.Error()); err != nil {
+			return nil, err
 		}
-		with, without, ratios = append(with, a), append(without, b), append(ratios, a/b)
+		return []row{{Scenario: "python", Metric: metric, Note: err.Error()}}, nil
 	}
 	fmt.Fprintf(cfg.logger, "  %s back end: CPU s with Python frames %.3f, --no-python %.3f (medians); pair ratios %.3f\n", backend, median(with), median(without), ratios)
 	return []row{{Scenario: "python", Metric: metric, Rawstack: median(with), Peer: "--no-python", PeerVal: median(without), Better: "lower",

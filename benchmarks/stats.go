@@ -66,6 +66,23 @@ func medianBy[T any](xs []T, f func(T) float64) float64 {
 	return median(v)
 }
 
+// pairRatios runs a and b in alternating turns (inTurn), pairs times,
+// and returns what each gave and the ratio a/b of each pair; it stops at
+// the first error.
+func pairRatios(pairs int, a, b func() (float64, error)) (as, bs, ratios []float64, err error) {
+	for i := 0; i < pairs; i++ {
+		var x, y float64
+		err := inTurn(i,
+			func() (err error) { x, err = a(); return err },
+			func() (err error) { y, err = b(); return err })
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		as, bs, ratios = append(as, x), append(bs, y), append(ratios, x/y)
+	}
+	return as, bs, ratios, nil
+}
+
 // inTurn runs the sides of one round in alternating order: as given in
 // even rounds, reversed in odd ones (A B, B A, A B, ...), so that load
 // which comes and goes, and whatever one side leaves in the caches, falls
