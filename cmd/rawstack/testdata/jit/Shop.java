@@ -6,8 +6,6 @@
 //   java Shop.java [seconds]   busy for that long (default 3)
 //   java Shop.java wait N      N threads blocked three calls deep, then
 //                              "ready" on stdout; runs until killed
-//   java Shop.java rounds N    N requests, then "ok" and the CPU seconds
-//                              the main thread took (benchmarks' jitcost)
 import java.util.function.IntBinaryOperator;
 
 public class Shop {
@@ -61,7 +59,7 @@ public class Shop {
             serve(lock);
             return;
         }
-        if (args.length > 1 && args[0].equals("rounds")) {
+        if (args.length > 1 && args[0].equals("rounds")) { // N requests, then the CPU s taken (benchmarks' jitcost)
             int n = Integer.parseInt(args[1]);
             Cart cart = new Cart(new int[] {1, 2, 3, 4, 5, 6, 7, 8});
             int s = 0;
