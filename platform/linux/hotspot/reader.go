@@ -141,6 +141,9 @@ func (r *Reader) Attach(pid uint32, path string, syms Symbols, l *Layout) {
 // Attached reports whether pid runs HotSpot.
 func (r *Reader) Attached(pid uint32) bool { return r.procs[pid] != nil }
 
+// Any reports whether some process runs HotSpot.
+func (r *Reader) Any() bool { return len(r.procs) > 0 }
+
 // Forget drops what is known of process pid.
 func (r *Reader) Forget(pid uint32) { delete(r.procs, pid) }
 

@@ -96,6 +96,9 @@ func (s *Sampling) open(pid uint32, path string) fileResult {
 // Attached reports whether pid runs HotSpot.
 func (s *Sampling) Attached(pid uint32) bool { return s.r.Attached(pid) }
 
+// Any reports whether some process runs HotSpot.
+func (s *Sampling) Any() bool { return s.r.Any() }
+
 // Frames returns the Java frames of a sample of pid (see [Reader.Frames]).
 func (s *Sampling) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]format.JITFrame, []format.JITFunc, []uint64) {
 	fs, fresh, walk := s.r.Frames(pid, regs, st, pcs)

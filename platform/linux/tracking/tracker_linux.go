@@ -54,6 +54,11 @@ type Tracker struct {
 	// it reads anyway (50 ms when 0). Run reads it before each wait, so
 	// that the back end's read may change it.
 	PollInterval time.Duration
+	// JITInterval, when set, caps the wait while a process's JIT frames
+	// are read from its runtime's metadata (V8, HotSpot): they are read
+	// from its heap as it is when the sample is drained, and code the
+	// runtime replaced meanwhile leaves them anonymous.
+	JITInterval time.Duration
 	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
 	waiter   *sys.Waiter
 	nWaited  int  // polls added to waiter
@@ -633,6 +638,9 @@ func (s *Tracker) run(ctx context.Context, readAll func()) error {
 		interval := s.PollInterval
 		if interval == 0 {
 			interval = 50 * time.Millisecond
+		}
+		if s.JITInterval > 0 && interval > s.JITInterval && s.js.any() {
+			interval = s.JITInterval
 		}
 		if err := s.wait(interval); err != nil {
 			return fmt.Errorf("poll: %w", err)

@@ -51,6 +51,12 @@ func (j *jsFrames) loaded(pid uint32, path string, start, end uint64) {
 	}
 }
 
+// any reports whether some process's frames are read from V8's or
+// HotSpot's metadata.
+func (j *jsFrames) any() bool {
+	return j.v8 != nil && (j.v8.Any() || j.java.hs != nil && j.java.hs.Any())
+}
+
 func (j *jsFrames) forget(pid uint32) {
 	if j.v8 != nil {
 		j.v8.Forget(pid)

@@ -156,6 +156,9 @@ func (r *Reader) AddText(pid uint32, start, end uint64) {
 	}
 }
 
+// Any reports whether some process runs V8.
+func (r *Reader) Any() bool { return len(r.procs) > 0 }
+
 // Attached reports whether pid runs V8.
 func (r *Reader) Attached(pid uint32) bool { return r.procs[pid] != nil }
 

@@ -74,6 +74,9 @@ func (s *Sampling) open(pid uint32, path string) fileResult {
 // Attached reports whether pid runs V8.
 func (s *Sampling) Attached(pid uint32) bool { return s.r.Attached(pid) }
 
+// Any reports whether some process runs V8.
+func (s *Sampling) Any() bool { return s.r.Any() }
+
 // Frames returns the JavaScript frames of a sample of pid (see
 // [Reader.Frames]).
 func (s *Sampling) Frames(pid uint32, regs Regs, st Stack, pcs []uint64) ([]format.JITFrame, []format.JITFunc) {
