@@ -23,6 +23,7 @@ const (
 	// within about twice the time it took; a thread that never runs
 	// Python costs a walk every retryMiss once it has backed off.
 	firstMiss  = 1e6
+	gilRetry   = 10e6 // ns between looks for the GIL of a thread found without one
 	retryMiss  = 200e6
 	maxThreads = 4096 // thread states walked at most, per search
 )
@@ -159,6 +160,20 @@ func (r *Reader) Frames(pid, tid uint32, t int64) ([]format.PyFrame, []format.Py
 	var frame uint64
 	ok := false
 	if ts.addr != 0 {
+		if ts.gil == 0 && l.interpGIL != 0 && t-ts.at >= gilRetry {
+			// 3.12+ creates the interpreter's GIL after the main
+			// thread's state: a thread found before that has no GIL
+			// yet, and kept none for the whole run (every sample's
+			// GIL hold unknown). Look again now and then.
+			ts.at = t
+			if again := r.find(pid, tid, p, l); again.addr == ts.addr && again.gil != 0 {
+				ts.gil = again.gil
+				if r.onThread != nil {
+					r.onThread(pid, tid, ts.addr, ts.gil)
+				}
+			}
+			p.tstates[tid] = ts
+		}
 		frame, ok = r.current(pid, tid, l, ts)
 	}
 	if !ok {
