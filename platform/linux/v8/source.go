@@ -156,7 +156,7 @@ func (s *scriptInfo) ends(r *Reader, p *proc, pid uint32) []uint32 {
 			// The last line ends at the source's end (V8 counts the
 			// ending line): an array that does not is not this
 			// script's line ends.
-			if n, ok := r.strLen(p, pid, s.source); ok && (ends[len(ends)-1] == uint32(n) || ends[len(ends)-1]+1 == uint32(n)) {
+			if st, ok := r.strStamp(p, pid, source); ok && t < l.firstNonString && (uint64(ends[len(ends)-1]) == st[1] || uint64(ends[len(ends)-1])+1 == st[1]) {
 				s.lineEnds = ends
 				return ends
 			}
@@ -209,20 +209,6 @@ func (r *Reader) strStamp(p *proc, pid uint32, ptr uint64) ([2]uint64, bool) {
 		return [2]uint64{}, false
 	}
 	return [2]uint64{m, uint64(binary.LittleEndian.Uint32(w[:4]))}, true
-}
-
-// strLen returns the length in UTF-16 code units of the String at ptr
-// (tagged).
-func (r *Reader) strLen(p *proc, pid uint32, ptr uint64) (int, bool) {
-	if !isHeap(ptr) || r.typeOf(p, pid, ptr) >= p.l.firstNonString {
-		return 0, false
-	}
-	w := r.tmp[:4]
-	if !r.read(pid, ptr-heapObjectTag+p.l.strLength, w) {
-		return 0, false
-	}
-	n := int(int32(binary.LittleEndian.Uint32(w)))
-	return n, n >= 0
 }
 
 // str reads the String at ptr (tagged) of instance type t as UTF-8.
