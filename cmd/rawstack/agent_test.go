@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // the Collector's receivers take gzip
 
 	"github.com/rawstack/rawstack/cmd/internal/otlpstream"
 	"github.com/rawstack/rawstack/cmd/internal/record"

@@ -2,7 +2,13 @@ package otlp_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"math/big"
 	"net"
 	"sync"
 	"testing"
@@ -12,6 +18,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // the Collector's receivers take gzip
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
@@ -258,5 +266,104 @@ func TestExporterRejectedBatch(t *testing.T) {
 	defer mu.Unlock()
 	if len(warnings) != requests {
 		t.Errorf("%d warnings for %d refused batches", len(warnings), requests)
+	}
+}
+
+// TestClientTLS exports through TLS to a gRPC-Go server with a
+// certificate made here: HTTP/2 negotiated by ALPN, the server checked
+// against the Client's roots.
+func TestClientTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &profileServer{}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
+	pprofileotlp.RegisterGRPCServer(gs, ps)
+	go gs.Serve(l)
+	defer gs.Stop()
+
+	data, _ := chainTrace(t)
+	req, err := otlp.Marshal(convert(t, data, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	plain := &otlp.Client{Endpoint: l.Addr().String(), Timeout: 2 * time.Second}
+	defer plain.Close()
+	if err := plain.Export(ctx, req); err == nil {
+		t.Error("a plaintext export to a TLS endpoint succeeded")
+	}
+	untrusted := &otlp.Client{Endpoint: l.Addr().String(), TLS: &tls.Config{}, Timeout: 2 * time.Second}
+	defer untrusted.Close()
+	if err := untrusted.Export(ctx, req); err == nil {
+		t.Error("an export to an endpoint whose certificate is not trusted succeeded")
+	}
+	roots := x509.NewCertPool()
+	parsed, _ := x509.ParseCertificate(der)
+	roots.AddCert(parsed)
+	c := &otlp.Client{Endpoint: l.Addr().String(), TLS: &tls.Config{RootCAs: roots}, Gzip: true}
+	defer c.Close()
+	if err := c.Export(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if want := Summarize(t, convert(t, data, true)).Samples; ps.samples != want {
+		t.Errorf("server saw %d samples over TLS, want %d", ps.samples, want)
+	}
+}
+
+// TestClientWaitsForEndpoint: an export made while nothing listens waits
+// for the endpoint (gRPC's wait-for-ready) within its Timeout, and goes
+// out when the endpoint comes up.
+func TestClientWaitsForEndpoint(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	data, _ := chainTrace(t)
+	req, err := otlp.Marshal(convert(t, data, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &otlp.Client{Endpoint: addr, Timeout: 1500 * time.Millisecond}
+	defer c.Close()
+	start := time.Now()
+	if err := c.Export(context.Background(), req); err == nil || !otlp.IsRetryable(err) || time.Since(start) < time.Second {
+		t.Fatalf("export to a closed port: %v after %v, want a retryable error at the timeout", err, time.Since(start))
+	}
+	c.Timeout = 10 * time.Second
+	done := make(chan error, 1)
+	start = time.Now()
+	go func() { done <- c.Export(context.Background(), req) }()
+	time.Sleep(700 * time.Millisecond)
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s taken meanwhile: %v", addr, err)
+	}
+	ps := &profileServer{}
+	gs := grpc.NewServer()
+	pprofileotlp.RegisterGRPCServer(gs, ps)
+	go gs.Serve(l)
+	defer gs.Stop()
+	if err := <-done; err != nil {
+		t.Fatalf("export while the endpoint came up: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("export took %v; the endpoint was up after 0.7 s", d)
 	}
 }
