@@ -84,7 +84,7 @@ func TestRunningKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, _ := o.Source.Symbolize(tab.syms[len(tab.syms)/2].addr+1, nil)
+	fr, _ := o.Source.Symbolize(tab.addrs[len(tab.addrs)/2]+1, nil)
 	if len(fr) != 1 || fr[0].Function == "" {
 		t.Errorf("frames %v", fr)
 	}

@@ -4,6 +4,7 @@ package tracking
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -580,18 +581,19 @@ func kernelModule() (format.ModuleLoad, bool) {
 		var start, end uint64
 		sc := bufio.NewScanner(f)
 		for sc.Scan() && (start == 0 || end == 0) {
-			line := sc.Text()
-			sp := strings.IndexByte(line, ' ')
-			if sp < 0 {
+			// Bytes, not Text: the lines before _etext are most of the
+			// file (4 MB of strings made and dropped at the agent's start).
+			line := sc.Bytes()
+			sp := bytes.IndexByte(line, ' ')
+			if sp < 0 || sp+3 > len(line) {
 				continue
 			}
-			name := line[sp+3:]
-			if name == "_stext" || name == "_etext" {
-				v, err := strconv.ParseUint(line[:sp], 16, 64)
+			if name := line[sp+3:]; string(name) == "_stext" || string(name) == "_etext" {
+				v, err := strconv.ParseUint(string(line[:sp]), 16, 64)
 				if err != nil || v == 0 {
 					return // addresses hidden by kptr_restrict
 				}
-				if name == "_stext" {
+				if string(name) == "_stext" {
 					start = v
 				} else {
 					end = v
