@@ -59,24 +59,27 @@ type suite struct {
 //     emulated PMU's cycles are not time, so a cycles-weighted split
 //     of two threads is not their CPU times (TestGoroutineLabelsOfCommand);
 //   - TestWholeHostChurnState: 95 s in the VM;
-//   - tests with an amd64 expectation (TestAllocNative and
-//     TestAllocNativeFP expect the preloaded sampler, not built for
-//     arm64 yet) and TestProcessGoOutermost and
+//   - tests with an amd64 expectation: TestProcessGoOutermost and
 //     TestSelfProfileSystemstack (see the issue 37 notes).
 //
 // TestRecordChainShares, TestRecordAlloc, TestAgentOTLP and
 // TestSnapshotThreadChains (package cmd/rawstack) are the acceptance
 // figures: chain shares per back end and unwind mode among the samples
-// in the hot function, allocation totals, agent samples through an OTLP
-// receiver in the VM, every thread's chain in a snapshot.
+// in the hot function, allocation totals (the preloaded sampler with
+// both back ends), agent samples through an OTLP receiver in the VM,
+// every thread's chain in a snapshot. The allocshim suite runs the
+// sampler's own tests (its arm64 object: rawstack_capture's registers,
+// the ring) on the arm64 kernel.
 var suites = []suite{
 	{name: "perf", pkg: "platform/linux/perf", run: ".", timeout: 2 * time.Minute},
 	{name: "ebpf", pkg: "platform/linux/ebpf", timeout: 2 * time.Minute,
 		run: "^(TestBPFRecordPath|TestBPFRecordAllocs|TestShimRingAllocs|TestBPFBytesPerSample|TestWholeHostNewProcessWakes|FuzzDecodeBPF)$"},
+	{name: "allocshim", pkg: "platform/linux/allocshim", timeout: 2 * time.Minute,
+		run: "^(TestSampling|TestInstall|TestRing|TestRingSpill|TestRingFile)$"},
 	{name: "snapshot", pkg: "platform/snapshot", timeout: 2 * time.Minute,
 		run: "^(TestProcessOptions|TestProcessChurn|TestProcessReleasesOnError|TestProcessStopped|TestProcessKeepsSignals|TestProcessProcMem|TestFrozen)$"},
 	{name: "tracer", pkg: "tracer", timeout: 3 * time.Minute,
-		run: "^(TestEBPFChain|TestEBPFOffCPU|TestThreads|TestAutoRepairsShrinkWrappedLeaf)$"},
+		run: "^(TestEBPFChain|TestEBPFOffCPU|TestThreads|TestAutoRepairsShrinkWrappedLeaf|TestAllocNative|TestAllocNativeFP)$"},
 	{name: "cmd", pkg: "cmd/rawstack", timeout: 5 * time.Minute,
 		run: "^(TestRecordChainShares|TestRecordAlloc|TestAgentOTLP|TestSnapshotThreadChains|TestRecordCommand)$"},
 }

@@ -34,7 +34,6 @@ package allocshim
 import (
 	"bytes"
 	"debug/elf"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -48,11 +47,6 @@ import (
 )
 
 //go:generate sh src/build.sh
-
-// Object is the sampler's shared object (x86-64, glibc).
-//
-//go:embed src/librawstack-alloc.so
-var Object []byte
 
 const (
 	// AllocSymbol is called with (block, size, frees, n) for a sampled

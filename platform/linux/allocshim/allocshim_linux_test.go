@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package allocshim
 
@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,20 +19,32 @@ import (
 	sys "github.com/rawstack/rawstack/internal/unix"
 )
 
-// TestObjectCurrent: the committed object is what build.sh makes of
-// shim.c with this machine's clang (CI's is the one it was built with).
+// TestObjectCurrent: the committed objects, x86-64's and arm64's, are
+// what build.sh makes of shim.c with this machine's clang and linkers
+// (CI's are the ones they were built with).
 func TestObjectCurrent(t *testing.T) {
-	testbuild.NeedAll(t, "rebuilding the allocation sampler", "clang", "llvm-strip")
-	out := filepath.Join(t.TempDir(), "shim.so")
-	if b, err := exec.Command("sh", "src/build.sh", out).CombinedOutput(); err != nil {
+	testbuild.NeedAll(t, "rebuilding the allocation sampler", "clang", "llvm-strip", "ld", "aarch64-linux-gnu-ld")
+	dir := t.TempDir()
+	outs := []string{filepath.Join(dir, "shim.so"), filepath.Join(dir, "shim-arm64.so")}
+	if b, err := exec.Command("sh", "src/build.sh", outs[0], outs[1]).CombinedOutput(); err != nil {
 		t.Fatalf("build.sh: %v\n%s", err, b)
 	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
+	for i, committed := range []string{"src/librawstack-alloc.so", "src/librawstack-alloc-arm64.so"} {
+		got, err := os.ReadFile(outs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s (%d bytes) is not what build.sh makes of shim.c (%d bytes): run go generate ./platform/linux/allocshim", committed, len(want), len(got))
+		}
 	}
-	if !bytes.Equal(got, Object) {
-		t.Errorf("librawstack-alloc.so (%d bytes) is not what build.sh makes of shim.c (%d bytes): run go generate ./platform/linux/allocshim", len(Object), len(got))
+	own := map[string]string{"amd64": "src/librawstack-alloc.so", "arm64": "src/librawstack-alloc-arm64.so"}[runtime.GOARCH]
+	if b, err := os.ReadFile(own); Built && (err != nil || !bytes.Equal(Object, b)) {
+		t.Errorf("Object is not %s, this architecture's committed object (%v)", own, err)
 	}
 }
 
@@ -192,10 +205,10 @@ func (rr *ringReader) read() {
 			t.Fatalf("allocation of tid %d at %d followed by a record of kind %d, tid %d, time %d, block %#x", le.Uint32(pending[8:]), le.Uint64(pending[16:]), kind, tid, tm, w)
 		case kind == 4:
 			flags, stack := le.Uint16(rec[36:]), int(le.Uint32(rec[40:]))
-			if flags != 1 || stack%8 != 0 || stack < 8 || stack > rr.stackBytes || len(rec) != 48+17*8+stack {
+			if flags != 1 || stack%8 != 0 || stack < 8 || stack > rr.stackBytes || len(rec) != 48+captureRegs*8+stack {
 				t.Fatalf("allocation record of %d bytes: flags %#x, %d stack bytes", len(rec), flags, stack)
 			}
-			ip, ret := le.Uint64(rec[48+8*8:]), le.Uint64(rec[48+17*8:])
+			ip, ret := captureReturn(rec[48:])
 			if d := int64(ret - ip); d < -1<<16 || d > 1<<16 {
 				t.Fatalf("allocation at rawstack_capture %#x returns to %#x, not in the sampler", ip, ret)
 			}
@@ -409,4 +422,19 @@ func TestRingOtherPidNamespace(t *testing.T) {
 	for pid, p := range rr.procs {
 		t.Logf("ring: pid %d, %d allocations (unshare itself)", pid, p.n)
 	}
+}
+
+// captureRegs is the registers rawstack_capture stores (BPF's order:
+// tracking.SampleNRegs, which this package's tests cannot import).
+var captureRegs = map[string]int{"amd64": 17, "arm64": 33}[runtime.GOARCH]
+
+// captureReturn returns an allocation record's instruction pointer (at
+// rawstack_capture) and its return address: on x86-64 the word at the
+// stack pointer, the stack copy's first; on arm64 the link register x30.
+func captureReturn(regsAndStack []byte) (ip, ret uint64) {
+	le := binary.LittleEndian
+	if runtime.GOARCH == "arm64" {
+		return le.Uint64(regsAndStack[32*8:]), le.Uint64(regsAndStack[30*8:])
+	}
+	return le.Uint64(regsAndStack[8*8:]), le.Uint64(regsAndStack[17*8:])
 }

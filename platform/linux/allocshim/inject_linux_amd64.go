@@ -5,10 +5,6 @@ package allocshim
 // archInject says Inject is implemented for this architecture.
 const archInject = true
 
-// Built says the sampler is built for this architecture (its object,
-// src/librawstack-alloc.so, and the injection's registers are x86-64's).
-const Built = true
-
 // userRegs is the kernel's struct user_regs_struct (NT_PRSTATUS).
 type userRegs [27]uint64
 

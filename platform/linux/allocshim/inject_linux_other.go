@@ -2,15 +2,13 @@
 
 package allocshim
 
-// The injection's architecture part is written for x86-64 only: the
-// sampler itself is an x86-64 object.
+// The injection's architecture part (the registers of a remote call)
+// is written for x86-64 only. On arm64 the sampler is built and preloaded
+// into launched commands; a running process's allocations are recorded
+// by the eBPF back end's uprobes, and the perf back end's Open with Alloc
+// fails with Inject's error.
 
 const archInject = false
-
-// Built says the sampler is built for this architecture: not here (the
-// eBPF back end puts uprobes on a launched command's allocator instead;
-// the perf back end refuses Alloc).
-const Built = false
 
 type userRegs [1]uint64
 

@@ -93,26 +93,44 @@
 #include <unistd.h>
 
 /* dlsym of the oldest version, so that the object loads on a glibc older
- * than the one it was built against (2.34 moved dlsym into libc.so.6). */
+ * than the one it was built against (2.34 moved dlsym into libc.so.6):
+ * each architecture's first glibc. */
+#if defined(__x86_64__)
 __asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
 __asm__(".symver dladdr, dladdr@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlsym, dlsym@GLIBC_2.17");
+__asm__(".symver dladdr, dladdr@GLIBC_2.17");
+#endif
+
+/* CPU_RELAX is a spin loop's pause. */
+#if defined(__x86_64__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield" ::: "memory")
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 
-/* The recorder's uprobes. Each marker is a 5-byte nop and a return: a
- * kernel that optimizes uprobes on a nop5 (x86-64; 6.18 here, where the
- * process then maps [uprobes-trampoline]) turns the probe into a call of
- * its trampoline and a system call instead of a breakpoint trap. Written
- * in assembly, with their call frame information, so that the compiler
- * puts nothing before the nop. */
+/* The recorder's uprobes. Each marker is a nop and a return. On x86-64
+ * the nop is 5 bytes: a kernel that optimizes uprobes on a nop5 (6.18
+ * here, where the process then maps [uprobes-trampoline]) turns the probe
+ * into a call of its trampoline and a system call instead of a
+ * breakpoint trap. Written in assembly, with their call frame
+ * information, so that the compiler puts nothing before the nop. */
+#if defined(__x86_64__)
+#define MARKER_NOP ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+#elif defined(__aarch64__)
+#define MARKER_NOP "nop\n"
+#endif
 #define MARKER(name)                                      \
 	__asm__(".text\n"                                 \
 		".globl " #name "\n"                      \
-		".type " #name ", @function\n"            \
+		".type " #name ", %function\n"            \
 		".p2align 4\n" #name ":\n"               \
 		".cfi_startproc\n"                        \
-		".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"    \
+		MARKER_NOP                                \
 		"ret\n"                                   \
 		".cfi_endproc\n"                          \
 		".size " #name ", . - " #name "\n")
@@ -120,12 +138,15 @@ MARKER(rawstack_alloc_sampled);
 MARKER(rawstack_free_sampled);
 
 /* rawstack_capture(regs, dst, max, top) stores the registers as they are
- * at its first instruction (BPF's order: ax, bx, cx, dx, si, di, bp, sp,
- * ip, r8-r15; ip is its own address, sp points at its return address)
- * into regs[17], then copies the stack from that sp up to top, at most
- * max bytes and a multiple of 8 (none when top is not above sp), to dst,
- * and returns how many bytes it copied: the same registers and stack a
- * uprobe on its entry would give, taken while its frame is still whole. */
+ * at its first instruction into regs[NREGS], then copies the stack from
+ * that sp up to top, at most max bytes and a multiple of 8 (none when top
+ * is not above sp), to dst, and returns how many bytes it copied: the
+ * same registers and stack a uprobe on its entry would give, taken while
+ * its frame is still whole. The registers are in BPF's order (the
+ * recorder's tracking.SampleNRegs): on x86-64 ax, bx, cx, dx, si, di, bp,
+ * sp, ip, r8-r15 (ip its own address, sp pointing at its return
+ * address); on arm64 x0-x30, sp, pc (x30 the return address). */
+#if defined(__x86_64__)
 __asm__(".text\n"
 	".globl rawstack_capture\n"
 	".hidden rawstack_capture\n"
@@ -168,6 +189,54 @@ __asm__(".text\n"
 	"ret\n"
 	".cfi_endproc\n"
 	".size rawstack_capture, . - rawstack_capture\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+	".globl rawstack_capture\n"
+	".hidden rawstack_capture\n"
+	".type rawstack_capture, %function\n"
+	".p2align 4\n"
+	"rawstack_capture:\n"
+	".Lcapture:\n"
+	".cfi_startproc\n"
+	"stp x0, x1, [x0, #0]\n"
+	"stp x2, x3, [x0, #16]\n"
+	"stp x4, x5, [x0, #32]\n"
+	"stp x6, x7, [x0, #48]\n"
+	"stp x8, x9, [x0, #64]\n"
+	"stp x10, x11, [x0, #80]\n"
+	"stp x12, x13, [x0, #96]\n"
+	"stp x14, x15, [x0, #112]\n"
+	"stp x16, x17, [x0, #128]\n"
+	"stp x18, x19, [x0, #144]\n"
+	"stp x20, x21, [x0, #160]\n"
+	"stp x22, x23, [x0, #176]\n"
+	"stp x24, x25, [x0, #192]\n"
+	"stp x26, x27, [x0, #208]\n"
+	"stp x28, x29, [x0, #224]\n"
+	"mov x9, sp\n"
+	"stp x30, x9, [x0, #240]\n"
+	"adr x10, .Lcapture\n"
+	"str x10, [x0, #256]\n"
+	"mov x0, #0\n"
+	"cmp x3, x9\n"
+	"b.ls 2f\n"
+	"sub x0, x3, x9\n"
+	"cmp x0, x2\n"
+	"csel x0, x2, x0, hi\n"
+	"and x0, x0, #~7\n"
+	"mov x11, #0\n"
+	"1:\n"
+	"cmp x11, x0\n"
+	"b.hs 2f\n"
+	"ldr x12, [x9, x11]\n"
+	"str x12, [x1, x11]\n"
+	"add x11, x11, #8\n"
+	"b 1b\n"
+	"2:\n"
+	"ret\n"
+	".cfi_endproc\n"
+	".size rawstack_capture, . - rawstack_capture\n");
+#endif
 
 /* A queued free of a sampled block; the BPF programs read these. */
 struct free_rec {
@@ -419,7 +488,11 @@ struct rs_hdr {
 };
 enum { RS_ALLOC = 4, RS_ALLOC_RET = 5, RS_FREE = 6 };
 #define RS_REGS 1
+#if defined(__x86_64__)
 #define NREGS 17
+#elif defined(__aarch64__)
+#define NREGS 33
+#endif
 
 static struct ring_hdr *ring;
 /* beat is the ring's header, for the recorder's stamp, also when the
@@ -539,7 +612,7 @@ static int ring_lock(struct ring_hdr *r, uint32_t me)
 		if (__atomic_compare_exchange_n(&r->lock, &held, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return 1;
 		if (spins < RING_SPINS) {
-			__builtin_ia32_pause();
+			CPU_RELAX();
 			continue;
 		}
 		uint64_t t = now_ns();
@@ -801,7 +874,7 @@ static void spin_lock(void)
 {
 	while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE))
 		while (__atomic_load_n(&lock, __ATOMIC_RELAXED))
-			__builtin_ia32_pause();
+			CPU_RELAX();
 }
 
 static void spin_unlock(void)
@@ -909,7 +982,7 @@ static int lookup(uintptr_t k)
 	for (;;) {
 		unsigned s = __atomic_load_n(&seq, __ATOMIC_ACQUIRE);
 		if (s & 1) {
-			__builtin_ia32_pause();
+			CPU_RELAX();
 			continue;
 		}
 		struct table *t = __atomic_load_n(&tab, __ATOMIC_ACQUIRE);
@@ -1653,6 +1726,12 @@ static uint64_t jump_insn(const uint8_t *at, uintptr_t to, uint64_t old)
 	uint64_t w;
 	memcpy(&w, b, 8);
 	return w;
+#elif defined(__aarch64__)
+	intptr_t rel = (intptr_t)to - (intptr_t)at;
+	if ((rel & 3) || rel < -(1l << 27) || rel >= (1l << 27))
+		return 0;
+	uint32_t insn = 0x14000000u | ((uint32_t)(rel >> 2) & 0x3ffffffu); /* b imm26 */
+	return (old & ~0xffffffffull) | insn;
 #else
 	(void)at, (void)to, (void)old;
 	return 0;
