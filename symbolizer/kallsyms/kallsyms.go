@@ -117,7 +117,7 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 			return err
 		}
 		blk = blk[:0]
-		if len(z.b) > maxNames {
+		if uint64(len(z.b)) > maxNames {
 			return errors.New("names too long")
 		}
 		return nil
