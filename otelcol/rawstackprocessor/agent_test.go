@@ -341,7 +341,8 @@ func TestAgentContainer(t *testing.T) {
 // rawstack agent, raw (its default: the host names the Python and JIT
 // frames, which the Collector cannot see, and the processor the native
 // ones) and named on the host (--otlp-raw=false), into the in-process
-// Collector, while a Python 3.12 program and node --perf-basic-prof run.
+// Collector, while a Python 3.12 program, node --perf-basic-prof, a JVM
+// and node with no flag run.
 // The share of each program's samples that name its frames is what
 // folded output gives for a recording of the same program with the same
 // back end (eBPF), within 5 points and three standard errors of the two
@@ -351,7 +352,13 @@ func TestAgentContainer(t *testing.T) {
 func TestAgentRuntimes(t *testing.T) {
 	needBPF(t)
 	cli := rawstackCLI(t)
-	rows := runtimeRows("4", "3000")
+	// With the matrix's rows, node with no flag: shop.js's chain, which
+	// TurboFan inlines into one function, named from V8's own metadata
+	// (issue 34), its three functions innermost first.
+	shop, _ := filepath.Abs("../../cmd/rawstack/testdata/jit/shop.js")
+	rows := append(runtimeRows("4", "3000"), runtimeRow{"node-noflag", func(t *testing.T) []string {
+		return []string{testbuild.Need(t, "node", "the JIT rows record node"), shop, "3000000"}
+	}, "mix;total;handle", "handle;total;mix"})
 	want := map[string]float64{}
 	wantN := map[string]int64{}
 	for _, row := range rows {
