@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -282,12 +281,19 @@ func allocInject(t *testing.T, be Backend, unwind UnwindMode) {
 			// readings: one reading off by more than the tolerance is
 			// read again, twice at most (CI, its other packages'
 			// tests beside this one: 0.746, with the slots restored).
-			for i := 0; i < 2 && math.Abs(after/before-1) > afterDetachTol; i++ {
+			// Only a slower service fails: a detached sampler cannot
+			// make it faster than it ran unattached, so a faster
+			// reading says the window before was slowed by the
+			// machine (CI: 0.766 before, then 0.960, 1.098 and 0.962
+			// after, in three readings).
+			for i := 0; i < 2 && after/before < 1-afterDetachTol; i++ {
 				t.Logf("after detach: %.3f of before, read again", after/before)
 				after = rate(t, s, 7, 300)
 			}
-			if r := after / before; r < 1-afterDetachTol || r > 1+afterDetachTol {
-				t.Errorf("after detach the service ran at %.3f of its speed before, want 1 ±%.2f", r, afterDetachTol)
+			if r := after / before; r < 1-afterDetachTol {
+				t.Errorf("after detach the service ran at %.3f of its speed before, want at least %.2f", r, 1-afterDetachTol)
+			} else if r > 1+afterDetachTol {
+				t.Logf("after detach the service ran at %.3f of its speed before: the reading before was slowed by the machine", r)
 			}
 			if rss1-rss0 > rssGrowthMaxKiB {
 				t.Errorf("the service's RSS grew by %d KiB over the attach, want at most %d", rss1-rss0, rssGrowthMaxKiB)
