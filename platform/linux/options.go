@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/rawstack/rawstack/platform"
+	"github.com/rawstack/rawstack/platform/linux/allocshim"
 )
 
 // maxBPFStack is what the eBPF back end copies at most per sample
@@ -25,7 +26,7 @@ func checkConfig(cfg platform.Config) error {
 			return bad("System", "whole-system sampling needs Backend ebpf")
 		case cfg.OffCPU:
 			return bad("OffCPU", "off-CPU samples need Backend ebpf")
-		case cfg.Alloc && runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64": // allocshim.Built
+		case cfg.Alloc && !allocshim.Built:
 			return bad("Alloc", "the allocation sampler is built for x86-64 and arm64 only; on "+runtime.GOARCH+" Backend ebpf records allocations with uprobes")
 		case cfg.AllocRate < 0 || cfg.AllocRate != 0 && !cfg.Alloc:
 			return bad("AllocRate", fmt.Sprintf("a sampling interval of %d bytes needs Alloc and a positive rate", cfg.AllocRate))

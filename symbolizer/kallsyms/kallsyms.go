@@ -103,21 +103,21 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	lines = min(lines, maxSymbols)
 	t := &Table{addrs: make([]uint64, 0, lines), blocks: make([]uint32, 0, lines/blockNames+2)}
-	z := &zbuf{b: make([]byte, 0, 7*lines)} // about 6.3 compressed bytes a name
+	z := bytes.NewBuffer(make([]byte, 0, 7*lines)) // about 6.3 compressed bytes a name
 	zw, _ := flate.NewWriter(z, flate.BestSpeed)
 	var blk []byte // the current block, uncompressed
 	flush := func() error {
 		if len(blk) == 0 {
 			return nil
 		}
-		t.blocks = append(t.blocks, uint32(len(z.b)))
+		t.blocks = append(t.blocks, uint32(z.Len()))
 		zw.Reset(z)
 		zw.Write(blk)
 		if err := zw.Close(); err != nil {
 			return err
 		}
 		blk = blk[:0]
-		if uint64(len(z.b)) > maxNames {
+		if uint64(z.Len()) > maxNames {
 			return errors.New("names too long")
 		}
 		return nil
@@ -179,8 +179,8 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 	if err := flush(); err != nil {
 		return nil, &FormatError{name, n, err.Error()}
 	}
-	t.blocks = append(t.blocks, uint32(len(z.b)))
-	t.z = z.b
+	t.blocks = append(t.blocks, uint32(z.Len()))
+	t.z = z.Bytes()
 	// Stable: among symbols at one address the first listed wins. The
 	// kernel lists its own symbols in address order, so usually there
 	// is nothing to do.
@@ -198,11 +198,6 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 	}
 	return t, nil
 }
-
-// zbuf collects the compressed blocks.
-type zbuf struct{ b []byte }
-
-func (z *zbuf) Write(p []byte) (int, error) { z.b = append(z.b, p...); return len(p), nil }
 
 // inflaters keeps the decompressors of lookups (about 40 KB each).
 var inflaters sync.Pool

@@ -54,7 +54,6 @@ type Client struct {
 
 type clientConn struct {
 	hc   *http.Client
-	tr   *http.Transport
 	url  string
 	head http.Header
 }
@@ -160,7 +159,7 @@ func (c *Client) connect() (*clientConn, error) {
 	for k, v := range c.Headers {
 		head.Set(strings.ToLower(k), v)
 	}
-	c.conn = &clientConn{hc: &http.Client{Transport: tr}, tr: tr, url: scheme + "://" + net.JoinHostPort(host, port) + exportMethod, head: head}
+	c.conn = &clientConn{hc: &http.Client{Transport: tr}, url: scheme + "://" + net.JoinHostPort(host, port) + exportMethod, head: head}
 	return c.conn, nil
 }
 
@@ -169,7 +168,7 @@ func (c *Client) Close() error {
 	connMu.Lock()
 	defer connMu.Unlock()
 	if c.conn != nil {
-		c.conn.tr.CloseIdleConnections()
+		c.conn.hc.CloseIdleConnections()
 		c.conn = nil
 	}
 	return nil
