@@ -31,7 +31,7 @@ func BenchmarkParseProc(b *testing.B) {
 	n := min(tab.Len(), 1000)
 	t0 := time.Now()
 	for i := range n {
-		if fr, err := tab.Symbolize(tab.addrs[i*tab.Len()/n]+1, nil); err != nil || len(fr) != 1 {
+		if fr, err := tab.Symbolize(tab.addrs.at(i*tab.Len()/n)+1, nil); err != nil || len(fr) != 1 {
 			b.Fatalf("lookup %d: %v %v", i, fr, err)
 		}
 	}

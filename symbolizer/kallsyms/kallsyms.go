@@ -59,12 +59,104 @@ func (e *FormatError) Error() string {
 // pairs: about 0.8 MB for those 3 MB (issue 38: the agent's memory). A
 // lookup inflates one block.
 type Table struct {
-	addrs []uint64 // sorted
-	// ord is the file ordinal of addrs[i]'s name, or nil when the file
-	// listed the symbols in address order (the kernel's own order).
+	addrs addrIndex // sorted
+	// ord is the file ordinal of the i-th address's name, or nil when
+	// the file listed the symbols in address order (the kernel's own
+	// order).
 	ord    []uint32
 	blocks []uint32 // where each block starts in z, and z's end
 	z      []byte
+}
+
+// addrIndex holds a list of addresses compactly: per group of addrGroup,
+// the first address, and the differences of the others to the one before
+// them as zigzag varints. Kernel functions are a few hundred bytes apart,
+// so /proc/kallsyms's 122,000 addresses take about 0.25 MB here where a
+// []uint64 took 1 MB (issue 38: the agent's memory); a lookup decodes one
+// group.
+type addrIndex struct {
+	n     int
+	first []uint64 // the first address of each group
+	off   []uint32 // where each group's differences start in d
+	d     []byte
+	last  uint64 // the address added last
+}
+
+const addrGroup = 64
+
+func (x *addrIndex) add(a uint64) {
+	if x.n%addrGroup == 0 {
+		x.first = append(x.first, a)
+		x.off = append(x.off, uint32(len(x.d)))
+	} else {
+		x.d = binary.AppendVarint(x.d, int64(a-x.last))
+	}
+	x.last = a
+	x.n++
+}
+
+// group calls yield with the index and address of each entry of group g,
+// in order, until yield returns false.
+func (x *addrIndex) group(g int, yield func(i int, a uint64) bool) {
+	a, d := x.first[g], x.d[x.off[g]:]
+	for i := g * addrGroup; i < min(x.n, (g+1)*addrGroup); i++ {
+		if i > g*addrGroup {
+			v, k := binary.Varint(d)
+			if k <= 0 {
+				return // cannot happen: add wrote d
+			}
+			a, d = a+uint64(v), d[k:]
+		}
+		if !yield(i, a) {
+			return
+		}
+	}
+}
+
+// at returns the i-th address.
+func (x *addrIndex) at(i int) (a uint64) {
+	x.group(i/addrGroup, func(k int, v uint64) bool { a = v; return k < i })
+	return a
+}
+
+// search returns the index of the first of the entries at the greatest
+// address at or below addr (the first listed wins among symbols at one
+// address), or -1 when every address is above addr. x must be sorted.
+func (x *addrIndex) search(addr uint64) int {
+	g := sort.Search(len(x.first), func(g int) bool { return x.first[g] > addr }) - 1
+	if g < 0 {
+		return -1
+	}
+	at, v := -1, uint64(0)
+	x.group(g, func(i int, a uint64) bool {
+		if a > addr {
+			return false
+		}
+		if at < 0 || a != v {
+			at, v = i, a
+		}
+		return true
+	})
+	// Symbols at one address may begin in an earlier group.
+	for at == g*addrGroup && g > 0 {
+		g--
+		x.group(g, func(i int, a uint64) bool {
+			if a == v {
+				at = i
+				return false
+			}
+			return true
+		})
+	}
+	return at
+}
+
+// clip returns b without spare capacity worth copying it for.
+func clip[E any](b []E) []E {
+	if cap(b)-len(b) > len(b)/8 {
+		return slices.Clone(b)
+	}
+	return b
 }
 
 // blockNames is the number of names a compressed block holds. On Debian
@@ -102,7 +194,10 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	lines = min(lines, maxSymbols)
-	t := &Table{addrs: make([]uint64, 0, lines), blocks: make([]uint32, 0, lines/blockNames+2)}
+	t := &Table{blocks: make([]uint32, 0, lines/blockNames+2)}
+	t.addrs.first = make([]uint64, 0, lines/addrGroup+1)
+	t.addrs.off = make([]uint32, 0, lines/addrGroup+1)
+	t.addrs.d = make([]byte, 0, 2*lines)           // about 1.9 bytes an address
 	z := bytes.NewBuffer(make([]byte, 0, 7*lines)) // about 6.3 compressed bytes a name
 	zw, _ := flate.NewWriter(z, flate.BestSpeed)
 	var blk []byte // the current block, uncompressed
@@ -146,7 +241,7 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 		default:
 			continue
 		}
-		if len(t.addrs) >= maxSymbols {
+		if t.addrs.n >= maxSymbols {
 			return nil, &FormatError{name, n, "too many symbols"}
 		}
 		mod := nf > 3 && len(f[3]) > 0 && f[3][0] == '['
@@ -160,11 +255,11 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 			blk = append(blk, ' ')
 			blk = append(blk, f[3]...)
 		}
-		if k := len(t.addrs); k > 0 && t.addrs[k-1] > addr {
+		if t.addrs.n > 0 && t.addrs.last > addr {
 			sorted = false
 		}
-		t.addrs = append(t.addrs, addr)
-		if len(t.addrs)%blockNames == 0 {
+		t.addrs.add(addr)
+		if t.addrs.n%blockNames == 0 {
 			if err := flush(); err != nil {
 				return nil, &FormatError{name, n, err.Error()}
 			}
@@ -180,29 +275,34 @@ func parse(r io.Reader, name string, lines int) (*Table, error) {
 		return nil, &FormatError{name, n, err.Error()}
 	}
 	t.blocks = append(t.blocks, uint32(z.Len()))
-	t.z = z.Bytes()
+	t.z = clip(z.Bytes())
 	// Stable: among symbols at one address the first listed wins. The
 	// kernel lists its own symbols in address order, so usually there
 	// is nothing to do.
 	if !sorted {
-		t.ord = make([]uint32, len(t.addrs))
+		addrs := make([]uint64, t.addrs.n)
+		for g := range t.addrs.first {
+			t.addrs.group(g, func(i int, a uint64) bool { addrs[i] = a; return true })
+		}
+		t.ord = make([]uint32, len(addrs))
 		for i := range t.ord {
 			t.ord[i] = uint32(i)
 		}
-		slices.SortStableFunc(t.ord, func(a, b uint32) int { return cmp.Compare(t.addrs[a], t.addrs[b]) })
-		addrs := make([]uint64, len(t.addrs))
-		for i, o := range t.ord {
-			addrs[i] = t.addrs[o]
+		slices.SortStableFunc(t.ord, func(a, b uint32) int { return cmp.Compare(addrs[a], addrs[b]) })
+		var x addrIndex
+		for _, o := range t.ord {
+			x.add(addrs[o])
 		}
-		t.addrs = addrs
+		t.addrs = x
 	}
+	t.addrs.first, t.addrs.off, t.addrs.d = clip(t.addrs.first), clip(t.addrs.off), clip(t.addrs.d)
 	return t, nil
 }
 
 // inflaters keeps the decompressors of lookups (about 40 KB each).
 var inflaters sync.Pool
 
-// name returns the name of addrs[i].
+// name returns the name of the i-th address.
 func (t *Table) name(i int) (string, error) {
 	o := i
 	if t.ord != nil {
@@ -318,14 +418,11 @@ func parseHex(s []byte) (uint64, bool) {
 // Symbolize implements symbolizer.Source: the function is the last text
 // symbol at or below addr (kallsyms has no sizes).
 func (t *Table) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Frame, error) {
-	i := sort.Search(len(t.addrs), func(i int) bool { return t.addrs[i] > addr })
-	if i == 0 {
+	i := t.addrs.search(addr)
+	if i < 0 {
 		return dst, nil
 	}
-	for i > 1 && t.addrs[i-2] == t.addrs[i-1] {
-		i--
-	}
-	name, err := t.name(i - 1)
+	name, err := t.name(i)
 	if err != nil {
 		return dst, err
 	}
@@ -336,7 +433,7 @@ func (t *Table) Symbolize(addr uint64, dst []symbolizer.Frame) ([]symbolizer.Fra
 func (t *Table) Close() error { return nil }
 
 // Len returns the number of text symbols.
-func (t *Table) Len() int { return len(t.addrs) }
+func (t *Table) Len() int { return t.addrs.n }
 
 func init() { symbolizer.RegisterOpener(format.ModuleKernel, OpenModule) }
 

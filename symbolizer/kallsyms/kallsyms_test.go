@@ -47,6 +47,68 @@ func TestParseAndSymbolize(t *testing.T) {
 	}
 }
 
+// TestManySymbols checks lookups in tables of several address groups and
+// name blocks against the strings.Fields reference: runs of names at one
+// address that cross group boundaries, gaps of every varint size, and a
+// file out of address order (as module symbols can be), which parse
+// sorts.
+func TestManySymbols(t *testing.T) {
+	for _, shuffled := range []bool{false, true} {
+		var b strings.Builder
+		type line struct {
+			addr uint64
+			text string
+		}
+		var lines []line
+		addr := uint64(0xffffffff81000000)
+		for i := range 3000 {
+			switch {
+			case i%97 < 70: // runs of up to 70 names at one address
+			case i%5 == 0:
+				addr += 1 << 20 // a 3-byte gap
+			default:
+				addr += uint64(1 + i%300)
+			}
+			lines = append(lines, line{addr, strconv.FormatUint(addr, 16) + " t fn" + strconv.Itoa(i) + "\n"})
+		}
+		if shuffled {
+			// blocks of 50 lines in reverse order: each block sorted
+			for i, j := 0, len(lines)-50; i < j; i, j = i+50, j-50 {
+				for k := range 50 {
+					lines[i+k], lines[j+k] = lines[j+k], lines[i+k]
+				}
+			}
+		}
+		for _, l := range lines {
+			b.WriteString(l.text)
+		}
+		data := []byte(b.String())
+		tab, err := Parse(bytes.NewReader(data), "many")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := refParse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (tab.ord != nil) != shuffled || tab.Len() != len(ref) {
+			t.Fatalf("shuffled %v: ord %v, %d symbols, reference %d", shuffled, tab.ord != nil, tab.Len(), len(ref))
+		}
+		for _, l := range lines {
+			for _, a := range []uint64{l.addr - 1, l.addr, l.addr + 1} {
+				fr, _ := tab.Symbolize(a, nil)
+				got := ""
+				if len(fr) > 0 {
+					got = fr[0].Function
+				}
+				if want := refSymbolize(ref, a); got != want {
+					t.Fatalf("shuffled %v: %#x: %q, reference %q", shuffled, a, got, want)
+				}
+			}
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	if _, err := Parse(strings.NewReader("0000000000000000 T a\n0000000000000000 t b\n"), "x"); !errors.Is(err, ErrHidden) {
 		t.Errorf("zero addresses: %v, want ErrHidden", err)
@@ -84,7 +146,7 @@ func TestRunningKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, _ := o.Source.Symbolize(tab.addrs[len(tab.addrs)/2]+1, nil)
+	fr, _ := o.Source.Symbolize(tab.addrs.at(tab.Len()/2)+1, nil)
 	if len(fr) != 1 || fr[0].Function == "" {
 		t.Errorf("frames %v", fr)
 	}
