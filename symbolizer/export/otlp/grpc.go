@@ -182,10 +182,6 @@ func (c *Client) Export(ctx context.Context, req []byte) error {
 	return err
 }
 
-// gzipWriters keeps the compressors of requests: each holds about 800 KB
-// of tables, which a batch every 10 s would otherwise make anew.
-var gzipWriters sync.Pool
-
 // frame returns the request as one gRPC message: a compressed flag, the
 // length and the bytes (gzipped if c.Gzip).
 func (c *Client) frame(data []byte) ([]byte, error) {
@@ -197,17 +193,18 @@ func (c *Client) frame(data []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(5 + len(data)/4)
 	buf.Write([]byte{1, 0, 0, 0, 0})
-	zw, _ := gzipWriters.Get().(*gzip.Writer)
-	if zw == nil {
-		zw = gzip.NewWriter(&buf)
-	} else {
-		zw.Reset(&buf)
-	}
+	// A compressor holds about 800 KB of tables. It is made for each
+	// request and not kept: the agent sends a batch every 10 s, and
+	// between two the memory is better returned (issue 38: a pooled one
+	// stayed live, and the collector let the heap grow by 1.5 times it).
+	// Best speed: at the default level compressing took a tenth of the
+	// agent's CPU time (70 of 720 ms in a 3-minute profile) to send 13%
+	// fewer bytes (0.36 of the request against 0.41).
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	_, err := zw.Write(data)
 	if err == nil {
 		err = zw.Close()
 	}
-	gzipWriters.Put(zw)
 	if err != nil {
 		return nil, err
 	}
