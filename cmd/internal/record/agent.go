@@ -32,9 +32,11 @@ const (
 	// At 16 Ki the agent's RSS still grew by 23 MiB over the first ten
 	// minutes of the agent benchmark's load (about 6 new stacks a
 	// second at 20 Hz, two copies of each: the tracer's table and the
-	// exporter's); 2 Ki is a minute or two of that load, and a reset
-	// costs one more definition of each stack still in use.
-	agentMaxStacks = 2 << 10
+	// exporter's), and at 2 Ki by 3 MiB, filling for six minutes (1.7 MB
+	// of the exporter's heap were its stacks). 512 is a minute or two of
+	// that load, and a reset costs one more definition of each stack
+	// still in use.
+	agentMaxStacks = 512
 	// agentGCPercent is the GOGC of the agent and its companion unless
 	// the environment sets one: the Go default (100) lets a heap grow to
 	// twice what is live before collecting, which for a daemon whose
