@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -224,25 +225,57 @@ func TestSnapshotJava(t *testing.T) {
 	if code := run([]string{"snapshot", "-p", pid}, &stdout, &stderr); code != 0 {
 		t.Fatalf("snapshot: %s", stderr.String())
 	}
-	// "#8  0x00007f1ee8941260 Shop.park (Shop.java:39)"
-	ours := map[int][]string{}
-	tid := 0
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if s, ok := strings.CutPrefix(line, "TID "); ok {
-			tid, _ = strconv.Atoi(strings.TrimSuffix(s, ":"))
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 4 || !strings.HasPrefix(f[0], "#") {
-			continue
-		}
-		loc := strings.TrimSuffix(strings.TrimPrefix(f[3], "("), ")")
-		file, ln, ok := strings.Cut(loc, ":")
-		if !ok || !strings.HasSuffix(file, ".java") {
-			continue
-		}
-		ours[tid] = append(ours[tid], f[2]+":"+ln)
+	checkJavaSnapshot(t, stdout.String(), jstackFrames(t, jstack, pid))
+}
+
+// TestSnapshotJavaCore is TestSnapshotJava on a core of the same JVM,
+// written by gdb's gcore after jstack read the live threads: snapshot
+// --core names the Java frames from HotSpot's tables in the memory the
+// core holds, and they must be jstack's.
+func TestSnapshotJavaCore(t *testing.T) {
+	java, dir := shopJava(t)
+	jstack := testbuild.Need(t, "jstack", "jstack is the Java snapshot test's oracle")
+	gcore := testbuild.Need(t, "gcore", "gdb's gcore writes the core of a running JVM")
+	// gcore writes reserved memory too, as zeros: with the defaults here
+	// the core is 8.6 GB and takes 38 s (a 6 GiB heap, 1 GiB of class
+	// space, 64 MiB of malloc arena a thread). The JVM's memory kept
+	// small, 630 MB in a second; its code cache, which the frames are
+	// named from, keeps its default segmented layout.
+	cmd := exec.Command(java, "-Xmx64m", "-XX:CompressedClassSpaceSize=16m", "-cp", dir, "Shop", "wait", "20")
+	cmd.Env = append(os.Environ(), "MALLOC_ARENA_MAX=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+	}
+	time.Sleep(300 * time.Millisecond) // from printing into Object.wait
+	pid := strconv.Itoa(cmd.Process.Pid)
+	theirs := jstackFrames(t, jstack, pid)
+	prefix := filepath.Join(t.TempDir(), "core")
+	if b, err := exec.Command(gcore, "-o", prefix, pid).CombinedOutput(); err != nil {
+		t.Fatalf("gcore: %v\n%s", err, b)
+	}
+	cmd.Process.Kill() // the core alone now
+	var stdout, stderr strings.Builder
+	if code := run([]string{"snapshot", "--core", prefix + "." + pid}, &stdout, &stderr); code != 0 {
+		t.Fatalf("snapshot --core: %s", stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("snapshot --core: %s", stderr.String())
+	}
+	checkJavaSnapshot(t, stdout.String(), theirs)
+}
+
+// jstackFrames returns the Java frames jstack prints for each thread of
+// JVM pid, by tid, leaf first, as "Class.method:line" (a native method's
+// line 0).
+func jstackFrames(t *testing.T, jstack, pid string) map[int][]string {
 	js, err := exec.Command(jstack, pid).Output()
 	if err != nil {
 		t.Fatalf("jstack: %v", err)
@@ -251,7 +284,7 @@ func TestSnapshotJava(t *testing.T) {
 	// "\tat java.lang.Object.wait(java.base@17.0.15/Native Method)"
 	// "\tat Shop.park(Shop.java:39)"
 	theirs := map[int][]string{}
-	tid = 0
+	tid := 0
 	for _, line := range strings.Split(string(js), "\n") {
 		if strings.HasPrefix(line, "\"") {
 			tid = 0
@@ -273,6 +306,33 @@ func TestSnapshotJava(t *testing.T) {
 			ln = l
 		}
 		theirs[tid] = append(theirs[tid], name+":"+ln)
+	}
+	return theirs
+}
+
+// checkJavaSnapshot holds a snapshot of Shop wait 20 to jstack's frames
+// (jstackFrames): the same top three Java frames on every thread jstack
+// shows with some, and the 20 threads in Shop.park among them.
+func checkJavaSnapshot(t *testing.T, out string, theirs map[int][]string) {
+	t.Helper()
+	// "#8  0x00007f1ee8941260 Shop.park (Shop.java:39)"
+	ours := map[int][]string{}
+	tid := 0
+	for _, line := range strings.Split(out, "\n") {
+		if s, ok := strings.CutPrefix(line, "TID "); ok {
+			tid, _ = strconv.Atoi(strings.TrimSuffix(s, ":"))
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 4 || !strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		loc := strings.TrimSuffix(strings.TrimPrefix(f[3], "("), ")")
+		file, ln, ok := strings.Cut(loc, ":")
+		if !ok || !strings.HasSuffix(file, ".java") {
+			continue
+		}
+		ours[tid] = append(ours[tid], f[2]+":"+ln)
 	}
 	threads := 0
 	for tid, want := range theirs {

@@ -100,6 +100,9 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, e := range snap.JITErrors {
+		fmt.Fprintf(stderr, "rawstack snapshot: %v (its frames stay native)\n", e)
+	}
 	t1 := time.Now()
 	if *out != "" {
 		err = writeSnapshot(snap, *out)

@@ -408,6 +408,42 @@ func mapFunction(name string) string {
 // the main thread's JavaScript frames must be those V8's own Error.stack
 // printed at the same line, function for function, line for line.
 func TestSnapshotNode(t *testing.T) {
+	cmd, want := startWaitJS(t)
+	var stdout, stderr strings.Builder
+	if code := run([]string{"snapshot", "-p", strconv.Itoa(cmd.Process.Pid)}, &stdout, &stderr); code != 0 {
+		t.Fatalf("snapshot: %s", stderr.String())
+	}
+	checkWaitJS(t, stdout.String(), cmd.Process.Pid, want)
+}
+
+// TestSnapshotNodeCore is TestSnapshotNode on a core of the same program
+// written by gdb's gcore while it waited: snapshot --core names the
+// JavaScript frames from V8's metadata in the memory the core holds, as
+// in the live process.
+func TestSnapshotNodeCore(t *testing.T) {
+	gcore := testbuild.Need(t, "gcore", "gdb's gcore writes the core of a running node")
+	cmd, want := startWaitJS(t)
+	prefix := filepath.Join(t.TempDir(), "core")
+	pid := cmd.Process.Pid
+	if b, err := exec.Command(gcore, "-o", prefix, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		t.Fatalf("gcore: %v\n%s", err, b)
+	}
+	cmd.Process.Kill() // the core alone now
+	var stdout, stderr strings.Builder
+	if code := run([]string{"snapshot", "--core", prefix + "." + strconv.Itoa(pid)}, &stdout, &stderr); code != 0 {
+		t.Fatalf("snapshot --core: %s", stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("snapshot --core: %s", stderr.String())
+	}
+	checkWaitJS(t, stdout.String(), pid, want)
+}
+
+// startWaitJS starts wait.js, which prints V8's own stack of the line
+// where it then waits in Atomics.wait, and returns the process and that
+// stack ("/dir/wait.js:5", ..., the first node: internal frame
+// "node:internal/main/run_main_module:28"), once it waits.
+func startWaitJS(t *testing.T) (*exec.Cmd, []string) {
 	node := needNode(t, "the V8 snapshot test runs node")
 	dir := jitAppDir(t, "wait.js")
 	cmd := exec.Command(node, "wait.js")
@@ -419,7 +455,7 @@ func TestSnapshotNode(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	// V8's stack: "    at c (/dir/wait.js:5:37)", "    at node:internal/main/run_main_module:28:49".
 	var want []string
 	sc := bufio.NewScanner(out)
@@ -445,16 +481,20 @@ func TestSnapshotNode(t *testing.T) {
 		t.Fatalf("node printed no stack: %v", want)
 	}
 	time.Sleep(100 * time.Millisecond) // from printing into Atomics.wait
-	var stdout, stderr strings.Builder
-	if code := run([]string{"snapshot", "-p", strconv.Itoa(cmd.Process.Pid)}, &stdout, &stderr); code != 0 {
-		t.Fatalf("snapshot: %s", stderr.String())
-	}
+	return cmd, want
+}
+
+// checkWaitJS checks the main thread of a snapshot of wait.js: its
+// JavaScript frames are V8's stack want, and the script's are named c b
+// a (anonymous).
+func checkWaitJS(t *testing.T, out string, pid int, want []string) {
+	t.Helper()
 	// The main thread's frames: "#7  0x00000000018cfd1c c (/dir/wait.js:5)".
 	var got, names []string
 	main := false
-	for _, line := range strings.Split(stdout.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "TID ") {
-			main = line == "TID "+strconv.Itoa(cmd.Process.Pid)+":"
+			main = line == "TID "+strconv.Itoa(pid)+":"
 			continue
 		}
 		f := strings.Fields(line)
@@ -470,7 +510,7 @@ func TestSnapshotNode(t *testing.T) {
 	}
 	t.Logf("Error.stack: %v\nsnapshot: %v %v", want, got, names)
 	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("snapshot's JavaScript frames %v, V8's Error.stack %v\n%s", got, want, stdout.String())
+		t.Errorf("snapshot's JavaScript frames %v, V8's Error.stack %v\n%s", got, want, out)
 	}
 	if len(names) < 4 || strings.Join(names[:4], " ") != "c b a (anonymous)" {
 		t.Errorf("snapshot names the script's frames %v, want c b a (anonymous)", names)

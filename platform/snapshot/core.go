@@ -390,9 +390,26 @@ func (c *CoreFile) maps() []mapping {
 		}
 		out = append(out, m)
 	}
+	var vdso uint64
 	if v, ok := c.AuxvValue(atSysinfoEHDR); ok {
 		if s := c.segment(v); s != nil && s.Filesz > 0 {
 			out = append(out, mapping{Start: s.Vaddr, End: s.Vaddr + s.Memsz, Perms: "r-xp", Path: "[vdso]"})
+			vdso = s.Vaddr
+		}
+	}
+	// Executable memory no file backs: a JIT's code (V8's code space,
+	// HotSpot's code cache), which the unwinder walks by frame pointer
+	// as in a live process, and the runtime readers name.
+	for _, s := range c.Segments {
+		if s.Flags&elf.PF_X == 0 || s.Memsz == 0 || s.Vaddr == vdso {
+			continue
+		}
+		file := false
+		for _, f := range c.Files {
+			file = file || f.Start < s.Vaddr+s.Memsz && s.Vaddr < f.End
+		}
+		if !file {
+			out = append(out, mapping{Start: s.Vaddr, End: s.Vaddr + s.Memsz, Perms: "r-xp"})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
@@ -489,6 +506,9 @@ func (c *CoreFile) Snapshot(opts *Options) (*Snapshot, error) {
 	}
 	if opts != nil && opts.Python {
 		c.readPython(snap, maps, resolve)
+	}
+	if opts != nil && opts.JIT {
+		snap.JITErrors = c.readJIT(snap, maps, resolve, mem)
 	}
 	return snap, nil
 }

@@ -146,9 +146,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	if opts != nil && opts.JIT && mayRunV8(maps) {
 		go func() {
 			js := v8.NewSampling()
-			if !js.AttachMaps(uint32(pid)) {
-				js = nil
-			}
+			js.AttachMaps(uint32(pid))
 			jsc <- js
 		}()
 	} else {
@@ -158,9 +156,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 	if opts != nil && opts.JIT && mayRunHotSpot(maps) {
 		go func() {
 			hs := hotspot.NewSampling()
-			if !hs.AttachMaps(uint32(pid)) {
-				hs = nil
-			}
+			hs.AttachMaps(uint32(pid))
 			hsc <- hs
 		}()
 	} else {
@@ -227,7 +223,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			}
 		}
 	}
-	if js != nil {
+	if js != nil && js.Attached(uint32(pid)) {
 		for i := range snap.Threads {
 			t := &snap.Threads[i]
 			if t.Err != nil {
@@ -238,7 +234,7 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			snap.JITFuncs = append(snap.JITFuncs, fresh...)
 		}
 	}
-	if hs != nil {
+	if hs != nil && hs.Attached(uint32(pid)) {
 		for i := range snap.Threads {
 			t := &snap.Threads[i]
 			if t.Err != nil {
@@ -253,6 +249,12 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 				t.PCs = append(t.PCs[:0:0], walk...)
 			}
 		}
+	}
+	if js != nil {
+		snap.JITErrors = append(snap.JITErrors, js.Errors()...)
+	}
+	if hs != nil {
+		snap.JITErrors = append(snap.JITErrors, hs.Errors()...)
 	}
 	// Names do not need the threads stopped: another goroutine reads
 	// them (a /proc file per thread) while this one detaches, not while

@@ -67,6 +67,10 @@ type Snapshot struct {
 	// JITFuncs are the functions the threads' JIT frames refer to
 	// (Options.JIT), ids from 1.
 	JITFuncs []format.JITFunc
+	// JITErrors say why a runtime the process maps was found but its
+	// frames not named (Options.JIT: an unknown V8 or HotSpot version, a
+	// stripped libjvm), one a file; its frames stay native.
+	JITErrors []error
 }
 
 // Thread is one thread's stack.
@@ -149,7 +153,8 @@ type Options struct {
 	// JIT names each thread's JavaScript frames in a live Node.js process
 	// from V8's metadata (package platform/linux/v8), and its Java frames
 	// in a live JVM from HotSpot's serviceability tables (package
-	// platform/linux/hotspot), while the threads are stopped.
+	// platform/linux/hotspot), while the threads are stopped, or in a
+	// core of one (x86-64 for Java), from the memory the core holds.
 	JIT bool
 	// NoThreadNames (live processes) leaves Thread.Name empty: reading
 	// each thread's comm from /proc costs a file open per thread, which

@@ -2,6 +2,7 @@ package hotspot
 
 import (
 	"encoding/binary"
+	"errors"
 	"strings"
 	"time"
 
@@ -68,6 +69,10 @@ type Reader struct {
 	funcs map[string]uint64
 	// Stats are the running counts.
 	Stats Stats
+	// Frozen says the memory read does not change (a core file): what
+	// cannot be read at the first sample never will be, so it is an
+	// error at once rather than a VM still starting, read again later.
+	Frozen bool
 
 	frames []format.JITFrame
 	fresh  []format.JITFunc
@@ -198,7 +203,7 @@ func (r *Reader) ready(p *proc, pid uint32) bool {
 		}
 		// Tables still being filled may read as anything: an error is
 		// final only once the VM has had settleTime to start.
-		if err == errNotReady || err != nil && time.Since(p.first) < settleTime {
+		if !r.Frozen && (err == errNotReady || err != nil && time.Since(p.first) < settleTime) {
 			p.retry.miss()
 			return false
 		}
@@ -214,6 +219,9 @@ func (r *Reader) ready(p *proc, pid uint32) bool {
 		}
 		r.readHeaps(p, pid)
 		if p.nheaps == 0 {
+			if r.Frozen {
+				p.err = errors.New("hotspot: the code cache's heaps could not be read")
+			}
 			p.heapsRetry.miss()
 			return false
 		}
