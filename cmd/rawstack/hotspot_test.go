@@ -207,19 +207,7 @@ func checkJava(t *testing.T, st shopStats) {
 func TestSnapshotJava(t *testing.T) {
 	java, dir := shopJava(t)
 	jstack := testbuild.Need(t, "jstack", "jstack is the Java snapshot test's oracle")
-	cmd := exec.Command(java, "-cp", dir, "Shop", "wait", "20")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "ready" {
-	}
-	time.Sleep(300 * time.Millisecond) // from printing into Object.wait
+	cmd := startShopWait(t, exec.Command(java, "-cp", dir, "Shop", "wait", "20"))
 	pid := strconv.Itoa(cmd.Process.Pid)
 	var stdout, stderr strings.Builder
 	if code := run([]string{"snapshot", "-p", pid}, &stdout, &stderr); code != 0 {
@@ -243,18 +231,7 @@ func TestSnapshotJavaCore(t *testing.T) {
 	// named from, keeps its default segmented layout.
 	cmd := exec.Command(java, "-Xmx64m", "-XX:CompressedClassSpaceSize=16m", "-cp", dir, "Shop", "wait", "20")
 	cmd.Env = append(os.Environ(), "MALLOC_ARENA_MAX=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "ready" {
-	}
-	time.Sleep(300 * time.Millisecond) // from printing into Object.wait
+	cmd = startShopWait(t, cmd)
 	pid := strconv.Itoa(cmd.Process.Pid)
 	theirs := jstackFrames(t, jstack, pid)
 	prefix := filepath.Join(t.TempDir(), "core")
@@ -270,6 +247,24 @@ func TestSnapshotJavaCore(t *testing.T) {
 		t.Errorf("snapshot --core: %s", stderr.String())
 	}
 	checkJavaSnapshot(t, stdout.String(), theirs)
+}
+
+// startShopWait starts cmd, a JVM running Shop wait N, and returns it
+// once its N threads wait in Object.wait; it is killed at the test's end.
+func startShopWait(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+	}
+	time.Sleep(300 * time.Millisecond) // from printing into Object.wait
+	return cmd
 }
 
 // jstackFrames returns the Java frames jstack prints for each thread of
