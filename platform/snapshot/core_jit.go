@@ -79,27 +79,7 @@ func (c *CoreFile) readJIT(snap *Snapshot, maps []mapping, resolve func(string) 
 			hs.Attach(pid, m.Path, syms.Rebase(bias), nil)
 		}
 	}
-	for i := range snap.Threads {
-		t := &snap.Threads[i]
-		if t.Err != nil {
-			continue
-		}
-		if js.Attached(pid) {
-			frames, fresh := js.Frames(pid, v8.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, v8.Stack{Live: true}, t.PCs)
-			t.JIT = append([]format.JITFrame(nil), frames...)
-			snap.JITFuncs = append(snap.JITFuncs, fresh...)
-		}
-		if hs.Attached(pid) {
-			frames, fresh, walk := hs.Frames(pid, hotspot.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, hotspot.Stack{Live: true}, t.PCs)
-			t.JIT = append(t.JIT, frames...)
-			snap.JITFuncs = append(snap.JITFuncs, fresh...)
-			if len(frames) > 0 && len(walk) > len(t.PCs) {
-				// Compiled Java code keeps no frame pointers: the walk
-				// went on where the native unwind stopped.
-				t.PCs = append(t.PCs[:0:0], walk...)
-			}
-		}
-	}
+	nameJIT(snap, js, hs)
 	if err := hs.Err(pid); err != nil {
 		errs = append(errs, err)
 	}
@@ -118,10 +98,56 @@ func libjvmSymbols(file string, m mapping) (hotspot.Symbols, uint64, error) {
 	if err != nil {
 		return syms, 0, err
 	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			return syms, m.Start - p.Vaddr&^0xfff, nil
-		}
+	if bias, ok := hotspot.TextBias(f, m.Start); ok {
+		return syms, bias, nil
 	}
 	return syms, 0, errors.New("hotspot: " + m.Path + ": no executable segment")
+}
+
+// jsFrames names the frames of a thread of a V8 process (v8's Reader,
+// or its Sampling of a live process).
+type jsFrames interface {
+	Attached(pid uint32) bool
+	Frames(pid uint32, regs v8.Regs, st v8.Stack, pcs []uint64) ([]format.JITFrame, []format.JITFunc)
+}
+
+// javaFrames names the frames of a thread of a JVM (hotspot's Reader, or
+// its Sampling of a live process).
+type javaFrames interface {
+	Attached(pid uint32) bool
+	Frames(pid uint32, regs hotspot.Regs, st hotspot.Stack, pcs []uint64) ([]format.JITFrame, []format.JITFunc, []uint64)
+}
+
+// nameJIT gives the threads of snap, whose stacks are unwound, the
+// JavaScript frames js names and the Java frames hs names (either may be
+// nil), reading the process's stacks through them.
+func nameJIT(snap *Snapshot, js jsFrames, hs javaFrames) {
+	pid := uint32(snap.Pid)
+	if js != nil && js.Attached(pid) {
+		for i := range snap.Threads {
+			t := &snap.Threads[i]
+			if t.Err != nil {
+				continue
+			}
+			frames, fresh := js.Frames(pid, v8.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, v8.Stack{Live: true}, t.PCs)
+			t.JIT = append([]format.JITFrame(nil), frames...)
+			snap.JITFuncs = append(snap.JITFuncs, fresh...)
+		}
+	}
+	if hs != nil && hs.Attached(pid) {
+		for i := range snap.Threads {
+			t := &snap.Threads[i]
+			if t.Err != nil {
+				continue
+			}
+			frames, fresh, walk := hs.Frames(pid, hotspot.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, hotspot.Stack{Live: true}, t.PCs)
+			t.JIT = append(t.JIT, frames...)
+			snap.JITFuncs = append(snap.JITFuncs, fresh...)
+			if len(frames) > 0 && len(walk) > len(t.PCs) {
+				// Compiled Java code keeps no frame pointers: the walk
+				// went on where the native unwind stopped.
+				t.PCs = append(t.PCs[:0:0], walk...)
+			}
+		}
+	}
 }

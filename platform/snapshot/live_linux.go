@@ -223,33 +223,15 @@ func Process(pid int, opts *Options) (*Snapshot, error) {
 			}
 		}
 	}
-	if js != nil && js.Attached(uint32(pid)) {
-		for i := range snap.Threads {
-			t := &snap.Threads[i]
-			if t.Err != nil {
-				continue
-			}
-			frames, fresh := js.Frames(uint32(pid), v8.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, v8.Stack{Live: true}, t.PCs)
-			t.JIT = append([]format.JITFrame(nil), frames...)
-			snap.JITFuncs = append(snap.JITFuncs, fresh...)
-		}
+	var jf jsFrames
+	if js != nil {
+		jf = js
 	}
-	if hs != nil && hs.Attached(uint32(pid)) {
-		for i := range snap.Threads {
-			t := &snap.Threads[i]
-			if t.Err != nil {
-				continue
-			}
-			frames, fresh, walk := hs.Frames(uint32(pid), hotspot.Regs{PC: t.Regs.PC(), SP: t.Regs.SP(), FP: t.Regs.FP()}, hotspot.Stack{Live: true}, t.PCs)
-			t.JIT = append(t.JIT, frames...)
-			snap.JITFuncs = append(snap.JITFuncs, fresh...)
-			if len(frames) > 0 && len(walk) > len(t.PCs) {
-				// Compiled Java code keeps no frame pointers: the walk
-				// went on where the native unwind stopped.
-				t.PCs = append(t.PCs[:0:0], walk...)
-			}
-		}
+	var hf javaFrames
+	if hs != nil {
+		hf = hs
 	}
+	nameJIT(snap, jf, hf)
 	if js != nil {
 		snap.JITErrors = append(snap.JITErrors, js.Errors()...)
 	}

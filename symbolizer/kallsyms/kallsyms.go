@@ -113,12 +113,6 @@ func (x *addrIndex) group(g int, yield func(i int, a uint64) bool) {
 	}
 }
 
-// at returns the i-th address.
-func (x *addrIndex) at(i int) (a uint64) {
-	x.group(i/addrGroup, func(k int, v uint64) bool { a = v; return k < i })
-	return a
-}
-
 // search returns the index of the first of the entries at the greatest
 // address at or below addr (the first listed wins among symbols at one
 // address), or -1 when every address is above addr. x must be sorted.

@@ -295,3 +295,9 @@ func TestByteTables(t *testing.T) {
 		}
 	}
 }
+
+// at returns the i-th address (the tests' access to a table's addresses).
+func (x *addrIndex) at(i int) (a uint64) {
+	x.group(i/addrGroup, func(k int, v uint64) bool { a = v; return k < i })
+	return a
+}

@@ -86,9 +86,9 @@ func (s Symbols) Rebase(bias uint64) Symbols {
 	return s
 }
 
-// textBias returns the load bias of f mapped with its executable segment
+// TextBias returns the load bias of f mapped with its executable segment
 // at start.
-func textBias(f *elf.File, start uint64) (uint64, bool) {
+func TextBias(f *elf.File, start uint64) (uint64, bool) {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
 			return start - p.Vaddr&^0xfff, true

@@ -66,7 +66,7 @@ func (s *Sampling) ModuleLoaded(pid uint32, path string, start, end uint64) {
 	if fr.err != nil || s.failed[path] {
 		return
 	}
-	bias, ok := textBias(fr.f, start)
+	bias, ok := TextBias(fr.f, start)
 	if !ok {
 		return
 	}
