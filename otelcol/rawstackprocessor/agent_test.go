@@ -407,16 +407,6 @@ func TestAgentRuntimes(t *testing.T) {
 				}
 				p := want[row.name]
 				tol := 0.05 + 3*math.Sqrt(p*(1-p)/float64(max(samples[pid], 1))+p*(1-p)/float64(max(wantN[row.name], 1)))
-				if row.name == "node-noflag" && share < p {
-					// A known gap (issue 34): the agent reads its ring
-					// once a second, and V8 has replaced some of the
-					// code sampled by then; a recording reads every 10
-					// ms while it names a runtime's frames. 71-83%
-					// through the agent against 89% recorded: held to
-					// the recording less 25 points, so that a reader
-					// that stops naming V8's frames still fails.
-					tol = 0.25
-				}
 				if d := share - p; d < -tol || d > tol {
 					t.Errorf("%s: %.1f%% named through the agent, %.1f%% in folded output (±%.1f)", row.name, 100*share, 100*p, 100*tol)
 				}

@@ -105,6 +105,16 @@
 // load, with up to 40 lost (the 981 lost at a load of 32 made by other
 // jobs, measured earlier, was not reproduced by artificial load).
 //
+// A whole-host session (System) reads its ring once a second, and at
+// once when the first sample of a process arrives (its attributes are
+// read from /proc while it lives) or a quarter of the ring is used. A
+// sample of a process that runs V8 wakes it too, at most once every 100
+// ms across the host (the jit_procs map, which the reader fills as it
+// finds V8): the reader names JavaScript frames from V8's heap as the heap
+// is when it reads the sample, and V8 replaces optimized code within a
+// second. A recording of one process reads every 10 ms while it names JIT
+// frames.
+//
 // Off-CPU time (Config.OffCPU) needs only the sched_switch tracepoint
 // (tp_btf), not a kprobe (many kernels, this one among them, have no
 // kprobes, and finish_task_switch is often renamed): when a selected

@@ -112,7 +112,7 @@ func load(spec bpfSpec) (*programs, error) {
 	for name, v := range map[string]any{
 		"all_procs": b2u(spec.All), "copy_stack": b2u(spec.CopyStack), "stack_bytes": uint32(spec.StackBytes), "self_tgid": uint32(spec.SelfPid),
 		"wakeup_bytes": uint64(spec.WakeupBytes), "alloc_rate": uint64(spec.AllocRate), "python": b2u(spec.Python),
-		"wake_new": b2u(spec.WakeNew), "go_regs": b2u(spec.GoRegs),
+		"wake_new": b2u(spec.WakeNew), "go_regs": b2u(spec.GoRegs), "jit_wake_ns": uint64(spec.JITWake),
 	} {
 		if err := cs.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting BPF constant %s: %w", name, err)
@@ -120,6 +120,9 @@ func load(spec bpfSpec) (*programs, error) {
 	}
 	if !spec.OffCPU {
 		delete(cs.Programs, "on_switch")
+	}
+	if spec.JITWake == 0 {
+		cs.Maps["jit_procs"].MaxEntries = 1
 	}
 	if !spec.WakeNew {
 		cs.Maps["seen"].MaxEntries = 1
@@ -191,6 +194,12 @@ func (p *programs) SetPyProcess(pid uint32, w cpython.Walk) error {
 		v.Legacy = 1
 	}
 	return p.coll.Maps["py_procs"].Put(pid, v)
+}
+
+// SetV8Process makes the samples of process pid, which runs V8, wake
+// the reader (bpfSpec.JITWake).
+func (p *programs) SetV8Process(pid uint32) error {
+	return p.coll.Maps["jit_procs"].Put(pid, uint8(1))
 }
 
 // SetPyThread tells the cpu-clock program where thread tid's state and

@@ -15,6 +15,10 @@ type bpfSpec struct {
 	WakeupBytes int
 	// WakeNew: the first sample of each process wakes the reader too.
 	WakeNew bool
+	// JITWake, when not 0: a sample of a process in jit_procs
+	// (SetV8Process) wakes the reader too, at most once in JITWake
+	// nanoseconds across the host.
+	JITWake int64
 	OffCPU  bool // load the sched_switch program
 	// AllocRate, when not 0, loads the allocator programs, sampling one
 	// allocated byte in AllocRate on average.

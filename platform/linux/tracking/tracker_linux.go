@@ -60,6 +60,11 @@ type Tracker struct {
 	// from its heap as it is when the sample is drained, and code the
 	// runtime replaced meanwhile leaves them anonymous.
 	JITInterval time.Duration
+	// OnV8, when set, is told of each process found to run V8, once
+	// (a whole-host session asks its BPF program to wake it at that
+	// process's samples: V8 replaces its code too soon for a read once
+	// a second).
+	OnV8 func(pid uint32)
 	// Run's wait: an epoll instance in Go's poller (wait_linux.go).
 	waiter   *sys.Waiter
 	nWaited  int  // polls added to waiter

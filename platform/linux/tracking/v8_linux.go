@@ -40,7 +40,11 @@ func (j *jsFrames) loaded(pid uint32, path string, start, end uint64) {
 	if j.v8 == nil {
 		return
 	}
+	was := j.v8.Attached(pid)
 	j.v8.ModuleLoaded(pid, path, start, end)
+	if !was && j.s.OnV8 != nil && j.v8.Attached(pid) {
+		j.s.OnV8(pid)
+	}
 	if errs := j.v8.Errors(); len(errs) > j.nerr {
 		j.nerr = len(errs)
 		w := errors.Join(errs...).Error()

@@ -152,6 +152,11 @@ const volatile __u32 python = 0;
  * ring about once a second, and reads a new process's attributes from
  * /proc at its first sample, which must come before the process exits. */
 const volatile __u32 wake_new = 0;
+/* Wake the reader at a sample of a process in jit_procs, at most once in
+ * jit_wake_ns across the host (0: never). The reader names such a
+ * process's JavaScript frames from V8's heap as it is when the sample is
+ * read, and V8 replaces optimized code within a second. */
+const volatile __u64 jit_wake_ns = 0;
 
 /* Set by the recorder once it has reported the processes that exist, so
  * that no sample waits in the ring buffer meanwhile. */
@@ -295,6 +300,20 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } seen SEC(".maps");
+
+/* Processes whose samples wake the reader (jit_wake_ns), put by the
+ * reader when it finds V8 in one; an entry goes when its process exits or
+ * execs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} jit_procs SEC(".maps");
+
+/* When a jit_procs sample last woke the reader (bpf_ktime_get_ns). CPUs
+ * race on it at worst into one more wakeup. */
+volatile __u64 jit_woke = 0;
 
 /* Bytes left until the next sampled byte, per CPU (0: draw one). */
 struct {
@@ -650,6 +669,16 @@ static __always_inline int emit_in(struct scratch *s, void *ctx, __u32 kind, __u
 			__u8 one = 1;
 			bpf_map_update_elem(&seen, &tgid, &one, BPF_ANY);
 			flags = BPF_RB_FORCE_WAKEUP;
+		}
+	}
+	if (jit_wake_ns && kind == RS_CPU && flags != BPF_RB_FORCE_WAKEUP) {
+		__u32 tgid = id >> 32;
+		if (bpf_map_lookup_elem(&jit_procs, &tgid)) {
+			__u64 now = bpf_ktime_get_ns();
+			if (now - jit_woke >= jit_wake_ns) {
+				jit_woke = now;
+				flags = BPF_RB_FORCE_WAKEUP;
+			}
 		}
 	}
 	if (bpf_ringbuf_output(&events, s->buf, off, flags) != 0)
@@ -1040,17 +1069,21 @@ int BPF_PROG(on_exit, struct task_struct *task)
 		bpf_map_delete_elem(&targets, &tgid);
 	if (tid == tgid && wake_new)
 		bpf_map_delete_elem(&seen, &tgid);
+	if (tid == tgid && jit_wake_ns)
+		bpf_map_delete_elem(&jit_procs, &tgid);
 	return 0;
 }
 
 /* An exec makes the process a new program, whose attributes the reader
  * reads again: its next sample wakes the reader as a first one does
- * (wake_new; attached only then). */
+ * (wake_new; attached only then), and the reader puts it in jit_procs
+ * again if the new program runs V8. */
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p, __s32 old_pid, struct linux_binprm *bprm)
 {
 	__u32 tgid = p->tgid;
 	bpf_map_delete_elem(&seen, &tgid);
+	bpf_map_delete_elem(&jit_procs, &tgid);
 	return 0;
 }
 
