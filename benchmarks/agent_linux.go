@@ -57,11 +57,7 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	if os.Geteuid() != 0 {
 		return absent("agent", "skipped", "needs root (CAP_BPF, CAP_PERFMON)")
 	}
-	rawstack, err := buildCompanions(cfg, "rawstack-ebpf")
-	if err != nil {
-		return nil, err
-	}
-	twothreads, err := buildC(cfg, "twothreads.c", "-O2", "-fno-omit-frame-pointer", "-pthread")
+	rawstack, twothreads, err := agentBuilds(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +254,16 @@ func runAgentScenario(cfg *config) ([]row, error) {
 	rows = append(rows, row{Scenario: "agent", Metric: "churn: short-lived processes per second", Rawstack: float64(spawned.Load()) / (min * 60),
 		Note: fmt.Sprintf("%v per recorder, whole host; the machine is shared with other jobs", d)})
 	return rows, nil
+}
+
+// agentBuilds builds the agent scenarios' rawstack (with rawstack-ebpf
+// beside it) and their CPU-bound load, twothreads.c.
+func agentBuilds(cfg *config) (rawstack, twothreads string, err error) {
+	if rawstack, err = buildCompanions(cfg, "rawstack-ebpf"); err != nil {
+		return "", "", err
+	}
+	twothreads, err = buildC(cfg, "twothreads.c", "-O2", "-fno-omit-frame-pointer", "-pthread")
+	return rawstack, twothreads, err
 }
 
 // runFor runs a whole-host recorder for d, then stops it with sig and

@@ -38,11 +38,7 @@ func runAgentJIT(cfg *config) ([]row, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return absent("agentjit", metric, "node, java or javac not installed")
 	}
-	rawstack, err := buildCompanions(cfg, "rawstack-ebpf")
-	if err != nil {
-		return nil, err
-	}
-	twothreads, err := buildC(cfg, "twothreads.c", "-O2", "-fno-omit-frame-pointer", "-pthread")
+	rawstack, twothreads, err := agentBuilds(cfg)
 	if err != nil {
 		return nil, err
 	}
