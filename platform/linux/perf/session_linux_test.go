@@ -36,11 +36,14 @@ func burn(d time.Duration) uint64 {
 }
 
 // TestRingOverflowIsLost leaves a one-page ring unread while sampling and
-// expects the overflow to come back as Lost counts, not silence.
+// expects the overflow to come back as Lost counts, not silence. 1000 Hz
+// fills the page within 40 ms; at 4000 Hz Debian's arm64 kernel under
+// qemu's emulation (the arm64 suite) locked up in the timer's interrupts
+// once and oopsed when the event was closed.
 func TestRingOverflowIsLost(t *testing.T) {
 	needPerf(t)
 	h := &linuxtest.CountHandler{}
-	s, err := Open(platform.Config{Frequency: 4000, RingPages: 1}, h)
+	s, err := Open(platform.Config{Frequency: 1000, RingPages: 1}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
