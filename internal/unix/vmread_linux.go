@@ -22,17 +22,79 @@ func (r *VMReader) Read(pid int, local [][]byte, remote []RemoteIovec) (int, err
 	if len(r.local) == 0 {
 		return 0, nil
 	}
-	return unix.ProcessVMReadv(pid, r.local, remote, 0)
+	return processVMReadv(pid, r.local, remote)
 }
 
 // RangeReader reads one range of another process per call, reusing its
 // iovec: the memory access of the runtimes' frame readers (CPython, V8,
 // HotSpot).
-type RangeReader struct{ iov [1]RemoteIovec }
+//
+// With Memo set, a read of the same bytes as an earlier one of the same
+// batch (see [RangeReader.Batch]) is answered from memory: the samples
+// read at one time, which a JIT's frame reader checks against the same
+// code headers and functions, then cost one system call for each object
+// instead of one for each sample. The memory is read as it was at the
+// batch's first read of it, milliseconds before, where the samples were
+// taken up to a read interval before that.
+type RangeReader struct {
+	iov   [1]RemoteIovec
+	Memo  bool
+	memo  map[memoKey]int32 // offset in arena; -1: unreadable
+	arena []byte
+}
+
+type memoKey struct {
+	addr uint64
+	pid  uint32
+	n    uint32
+}
+
+// Bounds of a batch's memory: reads larger than memoMaxRead, or past
+// memoMaxBytes or memoMaxReads in a batch, go to the target every time.
+const (
+	memoMaxRead  = 512
+	memoMaxBytes = 1 << 20
+	memoMaxReads = 1 << 14
+)
+
+// Batch starts a new batch of reads: nothing read before is answered
+// from memory.
+func (r *RangeReader) Batch() {
+	clear(r.memo)
+	r.arena = r.arena[:0]
+}
 
 // Read reads len(buf) bytes of process pid at addr into buf and reports
 // whether all of them could be read.
 func (r *RangeReader) Read(pid uint32, addr uint64, buf []byte) bool {
+	if !r.Memo || len(buf) > memoMaxRead || len(buf) == 0 {
+		return r.read(pid, addr, buf)
+	}
+	k := memoKey{addr: addr, pid: pid, n: uint32(len(buf))}
+	if off, ok := r.memo[k]; ok {
+		if off < 0 {
+			return false
+		}
+		copy(buf, r.arena[off:])
+		return true
+	}
+	ok := r.read(pid, addr, buf)
+	if len(r.arena)+len(buf) > memoMaxBytes || len(r.memo) >= memoMaxReads {
+		return ok
+	}
+	if r.memo == nil {
+		r.memo = make(map[memoKey]int32)
+	}
+	if !ok {
+		r.memo[k] = -1
+		return false
+	}
+	r.memo[k] = int32(len(r.arena))
+	r.arena = append(r.arena, buf...)
+	return true
+}
+
+func (r *RangeReader) read(pid uint32, addr uint64, buf []byte) bool {
 	r.iov[0] = RemoteIovec{Base: uintptr(addr), Len: len(buf)}
 	n, err := ProcessVMRead(int(pid), buf, r.iov[:1])
 	return err == nil && n == len(buf)

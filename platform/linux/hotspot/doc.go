@@ -35,5 +35,7 @@
 // bytecodes, and a frame that fails a check is left as the native frame
 // it was (anonymous code) and counted ([Stats]). Blobs and methods are
 // cached per process; a cached blob's header must still describe it at
-// each use.
+// each use. A session's samples read from their ring at one time are one
+// batch ([Sampling.Batch]): memory read for one of them is not read again
+// for the next.
 package hotspot

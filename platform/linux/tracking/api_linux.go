@@ -220,6 +220,7 @@ func (s *Tracker) Self() bool { return s.self }
 // records of different CPUs come out in time order: a mapping reported
 // on one CPU precedes the samples taken in it on another.
 func (s *Tracker) BeginRead() []*Ring {
+	s.js.batch()
 	live := s.Live[:0]
 	for _, r := range s.Rings {
 		if r == nil {

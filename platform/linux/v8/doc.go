@@ -43,5 +43,8 @@
 // against its map, sizes and counts are capped, and a frame that fails a
 // check is left as the native frame it was (anonymous code), and counted
 // ([Stats]). Code objects, functions and scripts are cached per process
-// and checked at each use (a code object's header must still name it).
+// and checked at each use (a code object's header must still name it). A
+// session's samples read from their ring at one time are one batch
+// ([Sampling.Batch]): memory read for one of them is not read again for
+// the next.
 package v8
