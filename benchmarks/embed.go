@@ -92,14 +92,6 @@ func runEmbed(cfg *config) ([]row, error) {
 	var unprofiled []float64
 	for r := 0; r < rounds; r++ {
 		got := make([]float64, len(vs))
-		sides := make([]func() error, len(vs))
-		for i, v := range vs {
-			sides[i] = func() error {
-				rps, err := run(v)
-				got[i] = rps
-				return err
-			}
-		}
 		// The unprofiled runs, in the order they ran: base[k] before
 		// the k-th variant run, base[len(vs)] after the last.
 		var base []float64
@@ -119,9 +111,11 @@ func runEmbed(cfg *config) ([]row, error) {
 			if err := runNone(); err != nil {
 				return nil, err
 			}
-			if err := sides[i](); err != nil {
+			rps, err := run(vs[i])
+			if err != nil {
 				return nil, err
 			}
+			got[i] = rps
 		}
 		if err := runNone(); err != nil {
 			return nil, err

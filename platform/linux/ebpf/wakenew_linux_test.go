@@ -33,6 +33,32 @@ func (h *cmdlineHandler) Process(p *format.Process) {
 	}
 }
 
+// startWholeHost runs a whole-host eBPF session of cfg into h until the
+// returned stop is called, and fails the test unless the session reads
+// its rings seldom enough for the test (why, in the failure's words).
+func startWholeHost(t *testing.T, cfg platform.Config, h platform.Handler, why string) (stop func()) {
+	t.Helper()
+	cfg.Backend, cfg.System = platform.BackendEBPF, true
+	s, err := ebpf.Open(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if s.PollInterval < 500*time.Millisecond {
+		t.Fatalf("whole-host PollInterval %v: the test needs one %s", s.PollInterval, why)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestWholeHostNewProcessWakes: a whole-host session reads its rings
 // about once a second, but the first sample of a process wakes it at
 // once, so that a process that lives a fraction of that second is still
@@ -42,17 +68,7 @@ func (h *cmdlineHandler) Process(p *format.Process) {
 func TestWholeHostNewProcessWakes(t *testing.T) {
 	needBPF(t)
 	h := &cmdlineHandler{cmdlines: map[uint32]string{}}
-	s, err := ebpf.Open(platform.Config{Backend: platform.BackendEBPF, System: true, Frequency: 999}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if s.PollInterval < 500*time.Millisecond {
-		t.Fatalf("whole-host PollInterval %v: the test needs one longer than the spinner's life", s.PollInterval)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	stop := startWholeHost(t, platform.Config{Frequency: 999}, h, "longer than the spinner's life")
 
 	const marker = "rawstack-wake-new"
 	var pids []int
@@ -64,10 +80,7 @@ func TestWholeHostNewProcessWakes(t *testing.T) {
 		pids = append(pids, cmd.Process.Pid)
 		cmd.Wait()
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	named := 0
@@ -108,26 +121,13 @@ func TestWholeHostV8Wakes(t *testing.T) {
 	needBPF(t)
 	node := testbuild.Need(t, "node", "the test samples node")
 	h := &delayHandler{delays: map[uint32][]time.Duration{}}
-	s, err := ebpf.Open(platform.Config{Backend: platform.BackendEBPF, System: true, Frequency: 99, Unwind: platform.UnwindAuto}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if s.PollInterval < 500*time.Millisecond {
-		t.Fatalf("whole-host PollInterval %v: the test needs one much longer than the wakeups' 100 ms", s.PollInterval)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	stop := startWholeHost(t, platform.Config{Frequency: 99, Unwind: platform.UnwindAuto}, h, "much longer than the wakeups' 100 ms")
 	cmd := exec.Command(node, "-e", "const end = Date.now() + 2500; let s = 0; while (Date.now() < end) s += Math.sqrt(s + 1);")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("node: %v: %s", err, out)
 	}
 	time.Sleep(100 * time.Millisecond)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ds := h.delays[uint32(cmd.Process.Pid)]
