@@ -60,6 +60,13 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		SymbolPath:      cfg.SymbolPath,
 		SymbolCache:     cfg.SymbolCache,
 		NoRecordedPaths: !cfg.UseRecordedPaths,
+		// The build-id cache of a recorder that ran as the collector's
+		// user on the collector's host is no source of this host's: a
+		// host's cache is given in debug_dirs (README, Containers).
+		// Read by default, it named frames of a binary that a recording in
+		// a container on the CI host had copied there, in a profile the
+		// processor should have left as it came (TestUnresolvableFramesPassThrough).
+		NoBuildIDCache: true,
 	}
 	p := &symProcessor{cfg: cfg, lim: cfg.limits(), log: log, opts: o, logs: newLogLimiter(logInterval, time.Now)}
 	o.Warn = func(err error) {
