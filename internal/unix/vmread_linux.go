@@ -29,18 +29,18 @@ func (r *VMReader) Read(pid int, local [][]byte, remote []RemoteIovec) (int, err
 // iovec: the memory access of the runtimes' frame readers (CPython, V8,
 // HotSpot).
 //
-// With Memo set, a read of the same bytes as an earlier one of the same
-// batch (see [RangeReader.Batch]) is answered from memory: the samples
+// Once [RangeReader.Batch] has been called, a read of the same bytes as
+// an earlier one of the same batch is answered from memory: the samples
 // read at one time, which a JIT's frame reader checks against the same
 // code headers and functions, then cost one system call for each object
 // instead of one for each sample. The memory is read as it was at the
 // batch's first read of it, milliseconds before, where the samples were
 // taken up to a read interval before that.
 type RangeReader struct {
-	iov   [1]RemoteIovec
-	Memo  bool
-	memo  map[memoKey]int32 // offset in arena; -1: unreadable
-	arena []byte
+	iov     [1]RemoteIovec
+	batched bool              // Batch was called: reads are remembered
+	memo    map[memoKey]int32 // offset in arena; -1: unreadable
+	arena   []byte
 }
 
 type memoKey struct {
@@ -58,8 +58,9 @@ const (
 )
 
 // Batch starts a new batch of reads: nothing read before is answered
-// from memory.
+// from memory, and what is read now is remembered until the next Batch.
 func (r *RangeReader) Batch() {
+	r.batched = true
 	clear(r.memo)
 	r.arena = r.arena[:0]
 }
@@ -67,7 +68,7 @@ func (r *RangeReader) Batch() {
 // Read reads len(buf) bytes of process pid at addr into buf and reports
 // whether all of them could be read.
 func (r *RangeReader) Read(pid uint32, addr uint64, buf []byte) bool {
-	if !r.Memo || len(buf) > memoMaxRead || len(buf) == 0 {
+	if !r.batched || len(buf) > memoMaxRead || len(buf) == 0 {
 		return r.read(pid, addr, buf)
 	}
 	k := memoKey{addr: addr, pid: pid, n: uint32(len(buf))}

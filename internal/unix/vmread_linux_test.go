@@ -28,16 +28,16 @@ func TestRangeReaderMemo(t *testing.T) {
 		return *(*uint64)(unsafe.Pointer(&b[0]))
 	}
 	var plain, memo RangeReader
-	memo.Memo = true
+	memo.Batch()
 	if read(&plain) != 1 || read(&memo) != 1 {
 		t.Fatal("first reads: want 1")
 	}
 	atomic.StoreUint64(word, 2)
 	if v := read(&plain); v != 2 {
-		t.Errorf("without Memo, read %d after the change, want 2", v)
+		t.Errorf("without Batch, read %d after the change, want 2", v)
 	}
 	if v := read(&memo); v != 1 {
-		t.Errorf("with Memo, the batch's second read gave %d, want its first read's 1", v)
+		t.Errorf("in a batch, the second second read gave %d, want its first read's 1", v)
 	}
 	memo.Batch()
 	if v := read(&memo); v != 2 {
@@ -66,7 +66,7 @@ func TestRangeReaderMemoBounds(t *testing.T) {
 	buf := make([]byte, 8*(memoMaxReads+8))
 	base := uint64(uintptr(unsafe.Pointer(&buf[0])))
 	var r RangeReader
-	r.Memo = true
+	r.Batch()
 	var b [8]byte
 	for i := 0; i < memoMaxReads+8; i++ {
 		if !r.Read(pid, base+8*uint64(i), b[:]) {

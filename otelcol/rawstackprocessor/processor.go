@@ -60,12 +60,12 @@ func newSymbolizer(cfg *Config, log *zap.Logger) *symProcessor {
 		SymbolPath:      cfg.SymbolPath,
 		SymbolCache:     cfg.SymbolCache,
 		NoRecordedPaths: !cfg.UseRecordedPaths,
-		// The build-id cache of a recorder that ran as the collector's
-		// user on the collector's host is no source of this host's: a
-		// host's cache is given in debug_dirs (README, Containers).
-		// Read by default, it named frames of a binary that a recording in
-		// a container on the CI host had copied there, in a profile the
-		// processor should have left as it came (TestUnresolvableFramesPassThrough).
+		// The build-id cache of recordings made as the collector's user
+		// on the collector's host is no source for other hosts' profiles:
+		// a host's cache is given in debug_dirs (README, Containers).
+		// Read by default, it named frames of a test fixture that another
+		// test's recording had left there, in a profile the processor had
+		// to leave as it came (TestUnresolvableFramesPassThrough).
 		NoBuildIDCache: true,
 	}
 	p := &symProcessor{cfg: cfg, lim: cfg.limits(), log: log, opts: o, logs: newLogLimiter(logInterval, time.Now)}

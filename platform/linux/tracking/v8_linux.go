@@ -55,8 +55,6 @@ func (j *jsFrames) loaded(pid uint32, path string, start, end uint64) {
 	}
 }
 
-// any reports whether some process's frames are read from V8's or
-// HotSpot's metadata.
 // batch starts a read of the rings: the runtimes' objects read for one
 // sample are not read again for the next samples of this read.
 func (j *jsFrames) batch() {
@@ -69,6 +67,8 @@ func (j *jsFrames) batch() {
 	}
 }
 
+// any reports whether some process's frames are read from V8's or
+// HotSpot's metadata.
 func (j *jsFrames) any() bool {
 	return j.v8 != nil && (j.v8.Any() || j.java.hs != nil && j.java.hs.Any())
 }

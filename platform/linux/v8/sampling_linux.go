@@ -42,10 +42,7 @@ func (s *Sampling) read(pid uint32, addr uint64, buf []byte) bool { return s.mem
 // next Batch were read from their ring at one time: an object of the
 // target read for one of them is not read again for the next. A Sampling
 // whose Batch is never called (a snapshot) reads the target every time.
-func (s *Sampling) Batch() {
-	s.mem.Memo = true
-	s.mem.Batch()
-}
+func (s *Sampling) Batch() { s.mem.Batch() }
 
 // ModuleLoaded looks for V8 in the executable mapping [start, end) of
 // path in process pid (only files named like node are opened) and
